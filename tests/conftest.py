@@ -1,0 +1,3 @@
+"""Shared pytest fixtures."""
+
+from tests.fixtures_models import *  # noqa

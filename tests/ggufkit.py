@@ -1,0 +1,148 @@
+"""Tiny random-weight GGUF models for tests.
+
+``make_tiny_gguf`` writes a llama-architecture model of a few hundred KB with a
+real SentencePiece-style ("llama") tokenizer: byte-fallback tokens cover every
+UTF-8 string, and a few hundred word pieces make tokenization non-trivial.
+llama.cpp loads it and generates (random but deterministic) tokens, which is
+all the engine's fast tests need.
+"""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+import numpy as np
+
+try:  # gguf is a dependency of the product; keep the import error readable.
+    import gguf
+except ImportError as exc:  # pragma: no cover
+    raise RuntimeError("tests.ggufkit needs the `gguf` package") from exc
+
+SPACE = "\u2581"  # SentencePiece's word-boundary marker
+
+_WORDS = (
+    "the of and to in is it you that he was for on are with as his they be at one have this "
+    "from or had by hot word but what some we can out other were all there when up use your how "
+    "said an each she which do their time if will way about many then them write would like so "
+    "these her long make thing see him two has look more day could go come did number sound no "
+    "most people my over know water than call first who may down side been now find any new work "
+    "part take get place made live where after back little only round man year came show every "
+    "good me give our under name very through just form sentence great think say help low line "
+    "hello world json true false null model token stream answer question"
+).split()
+
+
+def _vocab(size: int) -> tuple[list[str], list[float], list[int]]:
+    """Build an SPM vocabulary: specials, 256 byte tokens, then word pieces."""
+    tokens = ["<unk>", "<s>", "</s>"]
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+    tokens += [f"<0x{b:02X}>" for b in range(256)]
+    types += [gguf.TokenType.BYTE] * 256
+    pieces: list[str] = [SPACE]
+    pieces += list(string.ascii_letters + string.digits + string.punctuation)
+    pieces += [SPACE + c for c in string.ascii_letters + string.digits + "{[\"'(-"]
+    pieces += [SPACE + w for w in _WORDS] + _WORDS
+    # Pairs of letters so the BPE-style merges of the SPM tokenizer have steps.
+    for a in "etaoinshrdlu":
+        for b in "etaoinshrdlu":
+            pieces.append(a + b)
+    seen: set[str] = set()
+    normal: list[str] = []
+    for p in pieces:
+        if p not in seen:
+            seen.add(p)
+            normal.append(p)
+    room = size - len(tokens)
+    if room < len(string.ascii_letters) + 1:
+        raise ValueError(f"vocab={size} is too small; use at least {len(tokens) + 64}")
+    normal = normal[:room]
+    while len(normal) < room:  # pad with unreachable pieces
+        normal.append(f"<unused{len(normal)}>")
+    tokens += normal
+    types += [gguf.TokenType.NORMAL] * len(normal)
+    # Longer pieces score higher so merges prefer them (SPM uses scores as merge priority).
+    scores = [0.0] * (3 + 256) + [float(len(p)) - i * 1e-4 for i, p in enumerate(normal)]
+    return tokens, scores, [int(t) for t in types]
+
+
+def make_tiny_gguf(
+    path: str | Path,
+    *,
+    n_layer: int = 2,
+    n_embd: int = 64,
+    n_head: int = 4,
+    n_kv_head: int = 2,
+    vocab: int = 512,
+    ctx: int = 512,
+    chat_template: str | None = None,
+    seed: int = 0,
+    arch: str = "llama",
+) -> Path:
+    """Write a tiny random-weight llama-architecture GGUF to ``path`` and return it.
+
+    Weights are float32 drawn from ``seed``, so two calls with the same arguments
+    write byte-identical files. ``chat_template`` (any string, hostile ones
+    included) is stored as ``tokenizer.chat_template``.
+    """
+    if arch != "llama":
+        raise ValueError("only arch='llama' is supported")
+    if n_embd % n_head or n_head % n_kv_head:
+        raise ValueError("n_embd must divide by n_head, and n_head by n_kv_head")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    head_dim = n_embd // n_head
+    n_ff = 2 * n_embd
+
+    def w(*shape: int, scale: float = 0.08) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    tokens, scores, types = _vocab(vocab)
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_name("tiny-test-llama")
+    writer.add_context_length(ctx)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_kv_head)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_vocab_size(len(tokens))
+    writer.add_tokenizer_model("llama")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_unk_token_id(0)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_add_bos_token(True)
+    writer.add_add_space_prefix(True)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
+
+    # numpy shapes are (rows, cols) = (out, in); GGUF stores them reversed.
+    writer.add_tensor("token_embd.weight", w(len(tokens), n_embd, scale=0.5))
+    writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
+    writer.add_tensor("output.weight", w(len(tokens), n_embd, scale=0.5))
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        writer.add_tensor(p + "attn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        writer.add_tensor(p + "attn_q.weight", w(n_embd, n_embd))
+        writer.add_tensor(p + "attn_k.weight", w(n_kv_head * head_dim, n_embd))
+        writer.add_tensor(p + "attn_v.weight", w(n_kv_head * head_dim, n_embd))
+        writer.add_tensor(p + "attn_output.weight", w(n_embd, n_embd))
+        writer.add_tensor(p + "ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        writer.add_tensor(p + "ffn_gate.weight", w(n_ff, n_embd))
+        writer.add_tensor(p + "ffn_up.weight", w(n_ff, n_embd))
+        writer.add_tensor(p + "ffn_down.weight", w(n_embd, n_ff))
+
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
