@@ -1,0 +1,99 @@
+"""The Litestar application: wiring only. Services are built in the lifespan."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, AsyncIterator
+
+from litestar import Litestar
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import SwaggerRenderPlugin
+from litestar.openapi.spec import Components, SecurityScheme
+
+from appliance import __version__
+from appliance.admin_api import AliasesController, InstancesController, KeysController
+from appliance.api_v1 import OpenAIController
+from appliance.asgi import ApplianceASGI
+from appliance.health import healthz, readyz
+from appliance.http_errors import EXCEPTION_HANDLERS
+from appliance.services import Services
+from appliance.settings import Settings
+
+log = logging.getLogger("appliance.app")
+
+OPENAPI_PATH = "/openapi"
+
+
+def _route_handlers() -> list[Any]:
+    handlers: list[Any] = [healthz, readyz, OpenAIController, InstancesController, KeysController, AliasesController]
+    # Optional surfaces contributed by their own modules (store, planner, metering, console).
+    for module, names in (
+        ("appliance.store_api", ("ModelsController", "JobsController")),
+        ("appliance.planning_api", ("PlanningController",)),
+        ("appliance.usage_api", ("UsageController", "QuotasController", "PricesController", "TeamsController")),
+        ("appliance.metrics_api", ("MetricsController",)),
+        ("appliance.cache_api", ("CacheController",)),
+        ("appliance.webui", ("console_handlers",)),
+    ):
+        try:
+            mod = __import__(module, fromlist=list(names))
+        except ImportError as exc:
+            if exc.name != module:
+                raise
+            continue
+        for name in names:
+            item = getattr(mod, name, None)
+            if item is None:
+                continue
+            handlers.extend(item() if callable(item) and name.endswith("_handlers") else [item])
+    return handlers
+
+
+def create_app(settings: Settings, services: Services | None = None) -> Litestar:
+    """Build the app. ``services`` is created and started in the lifespan unless given."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        own = services is None
+        svc = services or Services(settings)
+        if own:
+            await svc.start()
+        app.state.services = svc
+        app.state.settings = settings
+        app.state.db = svc.db
+        app.state.store = svc.store
+        app.state.jobs = svc.jobs
+        app.state.meter = svc.meter
+        app.state.metrics = svc.metrics
+        try:
+            yield
+        finally:
+            if own:
+                await svc.stop()
+
+    return Litestar(
+        route_handlers=_route_handlers(),
+        lifespan=[lifespan],
+        exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        openapi_config=OpenAPIConfig(
+            title="LLM appliance",
+            version=__version__,
+            path=OPENAPI_PATH,
+            render_plugins=[SwaggerRenderPlugin()],
+            components=Components(security_schemes={"apiKey": SecurityScheme(type="http", scheme="bearer")}),
+            security=[{"apiKey": []}],
+        ),
+        request_max_body_size=16 * 1024 * 1024,
+        debug=False,
+    )
+
+
+def wrap(app: Litestar, settings: Settings, *, local: bool = False) -> ApplianceASGI:
+    """The served ASGI app: Host check and API-key authentication in front of Litestar."""
+
+    def keyring() -> Any:
+        services = getattr(app.state, "services", None)
+        return services.keyring if services else None
+
+    return ApplianceASGI(app, keyring, settings.allowed_hosts, local=local)

@@ -1,0 +1,61 @@
+"""appliancectl: install, run and administer the appliance.
+
+Subcommands live in small modules, each with a ``register(group)`` function.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from appliance import __version__
+from appliance.errors import ConfigError
+from appliance.settings import load_settings
+
+SUBCOMMAND_MODULES = (
+    "appliance.cli.server",
+    "appliance.cli.setup",
+    "appliance.cli.keys",
+    "appliance.cli.models",
+    "appliance.cli.instances",
+    "appliance.cli.planning",
+    "appliance.cli.usage",
+    "appliance.cli.cache",
+    "appliance.cli.bench",
+    "appliance.cli.ops",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="appliancectl")
+@click.option("--url", envvar="APPLIANCE_URL", help="Remote appliance URL (default: the local daemon's admin socket).")
+@click.option("--api-key", envvar="APPLIANCE_API_KEY", help="Admin API key for --url.")
+@click.pass_context
+def cli(ctx: click.Context, url: str | None, api_key: str | None) -> None:
+    """Administer the LLM appliance."""
+    ctx.ensure_object(dict)
+    ctx.obj.update(url=url, api_key=api_key)
+    try:
+        ctx.obj["settings"] = load_settings()
+    except ConfigError as exc:
+        raise click.ClickException(exc.message) from None
+
+
+def _register_all() -> None:
+    for name in SUBCOMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        module.register(cli)
+
+
+_register_all()
+
+
+def main() -> None:
+    sys.exit(cli.main(prog_name="appliancectl", standalone_mode=True))

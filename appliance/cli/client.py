@@ -1,0 +1,52 @@
+"""How the CLI reaches the daemon.
+
+On the box: the admin Unix socket in the data dir (no token; the socket's
+owner and group are the appliance's). Remotely: ``--url`` and an admin API key
+(``--api-key`` or ``APPLIANCE_API_KEY``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+import httpx
+
+from appliance.settings import load_settings
+
+
+def admin_client(ctx: click.Context, timeout: float = 600.0) -> httpx.Client:
+    obj = ctx.find_root().obj or {}
+    url, api_key = obj.get("url"), obj.get("api_key")
+    if url:
+        if not api_key:
+            raise click.UsageError("--url needs an admin key: pass --api-key or set APPLIANCE_API_KEY")
+        return httpx.Client(base_url=url.rstrip("/"), headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout)
+    settings = obj.get("settings") or load_settings()
+    sock = settings.admin_socket
+    if not sock.exists():
+        raise click.ClickException(f"the appliance is not running for data dir {settings.data_dir} (no {sock.name}); start it with `appliancectl serve`")
+    return httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://appliance", timeout=timeout)
+
+
+def check(response: httpx.Response) -> Any:
+    """The JSON body of a successful response, or a ClickException with the API's message."""
+    if response.status_code >= 400:
+        try:
+            message = response.json()["error"]["message"]
+        except Exception:
+            message = response.text[:500] or response.reason_phrase
+        raise click.ClickException(f"{message} (HTTP {response.status_code})")
+    if not response.content:
+        return None
+    if response.headers.get("content-type", "").startswith("application/json"):
+        return response.json()
+    return response.text
+
+
+def request(ctx: click.Context, method: str, path: str, **kwargs: Any) -> Any:
+    try:
+        with admin_client(ctx) as client:
+            return check(client.request(method, path, **kwargs))
+    except httpx.TransportError as exc:
+        raise click.ClickException(f"cannot reach the appliance: {exc}") from None

@@ -1,0 +1,142 @@
+"""applianced: the daemon process.
+
+One asyncio process serves two listeners on the same app: the public HTTP
+API and console on ``host:port``, and the admin Unix socket in the data dir
+(mode 0660), which is how ``appliancectl`` on the box reaches the daemon
+without a token. SIGTERM stops accepting, lets in-flight requests drain for
+``drain_timeout_seconds``, stops the engines and flushes the ledger.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from typing import Iterator
+
+import uvicorn
+
+from appliance import db as dbmod
+from appliance.app import create_app, wrap
+from appliance.errors import ApplianceError, ConfigError
+from appliance.lockfile import DataDirLock
+from appliance.logs import setup_logging
+from appliance.sdnotify import notify, watchdog_interval, watchdog_loop
+from appliance.settings import Settings, load_settings
+
+log = logging.getLogger("appliance.daemon")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn server whose signals are handled by the daemon, not by uvicorn."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def check_data_dir(settings: Settings) -> None:
+    """Create the data dir layout, or fail with a message that says why."""
+    try:
+        for path in (settings.data_dir, settings.store_dir, settings.run_dir, settings.log_dir):
+            path.mkdir(parents=True, exist_ok=True)
+        probe = settings.data_dir / ".write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"data dir {settings.data_dir} is not writable ({exc.strerror}); set APPLIANCE_DATA_DIR to a writable folder") from None
+
+
+async def serve(settings: Settings) -> None:
+    app = create_app(settings)
+    common = dict(log_config=None, access_log=False, timeout_graceful_shutdown=settings.drain_timeout_seconds,
+                  timeout_keep_alive=30, loop="uvloop", http="httptools")
+    public = _Server(uvicorn.Config(wrap(app, settings), host=settings.host, port=settings.port, lifespan="on", **common))  # type: ignore[arg-type]
+    settings.admin_socket.unlink(missing_ok=True)
+    admin = _Server(uvicorn.Config(wrap(app, settings, local=True), uds=str(settings.admin_socket), lifespan="off", **common))  # type: ignore[arg-type]
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def request_stop(signum: int) -> None:
+        log.info("received %s: draining", signal.Signals(signum).name)
+        notify("STOPPING=1")
+        stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, request_stop, signum)
+
+    public_task = asyncio.create_task(public.serve(), name="public-server")
+    while not public.started:
+        if public_task.done():
+            public_task.result()  # raises the startup error
+            raise ConfigError(f"could not listen on {settings.host}:{settings.port}")
+        await asyncio.sleep(0.05)
+    old_umask = os.umask(0o117)
+    try:
+        admin_task = asyncio.create_task(admin.serve(), name="admin-server")
+        while not admin.started and not admin_task.done():
+            await asyncio.sleep(0.02)
+    finally:
+        os.umask(old_umask)
+    if settings.admin_socket.exists():
+        os.chmod(settings.admin_socket, 0o660)
+
+    watchdog: asyncio.Task | None = None
+    interval = watchdog_interval()
+    if interval:
+        services = app.state.services
+        watchdog = asyncio.create_task(watchdog_loop(interval, lambda: dbmod.ping(services.db)), name="watchdog")
+    notify("READY=1")
+    log.info("appliance ready", extra={"fields": {"url": f"http://{settings.host}:{settings.port}/", "data_dir": str(settings.data_dir)}})
+
+    done, _ = await asyncio.wait({public_task, admin_task, asyncio.create_task(stop.wait())}, return_when=asyncio.FIRST_COMPLETED)
+    admin.should_exit = True
+    public.should_exit = True
+    await asyncio.gather(public_task, admin_task, return_exceptions=True)
+    if watchdog:
+        watchdog.cancel()
+    settings.admin_socket.unlink(missing_ok=True)
+    for task in done:
+        if task in (public_task, admin_task) and task.exception():
+            raise task.exception()  # type: ignore[misc]
+
+
+def run(settings: Settings) -> int:
+    """Run the daemon in the foreground until SIGTERM. Returns the exit code."""
+    setup_logging(settings.log_level, settings.log_format, settings.log_dir if settings.data_dir.exists() else None)
+    lock = DataDirLock(settings.lock_path)
+    try:
+        check_data_dir(settings)
+        setup_logging(settings.log_level, settings.log_format, settings.log_dir)
+        lock.acquire()
+        dbmod.migrate(settings.db_path)
+        asyncio.run(serve(settings))
+    except ApplianceError as exc:
+        print(f"applianced: error: {exc.message}", file=sys.stderr)
+        return 2
+    finally:
+        lock.release()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="applianced", description="Run the LLM appliance daemon in the foreground.")
+    parser.add_argument("--host", help="listen address (APPLIANCE_HOST)")
+    parser.add_argument("--port", type=int, help="listen port (APPLIANCE_PORT)")
+    args = parser.parse_args(argv)
+    overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    try:
+        settings = load_settings(**overrides)
+    except ConfigError as exc:
+        print(f"applianced: error: {exc.message}", file=sys.stderr)
+        return 2
+    return run(settings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

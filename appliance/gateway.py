@@ -1,0 +1,249 @@
+"""The request path: admit, cache, route, forward, settle (DESIGN: one pass).
+
+The gateway never re-renders engine output. Streams are passed through as the
+engine's SSE bytes; the only per-token work is finding event boundaries and
+counting events, and only the final usage event is parsed. The usage row and
+the quota settle are committed before the final ``data: [DONE]`` (or the last
+byte of a plain response) is sent.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import time
+from typing import Any, AsyncIterator
+
+import httpx
+import msgspec
+from litestar import Request, Response
+from litestar.response import Stream
+
+from appliance.asgi import PRINCIPAL
+from appliance.auth import Principal
+from appliance.errors import ApplianceError, EngineTimeout, EngineUnavailable, PermissionDenied
+from appliance.openai_schema import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, prompt_text
+
+log = logging.getLogger("appliance.gateway")
+
+ENGINE_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions", "embeddings": "/v1/embeddings"}
+DEFAULT_MAX_TOKENS_ESTIMATE = 256
+DONE = b"data: [DONE]\n\n"
+_encoder = msgspec.json.Encoder()
+
+
+def _new_request_id() -> str:
+    return "req_" + secrets.token_hex(12)
+
+
+def estimate_tokens(body: Any) -> int:
+    """Quota reservation: prompt characters / 4 plus the completion budget."""
+    prompt = len(prompt_text(body)) // 4 + 1
+    if isinstance(body, EmbeddingRequest):
+        return prompt
+    limit = getattr(body, "max_completion_tokens", None) or getattr(body, "max_tokens", None) or DEFAULT_MAX_TOKENS_ESTIMATE
+    return prompt + limit
+
+
+class EngineError(ApplianceError):
+    """An error the engine answered with, passed through with its status."""
+
+    def __init__(self, status: int, body: bytes):
+        try:
+            error = json.loads(body)["error"]
+            message, type_, param, code = error.get("message", ""), error.get("type", "invalid_request_error"), error.get("param"), error.get("code")
+        except (ValueError, KeyError, TypeError):
+            message, type_, param, code = body[:300].decode("utf-8", "replace") or "engine error", "server_error", None, None
+        super().__init__(message, param=param, code=code)
+        self.status = status
+        self.type = type_
+
+
+class Gateway:
+    def __init__(self, settings: Any, router: Any, meter: Any, cache: Any = None, metrics: Any = None, energy: Any = None):
+        self.settings = settings
+        self.router = router
+        self.meter = meter
+        self.cache = cache
+        self.metrics = metrics
+        self.energy = energy
+
+    # ------------------------------------------------------------------ entry
+    async def handle(self, request: Request, endpoint: str, body: Any) -> Response:
+        principal: Principal = request.scope[PRINCIPAL]
+        name = self.router.resolve(body.model)
+        if not principal.may_use(name):
+            raise PermissionDenied(f"This key may not use the model `{body.model}`.", param="model", code="model_not_allowed")
+        request_id = _new_request_id()
+        started = time.perf_counter()
+        stream = bool(getattr(body, "stream", False))
+
+        if self.cache is not None and endpoint != "embeddings":
+            hit = self.cache.lookup(principal, endpoint, name, body, request.headers)
+            if hit is not None:
+                return await self._serve_cached(principal, request_id, endpoint, name, body, hit, started, stream)
+
+        admission = self.meter.admit(principal, request_id=request_id, endpoint=endpoint, model=name, estimated_tokens=estimate_tokens(body))
+        forward = msgspec.structs.replace(body, model=name)
+        if stream:
+            forward = msgspec.structs.replace(forward, stream_options={"include_usage": True})  # type: ignore[arg-type]
+        payload = _encoder.encode(forward)
+        try:
+            if stream:
+                return await self._stream(principal, admission, request_id, endpoint, name, body, payload, started, request.headers)
+            return await self._plain(principal, admission, request_id, endpoint, name, body, payload, started, request.headers)
+        except BaseException as exc:
+            status = exc.status if isinstance(exc, ApplianceError) else 499
+            await self.meter.release(admission, status=status, model=name)
+            raise
+
+    # ------------------------------------------------------------- plain call
+    async def _plain(self, principal: Principal, admission: Any, request_id: str, endpoint: str, name: str, body: Any,
+                     payload: bytes, started: float, headers: Any) -> Response:
+        energy_start = self.energy.read_joules() if self.energy else None
+        async with self.router.lease(name, principal.priority) as instance:
+            try:
+                response = await instance.engine.client.post(ENGINE_PATHS[endpoint], content=payload, headers={"content-type": "application/json"})
+            except httpx.TimeoutException:
+                raise EngineTimeout(f"The model `{name}` did not answer within {self.settings.request_timeout_seconds:.0f} s.") from None
+            except httpx.TransportError:
+                raise EngineUnavailable(f"The engine serving `{name}` stopped; it is being restarted. Retry shortly.", headers={"Retry-After": "2"}) from None
+        if response.status_code != 200:
+            raise EngineError(response.status_code, response.content)
+        content = response.content
+        result = json.loads(content)
+        usage = result.get("usage") or {}
+        latency_ms = (time.perf_counter() - started) * 1000
+        prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        completion_tokens = int(usage.get("completion_tokens") or 0)
+        cached_tokens = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+        await self.meter.settle(
+            admission, model=name, variant=name.split(":", 1)[-1], backend=instance.backend,
+            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cached_tokens=cached_tokens,
+            ttft_ms=latency_ms, latency_ms=latency_ms, status=200, cache_tier="miss",
+            energy_joules=self._energy_delta(energy_start),
+        )
+        if self.metrics is not None:
+            self.metrics.observe_request(name, 200, latency_ms, latency_ms, prompt_tokens, completion_tokens, "miss")
+        if self.cache is not None and endpoint != "embeddings":
+            self.cache.store(principal, endpoint, name, body, result, headers)
+        return Response(content=content, media_type="application/json", headers={**admission.headers, "x-cache": "miss", "x-request-id": request_id})
+
+    def _energy_delta(self, start: float | None) -> float | None:
+        if start is None or self.energy is None:
+            return None
+        end = self.energy.read_joules()
+        return None if end is None else max(0.0, end - start)
+
+    # ---------------------------------------------------------------- streams
+    async def _stream(self, principal: Principal, admission: Any, request_id: str, endpoint: str, name: str, body: Any,
+                      payload: bytes, started: float, headers: Any) -> Response:
+        lease = self.router.lease(name, principal.priority)
+        instance = await lease.__aenter__()
+        try:
+            client: httpx.AsyncClient = instance.engine.client
+            upstream = await client.send(
+                client.build_request("POST", ENGINE_PATHS[endpoint], content=payload, headers={"content-type": "application/json"}),
+                stream=True,
+            )
+            if upstream.status_code != 200:
+                content = await upstream.aread()
+                await upstream.aclose()
+                raise EngineError(upstream.status_code, content)
+        except httpx.TransportError:
+            await lease.__aexit__(None, None, None)
+            raise EngineUnavailable(f"The engine serving `{name}` stopped; it is being restarted. Retry shortly.", headers={"Retry-After": "2"}) from None
+        except BaseException as exc:
+            await lease.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        want_usage = bool(body.stream_options and body.stream_options.include_usage)
+        events = self._relay(upstream, lease, instance, admission, name, started, want_usage, principal, endpoint, body, headers)
+        return Stream(events, media_type="text/event-stream",
+                      headers={**admission.headers, "x-cache": "miss", "x-request-id": request_id, "cache-control": "no-cache"})
+
+    async def _relay(self, upstream: httpx.Response, lease: Any, instance: Any, admission: Any, name: str, started: float,
+                     want_usage: bool, principal: Principal, endpoint: str, body: Any, headers: Any) -> AsyncIterator[bytes]:
+        """Pass the engine's SSE events through; settle before the final [DONE]."""
+        energy_start = self.energy.read_joules() if self.energy else None
+        usage: dict | None = None
+        ttft_ms: float | None = None
+        events = 0
+        buffer = b""
+        settled = False
+        collected: list[bytes] | None = [] if self.cache is not None else None
+        try:
+            async for chunk in upstream.aiter_raw():
+                buffer += chunk
+                if b"\n\n" not in buffer:
+                    continue
+                *complete, buffer = buffer.split(b"\n\n")
+                out = []
+                for event in complete:
+                    if not event:
+                        continue
+                    if event == b"data: [DONE]":
+                        continue
+                    if b'"usage"' in event and b'"choices":[]' in event.replace(b" ", b""):
+                        usage = json.loads(event[5:]).get("usage")
+                        if not want_usage:
+                            continue
+                    elif b'"error"' in event and event.startswith(b'data: {"error"'):
+                        out.append(event + b"\n\n")
+                        continue
+                    else:
+                        events += 1
+                        if ttft_ms is None:
+                            ttft_ms = (time.perf_counter() - started) * 1000
+                        if collected is not None:
+                            collected.append(event)
+                    out.append(event + b"\n\n")
+                if out:
+                    yield b"".join(out)
+            latency_ms = (time.perf_counter() - started) * 1000
+            usage = usage or {}
+            prompt_tokens = int(usage.get("prompt_tokens") or 0)
+            completion_tokens = int(usage.get("completion_tokens") or events)
+            cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+            await self.meter.settle(
+                admission, model=name, variant=name.split(":", 1)[-1], backend=instance.backend,
+                prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cached_tokens=cached,
+                ttft_ms=ttft_ms, latency_ms=latency_ms, status=200, cache_tier="miss", energy_joules=self._energy_delta(energy_start),
+            )
+            settled = True
+            if self.metrics is not None:
+                self.metrics.observe_request(name, 200, ttft_ms, latency_ms, prompt_tokens, completion_tokens, "miss")
+            if collected is not None and self.cache is not None:
+                self.cache.store_stream(principal, endpoint, name, body, collected, usage, headers)
+            yield DONE
+        except httpx.TransportError:
+            error = {"error": {"message": f"The engine serving `{name}` stopped mid-stream.", "type": "server_error", "param": None, "code": "engine_unavailable"}}
+            await self.meter.release(admission, status=503, model=name, completion_tokens=events)
+            settled = True
+            yield b"data: " + json.dumps(error).encode() + b"\n\n" + DONE
+        finally:
+            await upstream.aclose()
+            await lease.__aexit__(None, None, None)
+            if not settled:  # client went away: record what was produced, free the reservation
+                await self.meter.release(admission, status=499, model=name, completion_tokens=events)
+
+    # ------------------------------------------------------------------ cache
+    async def _serve_cached(self, principal: Principal, request_id: str, endpoint: str, name: str, body: Any, hit: Any,
+                            started: float, stream: bool) -> Response:
+        admission = self.meter.admit(principal, request_id=request_id, endpoint=endpoint, model=name,
+                                     estimated_tokens=hit.prompt_tokens + hit.completion_tokens, cached=True)
+        latency_ms = (time.perf_counter() - started) * 1000
+        await self.meter.settle(
+            admission, model=name, variant=name.split(":", 1)[-1], backend=None, prompt_tokens=hit.prompt_tokens,
+            completion_tokens=hit.completion_tokens, cached_tokens=hit.prompt_tokens, ttft_ms=latency_ms, latency_ms=latency_ms,
+            status=200, cache_tier=hit.tier,
+        )
+        if self.metrics is not None:
+            self.metrics.observe_request(name, 200, latency_ms, latency_ms, hit.prompt_tokens, hit.completion_tokens, hit.tier)
+        headers = {**admission.headers, "x-cache": hit.tier, "x-request-id": request_id}
+        if hit.similarity is not None:
+            headers["x-cache-similarity"] = f"{hit.similarity:.4f}"
+        if stream:
+            want_usage = bool(body.stream_options and body.stream_options.include_usage)
+            return Stream(hit.as_sse(want_usage), media_type="text/event-stream", headers=headers)
+        return Response(content=hit.body, media_type="application/json", headers=headers)

@@ -1,0 +1,71 @@
+"""One exception handler: every error becomes OpenAI's envelope.
+
+``{"error": {"message", "type", "param", "code"}}`` with the status carried by
+the typed exception. htmx requests from the console get a small HTML partial
+instead, which the console swaps into its error area.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+
+from litestar import MediaType, Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+
+from appliance.errors import ApplianceError, BadRequest
+
+log = logging.getLogger("appliance.errors")
+
+_STATUS_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "invalid_request_error",
+                 405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error"}
+
+
+def _envelope(message: str, type_: str, param: str | None, code: str | None) -> dict:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def _respond(request: Request, status: int, body: dict, headers: dict[str, str] | None = None) -> Response:
+    if request.headers.get("hx-request") == "true":
+        message = html.escape(body["error"]["message"])
+        return Response(content=f'<div class="alert alert-error" role="alert">{message}</div>', status_code=status,
+                        media_type=MediaType.HTML, headers={**(headers or {}), "HX-Reswap": "innerHTML", "HX-Retarget": "#errors"})
+    return Response(content=body, status_code=status, media_type=MediaType.JSON, headers=headers)
+
+
+def handle_appliance_error(request: Request, exc: ApplianceError) -> Response:
+    if exc.status >= 500:
+        log.warning("request failed: %s", exc.message, extra={"fields": {"path": request.url.path, "status": exc.status}})
+    return _respond(request, exc.status, _envelope(exc.message, exc.type, exc.param, exc.code), exc.headers)
+
+
+def handle_validation_error(request: Request, exc: ValidationException) -> Response:
+    param = None
+    message = exc.detail or "Invalid request."
+    extra = exc.extra
+    if isinstance(extra, list) and extra:
+        first = extra[0] if isinstance(extra[0], dict) else {}
+        param = first.get("key") or None
+        if first.get("message"):
+            message = f"{first['message']}" + (f" (parameter '{param}')" if param else "")
+    return _respond(request, 400, _envelope(message, BadRequest.type, param, "invalid_request"))
+
+
+def handle_http_exception(request: Request, exc: HTTPException) -> Response:
+    status = exc.status_code
+    type_ = _STATUS_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    detail = exc.detail if status < 500 else "Internal server error."
+    return _respond(request, status, _envelope(detail, type_, None, None), dict(exc.headers or {}))
+
+
+def handle_unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s", request.url.path)
+    return _respond(request, 500, _envelope("Internal server error.", "server_error", None, "internal_error"))
+
+
+EXCEPTION_HANDLERS = {
+    ApplianceError: handle_appliance_error,
+    ValidationException: handle_validation_error,
+    HTTPException: handle_http_exception,
+    Exception: handle_unexpected,
+}

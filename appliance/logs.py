@@ -1,0 +1,73 @@
+"""Structured logging with secret redaction.
+
+Every record passes through :class:`RedactingFilter`, so an API key, a bearer
+token or a password that reaches a log call by mistake is masked before it is
+written. Redaction is done here, once, not by remembering at each call site.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import logging.handlers
+import re
+import sys
+import time
+from pathlib import Path
+
+# API keys (ak_...), bearer tokens, and key=value secrets.
+_SECRET_PATTERNS = [
+    (re.compile(r"\bak_[A-Za-z0-9_-]{8,}"), lambda m: m.group(0)[:12] + "…[redacted]"),
+    (re.compile(r"(?i)(bearer\s+)[^\s\"',]+"), lambda m: m.group(1) + "[redacted]"),
+    (re.compile(r"(?i)((?:password|secret|api[_-]?key|token)\"?\s*[:=]\s*\"?)[^\s\"',}]+"), lambda m: m.group(1) + "[redacted]"),
+]
+
+
+def redact(text: str) -> str:
+    for pattern, repl in _SECRET_PATTERNS:
+        text = pattern.sub(repl, text)
+    return text
+
+
+class RedactingFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = redact(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        extra = getattr(record, "fields", None)
+        if isinstance(extra, dict):
+            entry.update(extra)
+        if record.exc_info:
+            entry["exc"] = redact(self.formatException(record.exc_info))
+        return json.dumps(entry, default=str)
+
+
+def setup_logging(level: str = "info", fmt: str = "json", log_dir: Path | None = None) -> None:
+    """Configure the root logger: stderr (journald under systemd) and a rotated file."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    formatter: logging.Formatter = JsonFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.handlers.RotatingFileHandler(log_dir / "appliance.log", maxBytes=20 * 1024 * 1024, backupCount=5))
+    for handler in handlers:
+        handler.setFormatter(formatter)
+        handler.addFilter(RedactingFilter())
+        root.addHandler(handler)
+    root.setLevel(level.upper())
+    for noisy in ("uvicorn.access", "httpx", "httpcore", "alembic.runtime.migration", "apscheduler"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

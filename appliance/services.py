@@ -1,0 +1,159 @@
+"""The daemon's collaborators, built once in the lifespan and shared by every route.
+
+Construction order is the dependency order: database, keys, store, meter,
+router, gateway, scheduler. ``stop()`` undoes it in reverse, draining engines
+and flushing the ledger last.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from typing import Any
+
+from sqlalchemy import select
+
+from appliance import db as dbmod
+from appliance.auth import KeyRing
+from appliance.drivers import get_driver
+from appliance.engines import EngineProcess
+from appliance.errors import ModelNotFound
+from appliance.router import Instance, Router
+from appliance.settings import Settings
+from appliance.tables import Alias, AuditLog
+
+log = logging.getLogger("appliance.services")
+
+BUILTIN_ALIASES = ("default",)
+
+
+class Services:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.started_at = time.time()
+        self.db = dbmod.make_engine(settings.db_path)
+        self.keyring = KeyRing(self.db)
+        self.store: Any = None
+        self.jobs: Any = None
+        self.meter: Any = None
+        self.metrics: Any = None
+        self.cache: Any = None
+        self.router: Router | None = None
+        self.gateway: Any = None
+        self.scheduler: Any = None
+        self.hardware: Any = None
+        self._aliases: dict[str, str] | None = None
+        self._names: dict[str, str] = {}
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        from appliance.gateway import Gateway
+        from appliance.jobs import JobRegistry
+        from appliance.metering import Meter
+        from appliance.store import ModelStore
+
+        self.jobs = JobRegistry()
+        self.store = ModelStore(self.settings, self.db, is_loaded=self.is_loaded)
+        if self.settings.seed_default_model:
+            from appliance.default_model import seed_default_model
+
+            seed_default_model(self.settings, self.store)
+        self.meter = Meter(self.settings, self.db)
+        await self.meter.start()
+        self.metrics = getattr(self.meter, "metrics", None)
+        self.router = Router(self.settings, canonical_name=self.canonical_name, make_plan=self.make_plan,
+                             make_engine=self.make_engine, on_loaded=self._after_load)
+        self.gateway = Gateway(self.settings, self.router, self.meter, cache=self.cache, metrics=self.metrics)
+        self._start_scheduler()
+
+    async def stop(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.shutdown(wait=False)
+        if self.router is not None:
+            await self.router.stop_all()
+        if self.meter is not None:
+            await self.meter.stop()
+        self.db.dispose()
+
+    def _start_scheduler(self) -> None:
+        from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+        scheduler = AsyncIOScheduler(timezone="UTC")
+        if self.settings.idle_unload_seconds:
+            scheduler.add_job(self._unload_idle, "interval", seconds=max(5, min(60, self.settings.idle_unload_seconds // 4)),
+                              id="idle-unload", coalesce=True, max_instances=1)
+        scheduler.add_job(self.meter.release_stale, "interval", seconds=60, args=[self.settings.request_timeout_seconds * 2],
+                          id="stale-reservations", coalesce=True, max_instances=1)
+        scheduler.start()
+        self.scheduler = scheduler
+
+    async def _unload_idle(self) -> None:
+        assert self.router is not None
+        for name in await self.router.unload_idle(self.settings.idle_unload_seconds):
+            self.audit("scheduler", "model.unload_idle", name)
+
+    # ------------------------------------------------------------ routing
+    def is_loaded(self, name: str) -> bool:
+        return self.router is not None and self.router.is_loaded(name)
+
+    def aliases(self) -> dict[str, str]:
+        if self._aliases is None:
+            with dbmod.session(self.db) as s:
+                rows = s.execute(select(Alias)).scalars().all()
+            self._aliases = {"default": self.settings.default_model, **{r.name: r.target for r in rows}}
+        return self._aliases
+
+    def names_changed(self) -> None:
+        """Forget cached name resolutions (after alias or store changes)."""
+        self._aliases = None
+        self._names.clear()
+
+    def canonical_name(self, requested: str) -> str:
+        cached = self._names.get(requested)
+        if cached is not None:
+            return cached
+        target = self.aliases().get(requested, requested)
+        try:
+            name = self.store.resolve(target).name
+        except ModelNotFound:
+            raise ModelNotFound(f"The model `{requested}` does not exist.", param="model") from None
+        if len(self._names) > 10_000:
+            self._names.clear()
+        self._names[requested] = name
+        return name
+
+    def model_names(self) -> list[dict[str, Any]]:
+        entries = []
+        for variant in self.store.list():
+            if variant.status != "ready":
+                continue
+            entries.append({"id": variant.name, "created": variant.created_at})
+        for alias, target in self.aliases().items():
+            entries.append({"id": alias, "created": self.started_at, "target": target})
+        return entries
+
+    def make_plan(self, name: str) -> Any:
+        from appliance.load_plan import plan_for_load
+
+        return plan_for_load(self, name)
+
+    def make_engine(self, name: str, plan: Any) -> EngineProcess:
+        driver = get_driver(plan.backend)
+        socket_path = self.settings.run_dir / f"engine-{secrets.token_hex(4)}.sock"
+        return EngineProcess(name, plan, driver, self.settings, socket_path)
+
+    async def _after_load(self, instance: Instance) -> None:
+        self.audit("system", "model.load", instance.name, f"backend={instance.backend}")
+        try:
+            from appliance.calibration import record_load
+
+            record_load(self.db, instance.plan, instance.engine.rss_bytes())
+        except ImportError:
+            pass
+
+    # ------------------------------------------------------------ audit
+    def audit(self, actor: str, action: str, target: str | None = None, detail: str | None = None) -> None:
+        with dbmod.session(self.db) as s:
+            s.add(AuditLog(actor=actor, action=action, target=target, detail=detail))
+            s.commit()

