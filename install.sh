@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Install the LLM appliance.
+#
+#   ./install.sh                 system mode when run as root on a systemd host, else local mode
+#   ./install.sh --local         ./.venv, ./appliance-data, daemon in the foreground on 127.0.0.1:8080
+#   ./install.sh --system        /opt/appliance, /var/lib/appliance, /etc/appliance, systemd service
+#   ./install.sh --with-vllm     also prepare a separate vLLM environment (GPU hosts)
+#   ./install.sh --uninstall [--purge]
+#
+# This script only bootstraps Python and the virtual environment; the rest is
+# `appliancectl install`, which admins can re-run to upgrade in place.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+mode="" with_vllm=0 uninstall=0 purge=0 passthrough=()
+for arg in "$@"; do
+  case "$arg" in
+    --system) mode=system ;;
+    --local) mode=local ;;
+    --with-vllm) with_vllm=1 ;;
+    --uninstall) uninstall=1 ;;
+    --purge) purge=1 ;;
+    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) passthrough+=("$arg") ;;
+  esac
+done
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+die() { printf 'install.sh: error: %s\n' "$*" >&2; exit 1; }
+
+if [[ -z "$mode" ]]; then
+  if [[ $EUID -eq 0 && "$(cat /proc/1/comm 2>/dev/null)" == systemd ]]; then mode=system; else mode=local; fi
+fi
+if [[ $mode == system ]]; then venv=/opt/appliance/venv; else venv="$here/.venv"; fi
+
+if [[ $uninstall -eq 1 ]]; then
+  [[ -x "$venv/bin/appliancectl" ]] || die "no installation found at $venv"
+  args=(uninstall --yes); [[ $purge -eq 1 ]] && args+=(--purge)
+  "$venv/bin/appliancectl" "${args[@]}"
+  [[ $mode == local && $purge -eq 1 ]] && rm -rf "$venv"
+  exit 0
+fi
+
+# 1. A Python 3.11+ with venv and a compiler for llama-cpp-python.
+python=""
+for candidate in python3.13 python3.12 python3.11 python3; do
+  if command -v "$candidate" >/dev/null && "$candidate" -c 'import sys, venv; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    python="$(command -v "$candidate")"; break
+  fi
+done
+need_build_tools=0
+command -v cc >/dev/null && command -v cmake >/dev/null || need_build_tools=1
+if [[ -z "$python" || $need_build_tools -eq 1 ]]; then
+  command -v apt-get >/dev/null || die "needs Python 3.11+ with venv, a C/C++ compiler and cmake"
+  [[ $EUID -eq 0 ]] || die "needs Python 3.11+, build-essential and cmake; run as root once to install them"
+  say "Installing Python and build tools from the Debian/Ubuntu archive"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv python3-dev build-essential cmake >/dev/null
+  python="$(command -v python3)"
+  "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || die "this system's python3 is older than 3.11"
+fi
+
+# 2. The virtual environment. pip's cache is kept, so llama-cpp-python is built once per machine.
+say "Preparing $venv with $("$python" --version)"
+[[ -x "$venv/bin/python" ]] || "$python" -m venv "$venv"
+"$venv/bin/python" -m pip install -q --upgrade pip
+export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}"
+say "Installing the appliance (the first build of llama.cpp takes about 5 minutes)"
+if [[ $mode == system ]]; then
+  mkdir -p /opt/appliance
+  rm -rf /opt/appliance/src && cp -a "$here" /opt/appliance/src && rm -rf /opt/appliance/src/.venv /opt/appliance/src/.git
+  "$venv/bin/python" -m pip install -q --upgrade /opt/appliance/src
+else
+  "$venv/bin/python" -m pip install -q -e "$here"
+fi
+
+if [[ $with_vllm -eq 1 ]]; then
+  say "Preparing the vLLM environment"
+  "$here/tests/vllm_env.sh" "$(dirname "$venv")/vllm-venv"
+fi
+
+# 3. Everything else: database, default model, first admin, service.
+if [[ $mode == system ]]; then
+  exec "$venv/bin/appliancectl" install --system "${passthrough[@]}"
+else
+  cd "$here"
+  exec "$venv/bin/appliancectl" install --local "${passthrough[@]}"
+fi

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Create the test environment and run the whole suite (slow integration,
+# browser and vLLM tests included). Extra arguments go to pytest.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$here"
+started=$(date +%s)
+
+python=""
+for candidate in python3.13 python3.12 python3.11 python3; do
+  if command -v "$candidate" >/dev/null && "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    python="$(command -v "$candidate")"; break
+  fi
+done
+[[ -n "$python" ]] || { echo "test.sh: needs Python 3.11+" >&2; exit 1; }
+
+# System packages the tests drive for real: systemd-analyze, headless Chromium.
+missing=()
+command -v systemd-analyze >/dev/null || missing+=(systemd)
+command -v chromium >/dev/null || missing+=(chromium)
+command -v cmake >/dev/null || missing+=(cmake)
+if ((${#missing[@]})); then
+  if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
+    echo "==> apt-get install ${missing[*]}"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "test.sh: please install: ${missing[*]}" >&2
+  fi
+fi
+
+[[ -x .venv/bin/python ]] || "$python" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}"
+echo "==> pip install -e .[test] (llama-cpp-python builds once per machine, then comes from pip's cache)"
+.venv/bin/python -m pip install -q -e ".[test]"
+
+if [[ -x tests/vllm_env.sh ]]; then
+  echo "==> preparing the vLLM CPU environment (cached in .venv-vllm)"
+  tests/vllm_env.sh "$here/.venv-vllm"
+fi
+
+echo "==> setup took $(( $(date +%s) - started )) s"
+set +e
+.venv/bin/python -m pytest -p no:cacheprovider "$@"
+rc=$?
+set -e
+echo "==> test.sh finished in $(( $(date +%s) - started )) s (pytest exit $rc)"
+[[ $rc -eq 5 ]] && { echo "test.sh: no tests ran" >&2; exit 1; }
+exit $rc

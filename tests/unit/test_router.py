@@ -1,0 +1,113 @@
+"""Router policy (eviction order, pins, idle unload) over stand-in engines.
+
+The integration suite (tests/integration/test_gateway_router.py) shows the
+same behaviours against the real daemon and real llama.cpp engines.
+"""
+
+import asyncio
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import pytest
+
+from appliance.errors import EngineUnavailable, ModelNotFound
+from appliance.router import Router
+
+
+@dataclass
+class Plan:
+    backend: str = "llamacpp"
+    parallel: int = 2
+    estimated_bytes: int = 100
+    context: int = 512
+
+
+class StandInEngine:
+    def __init__(self, name: str, log: list):
+        self.name, self.state, self.client, self.log = name, "stopped", None, log
+
+    async def start(self):
+        self.state = "ready"
+        self.log.append(("start", self.name))
+
+    async def stop(self):
+        self.state = "stopped"
+        self.log.append(("stop", self.name))
+
+    async def wait_ready(self, timeout):
+        return None
+
+    def rss_bytes(self):
+        return None
+
+
+def make_router(max_loaded=2, budget_gib=None, known=("a:q4", "b:q4", "c:q4")):
+    log: list = []
+    settings = SimpleNamespace(max_loaded_instances=max_loaded, memory_budget_gib=budget_gib, queue_size=4, queue_timeout_seconds=1)
+
+    def canonical(name: str) -> str:
+        full = name if ":" in name else f"{name}:q4"
+        if full not in known:
+            raise ModelNotFound(f"The model `{name}` does not exist.")
+        return full
+
+    router = Router(settings, canonical_name=canonical, make_plan=lambda n: Plan(), make_engine=lambda n, p: StandInEngine(n, log))
+    return router, log
+
+
+async def test_load_on_demand_and_lru_eviction():
+    router, log = make_router(max_loaded=2)
+    async with router.lease("a"):
+        pass
+    async with router.lease("b"):
+        pass
+    async with router.lease("a"):  # a is now more recent than b
+        pass
+    async with router.lease("c"):
+        pass
+    assert set(router.instances) == {"a:q4", "c:q4"}
+    assert ("stop", "b:q4") in log
+
+
+async def test_pinned_and_busy_instances_are_never_evicted():
+    router, _ = make_router(max_loaded=2)
+    await router.load("a", pin=True)
+    async with router.lease("b"):
+        with pytest.raises(EngineUnavailable) as info:
+            await router.load("c")
+    assert info.value.status == 503 and info.value.headers.get("Retry-After")
+    assert set(router.instances) == {"a:q4", "b:q4"}
+
+
+async def test_memory_budget_evicts(monkeypatch):
+    router, _ = make_router(max_loaded=5, budget_gib=150 / 2**30)  # room for one 100-byte plan
+    await router.load("a")
+    await router.load("b")
+    assert set(router.instances) == {"b:q4"}
+
+
+async def test_idle_unload_skips_pinned_and_busy():
+    router, _ = make_router(max_loaded=3)
+    await router.load("a")
+    await router.load("b", pin=True)
+    await asyncio.sleep(0.02)
+    assert await router.unload_idle(0.01) == ["a:q4"]
+    assert set(router.instances) == {"b:q4"}
+
+
+async def test_concurrent_first_requests_load_once():
+    router, log = make_router()
+
+    async def use():
+        async with router.lease("a"):
+            await asyncio.sleep(0.01)
+
+    await asyncio.gather(*(use() for _ in range(5)))
+    assert log.count(("start", "a:q4")) == 1
+
+
+async def test_unknown_model():
+    router, _ = make_router()
+    with pytest.raises(ModelNotFound):
+        async with router.lease("nope"):
+            pass
