@@ -1,0 +1,129 @@
+"""Usage reports from the ledger: filters, grouping, CSV.
+
+SQL is assembled only from the fixed fragments below; every value a user gives
+is a bound parameter.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import time
+from datetime import UTC, datetime
+
+from sqlalchemy import Engine, text
+
+from appliance.errors import BadRequest
+
+DEFAULT_RANGE_SECONDS = 30 * 86400
+_RELATIVE = re.compile(r"^(\d{1,6})([smhdw])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+# by -> (select columns, group expression)
+GROUPS = {
+    "key": ("u.key_id AS key_id, k.prefix AS key, k.name AS key_name", "u.key_id"),
+    "team": ("u.team_id AS team_id, t.name AS team", "u.team_id"),
+    "model": ("u.model AS model", "u.model"),
+    "day": ("date(u.created_at, 'unixepoch') AS day", "date(u.created_at, 'unixepoch')"),
+    "hour": ("strftime('%Y-%m-%dT%H:00:00Z', u.created_at, 'unixepoch') AS hour", "strftime('%Y-%m-%dT%H', u.created_at, 'unixepoch')"),
+}
+_GROUP_COLUMNS = {"key": ("key_id", "key", "key_name"), "team": ("team_id", "team"), "model": ("model",), "day": ("day",), "hour": ("hour",)}
+MEASURES = ("requests", "failed", "prompt_tokens", "completion_tokens", "cached_tokens", "total_tokens", "cost", "energy_joules")
+_AGGREGATES = (
+    "count(*) AS requests, coalesce(sum(u.status >= 400), 0) AS failed, coalesce(sum(u.prompt_tokens), 0) AS prompt_tokens,"
+    " coalesce(sum(u.completion_tokens), 0) AS completion_tokens, coalesce(sum(u.cached_tokens), 0) AS cached_tokens,"
+    " coalesce(sum(u.prompt_tokens + u.completion_tokens), 0) AS total_tokens, coalesce(sum(u.cost), 0) AS cost,"
+    " sum(u.energy_joules) AS energy_joules"
+)
+
+
+def parse_time(value: str | None, now: float, *, param: str) -> float | None:
+    """Epoch seconds, ISO 8601 (UTC unless it says otherwise), or an age such as ``7d``, ``12h``."""
+    if value is None or value == "":
+        return None
+    value = value.strip()
+    match = _RELATIVE.match(value)
+    if match:
+        return now - int(match.group(1)) * _UNITS[match.group(2)]
+    try:
+        return float(value) if re.fullmatch(r"\d{1,12}(\.\d+)?", value) else _iso(value)
+    except ValueError:
+        raise BadRequest(f"{param} must be epoch seconds, an ISO 8601 date or time, or an age like 7d.", param=param) from None
+
+
+def _iso(value: str) -> float:
+    moment = datetime.fromisoformat(value)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def parse_by(value: str | None) -> tuple[str, ...]:
+    if not value:
+        return ()
+    parts = tuple(dict.fromkeys(p.strip() for p in value.split(",") if p.strip()))
+    unknown = [p for p in parts if p not in GROUPS]
+    if unknown:
+        raise BadRequest(f"by must be a comma-separated list of {', '.join(GROUPS)}.", param="by")
+    return parts
+
+
+def query_usage(
+    db: Engine,
+    *,
+    since: float | None = None,
+    until: float | None = None,
+    key_id: int | None = None,
+    team_id: int | None = None,
+    model: str | None = None,
+    by: tuple[str, ...] = (),
+    now: float | None = None,
+) -> dict:
+    """Usage between ``since`` (inclusive) and ``until`` (exclusive), grouped by ``by``."""
+    now = time.time() if now is None else now
+    until = now + 1 if until is None else until
+    since = until - DEFAULT_RANGE_SECONDS if since is None else since
+    where = ["u.created_at >= :since", "u.created_at < :until"]
+    params: dict = {"since": since, "until": until}
+    if key_id is not None:
+        where.append("u.key_id = :key_id")
+        params["key_id"] = key_id
+    if team_id is not None:
+        where.append("u.team_id = :team_id")
+        params["team_id"] = team_id
+    if model:
+        # a family name matches all its variants
+        where.append("(u.model = :model OR substr(u.model, 1, length(:model) + 1) = :model || ':')")
+        params["model"] = model
+    select = ", ".join([GROUPS[b][0] for b in by] + [_AGGREGATES])
+    sql = (f"SELECT {select} FROM usage u LEFT JOIN api_keys k ON k.id = u.key_id LEFT JOIN teams t ON t.id = u.team_id"
+           f" WHERE {' AND '.join(where)}")
+    if by:
+        groups = ", ".join(GROUPS[b][1] for b in by)
+        sql += f" GROUP BY {groups} ORDER BY {groups}"
+    with db.connect() as conn:
+        rows = [dict(r._mapping) for r in conn.execute(text(sql), params)]
+    if not by and rows and rows[0]["requests"] == 0:
+        rows = []
+    totals = {m: sum((r[m] or 0) for r in rows) for m in MEASURES}
+    if all(r["energy_joules"] is None for r in rows):
+        totals["energy_joules"] = None
+    return {"since": since, "until": until, "by": list(by), "rows": rows, "totals": totals}
+
+
+def to_csv(report: dict) -> str:
+    columns = [c for b in report["by"] for c in _GROUP_COLUMNS[b]] + list(MEASURES)
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in report["rows"]:
+        writer.writerow({c: _csv_cell(row.get(c)) for c in columns})
+    return out.getvalue()
+
+
+def _csv_cell(value: object) -> object:
+    # A cell starting with = + - @ would be a formula to a spreadsheet (CSV injection).
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return "" if value is None else value
