@@ -1,0 +1,131 @@
+"""The engine facade: one loaded model, its batcher, and request preparation.
+
+Turns parsed OpenAI requests into :class:`Sequence` objects (prompt tokens,
+sampler chain, limits) and embedding inputs into token lists. Everything that
+can be refused is refused here, before a slot is taken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from appliance.errors import BadRequest
+
+from .llamacpp_batcher import Batcher, Sequence
+from .llamacpp_chat import ChatRenderer, pick_fallback
+from .llamacpp_model import LoadedModel
+from .llamacpp_protocol import GenRequest
+from .llamacpp_sampling import GrammarError, build_chain
+
+
+class ContextLengthExceeded(BadRequest):
+    """The prompt does not fit in one slot's context."""
+
+    code = "context_length_exceeded"
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model_path: str
+    served_name: str
+    ctx: int = 4096
+    parallel: int = 4
+    threads: int = 2
+    n_gpu_layers: int = 0
+    batch_size: int = 256
+    spec_ngram: int = 0
+    embedding: bool = False
+
+
+class Engine:
+    def __init__(self, cfg: EngineConfig) -> None:
+        self.cfg = cfg
+        self.model = LoadedModel(cfg.model_path, n_gpu_layers=cfg.n_gpu_layers)
+        try:
+            info = self.model.info
+            bos = self.model.token_text(info.bos) if info.bos >= 0 else ""
+            eos = self.model.token_text(info.eos) if info.eos >= 0 else ""
+            template = info.chat_template or pick_fallback(lambda t: self.model.single_token(t) is not None)
+            self.chat = ChatRenderer(template, bos_token=bos, eos_token=eos)
+            self.has_template = info.chat_template is not None
+            self._bos_text = bos if info.add_bos else ""
+            self._eog = self.model.eog_tokens() if not cfg.embedding else []
+            self.batcher = Batcher(self.model, ctx=cfg.ctx, parallel=cfg.parallel, threads=cfg.threads,
+                                   batch_size=cfg.batch_size, spec_ngram=cfg.spec_ngram,
+                                   embedding_only=cfg.embedding)
+        except BaseException:
+            self.model.close()
+            raise
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.batcher.start(loop)
+
+    def close(self) -> None:
+        self.batcher.close()
+        self.model.close()
+
+    # -- generation -----------------------------------------------------------
+    def prompt_tokens(self, req: GenRequest) -> list[int]:
+        if req.kind == "chat":
+            text = self.chat.render(req.messages or [], tools=req.tools, extra=req.template_kwargs)
+            if self._bos_text and text.startswith(self._bos_text):
+                text = text[len(self._bos_text):]  # tokenize() adds BOS itself
+            return self.model.tokenize(text, add_special=True, parse_special=True)
+        if req.prompt_tokens is not None:
+            return req.prompt_tokens
+        return self.model.tokenize(req.prompt_text or "", add_special=True, parse_special=True)
+
+    def prepare(self, req: GenRequest) -> Sequence:
+        if self.cfg.embedding:
+            raise BadRequest("this model is served for embeddings only", param="model")
+        tokens = self.prompt_tokens(req)
+        if not tokens:
+            raise BadRequest("the prompt is empty", param="prompt")
+        limit = self.cfg.ctx
+        if len(tokens) >= limit:
+            raise ContextLengthExceeded(
+                f"the prompt has {len(tokens)} tokens; this model's context per request is {limit} tokens",
+                param="messages" if req.kind == "chat" else "prompt")
+        room = limit - len(tokens)
+        max_new = room if req.max_tokens is None else min(req.max_tokens, room)
+        ban = self._eog if req.kind == "chat" else None
+        try:
+            chain = build_chain(self.model.vocab, self.model.info.n_vocab, req.sampling, ban_first=ban)
+        except GrammarError as exc:
+            raise BadRequest(str(exc), param="response_format") from None
+        return Sequence(tokens, max_new, chain, req.stop, ban_first=bool(ban), spec=self.cfg.spec_ngram > 0)
+
+    # -- embeddings -------------------------------------------------------------
+    def embedding_inputs(self, body: Any) -> list[list[int]]:
+        if not isinstance(body, dict):
+            raise BadRequest("the request body must be a JSON object")
+        inp = body.get("input")
+        if isinstance(inp, str):
+            items: list[Any] = [inp]
+        elif isinstance(inp, list) and inp and all(isinstance(t, int) and not isinstance(t, bool) for t in inp):
+            items = [inp]
+        elif isinstance(inp, list) and inp:
+            items = inp
+        else:
+            raise BadRequest("input must be a non-empty string, list of strings, or token ids", param="input")
+        if len(items) > 2048:
+            raise BadRequest("at most 2048 inputs per request", param="input")
+        n_vocab = self.model.info.n_vocab
+        out: list[list[int]] = []
+        for it in items:
+            if isinstance(it, str):
+                toks = self.model.tokenize(it, add_special=True, parse_special=False)
+            elif isinstance(it, list) and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab
+                                              for t in it):
+                toks = list(it)
+            else:
+                raise BadRequest("each input must be a string or a list of token ids", param="input")
+            if not toks:
+                raise BadRequest("an input is empty", param="input")
+            if len(toks) > max(512, self.cfg.ctx):
+                raise ContextLengthExceeded(f"an input has {len(toks)} tokens; the limit is {max(512, self.cfg.ctx)}",
+                                            param="input")
+            out.append(toks)
+        return out

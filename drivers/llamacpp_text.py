@@ -1,0 +1,58 @@
+"""Incremental detokenization with stop strings.
+
+Tokens arrive as byte pieces; multi-byte UTF-8 characters may be split across
+tokens, so bytes go through an incremental decoder that holds incomplete
+sequences back. Stop strings may span tokens: text that could still turn into
+a stop string is held back until it can't, and the stop string itself is never
+emitted.
+"""
+
+from __future__ import annotations
+
+import codecs
+
+_Utf8Decoder = codecs.getincrementaldecoder("utf-8")
+
+
+class TextStream:
+    __slots__ = ("_dec", "_stops", "_held")
+
+    def __init__(self, stops: list[str]) -> None:
+        self._dec = _Utf8Decoder("replace")
+        self._stops = stops
+        self._held = ""
+
+    def feed(self, piece: bytes) -> tuple[str, bool]:
+        """Add one token's bytes; return (text safe to emit, stop string hit)."""
+        text = self._dec.decode(piece)
+        if not self._stops:
+            return text, False
+        if not text:
+            return "", False
+        buf = self._held + text
+        cut = -1
+        for s in self._stops:
+            i = buf.find(s)
+            if i >= 0 and (cut < 0 or i < cut):
+                cut = i
+        if cut >= 0:
+            self._held = ""
+            return buf[:cut], True
+        keep = 0  # longest tail of buf that is a proper prefix of some stop string
+        for s in self._stops:
+            for k in range(min(len(s) - 1, len(buf)), keep, -1):
+                if buf.endswith(s[:k]):
+                    keep = k
+                    break
+        if keep:
+            self._held = buf[-keep:]
+            return buf[:-keep], False
+        self._held = ""
+        return buf, False
+
+    def flush(self) -> str:
+        """End of generation (not by a stop string): release everything held."""
+        buf = self._held + self._dec.decode(b"", True)
+        self._held = ""
+        cut = min((i for i in (buf.find(s) for s in self._stops) if i >= 0), default=-1)
+        return buf[:cut] if cut >= 0 else buf
