@@ -21,30 +21,26 @@ from appliance.errors import BadRequest
 
 GEMMA_TEMPLATE = (
     "{{ bos_token }}"
-    "{%- for m in messages -%}"
-    "{%- set role = 'model' if m['role'] == 'assistant' else 'user' -%}"
-    "{%- if m['role'] == 'system' -%}"
-    "<start_of_turn>user\n{{ m['content'] | trim }}<end_of_turn>\n"
-    "{%- else -%}"
+    "{% for m in messages %}"
+    "{% if m['role'] == 'assistant' %}{% set role = 'model' %}{% else %}{% set role = 'user' %}{% endif %}"
     "<start_of_turn>{{ role }}\n{{ m['content'] | trim }}<end_of_turn>\n"
-    "{%- endif -%}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<start_of_turn>model\n{%- endif -%}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
 )
 
 CHATML_TEMPLATE = (
-    "{%- for m in messages -%}"
+    "{% for m in messages %}"
     "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
 PLAIN_TEMPLATE = (
     "{{ bos_token }}"
-    "{%- for m in messages -%}"
+    "{% for m in messages %}"
     "{{ m['role'] | capitalize }}: {{ m['content'] | trim }}\n\n"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}Assistant:{%- endif -%}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}Assistant:{% endif %}"
 )
 
 

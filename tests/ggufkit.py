@@ -146,3 +146,72 @@ def make_tiny_gguf(
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+# -- running the engine worker in tests ------------------------------------------
+
+class WorkerProcess:
+    """A real ``appliance.drivers.llamacpp_worker`` subprocess on a Unix socket.
+
+    ``with WorkerProcess(model, tmp_path / "w.sock", parallel=4) as w:`` waits
+    until /health is 200 (or raises with the worker's stderr), and stops the
+    process on exit. ``w.client()`` is an ``httpx.AsyncClient`` over the socket.
+    """
+
+    def __init__(self, model: str | Path, socket_path: str | Path, *, served_name: str = "test", ctx: int = 512,
+                 parallel: int = 4, threads: int = 1, extra: tuple[str, ...] = (), timeout: float = 60.0) -> None:
+        import sys
+
+        self.socket = str(socket_path)
+        self.argv = [sys.executable, "-m", "appliance.drivers.llamacpp_worker", "--model", str(model),
+                     "--socket", self.socket, "--served-name", served_name, "--ctx", str(ctx),
+                     "--parallel", str(parallel), "--threads", str(threads), "--n-gpu-layers", "0", *extra]
+        self.timeout = timeout
+        self.proc = None
+
+    def __enter__(self) -> "WorkerProcess":
+        import subprocess
+        import tempfile
+        import time
+
+        import httpx
+
+        self._err = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=self._err)
+        deadline = time.monotonic() + self.timeout
+        with httpx.Client(transport=httpx.HTTPTransport(uds=self.socket), timeout=2) as c:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"worker exited with {self.proc.returncode}: {self.stderr()}")
+                try:
+                    if c.get("http://worker/health").status_code == 200:
+                        return self
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.05)
+        self.__exit__(None, None, None)
+        raise TimeoutError(f"worker not healthy after {self.timeout}s: {self.stderr()}")
+
+    def stderr(self) -> str:
+        self._err.seek(0)
+        return self._err.read().decode("utf-8", "replace")
+
+    def client(self, timeout: float = 120.0):
+        import httpx
+
+        return httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=self.socket), base_url="http://worker",
+                                 timeout=timeout)
+
+    def sync_client(self, timeout: float = 120.0):
+        import httpx
+
+        return httpx.Client(transport=httpx.HTTPTransport(uds=self.socket), base_url="http://worker", timeout=timeout)
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except Exception:
+                self.proc.kill()
+                self.proc.wait()
