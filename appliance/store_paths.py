@@ -1,0 +1,120 @@
+"""Names and paths in the model store, checked before anything touches the disk.
+
+A model name is ``family`` or ``family:variant``; each part matches
+``^[a-z0-9][a-z0-9._-]{0,63}$`` (no slash, no leading dot, so never ``..``).
+Every path the store builds or reads back from the database is resolved and
+must stay inside the store root, and no component below the root may be a
+symlink: a planted link cannot redirect a write or a delete outside the store.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+
+from appliance.errors import BadRequest
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+MAX_NAME = 129  # family + ":" + variant
+
+
+class UnsafePath(BadRequest):
+    """A path would leave the model store or pass through a symlink."""
+
+    code = "unsafe_path"
+
+
+def check_part(value: object, what: str) -> str:
+    """One name part (family or variant), or BadRequest. Never echoes control characters."""
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value):
+        shown = value if isinstance(value, str) and value.isprintable() and len(value) <= MAX_NAME else "the given value"
+        raise BadRequest(f"invalid {what} name {shown!r}: use lowercase letters, digits, '.', '_' and '-', starting with a letter or digit",
+                         param="name", code="invalid_model_name")
+    return value
+
+
+def parse_name(name: object) -> tuple[str, str | None]:
+    """``family[:variant]`` → (family, variant or None)."""
+    if not isinstance(name, str) or len(name) > MAX_NAME or "\x00" in name:
+        raise BadRequest("invalid model name", param="name", code="invalid_model_name")
+    family, sep, variant = name.partition(":")
+    check_part(family, "family")
+    if not sep:
+        return family, None
+    return family, check_part(variant, "variant")
+
+
+def full_name(family: str, variant: str) -> str:
+    return f"{family}:{variant}"
+
+
+class StoreLayout:
+    """``<root>/<family>/<variant>/<family>-<variant>.gguf`` or ``<root>/<family>/<variant>/`` (HF folder)."""
+
+    def __init__(self, root: Path):
+        root.mkdir(parents=True, exist_ok=True, mode=0o750)
+        self.root = root.resolve(strict=True)
+
+    def inside(self, path: Path) -> Path:
+        """``path`` resolved; raises UnsafePath unless it stays in the store with no symlink on the way."""
+        if "\x00" in str(path):
+            raise UnsafePath("path contains a NUL byte")
+        candidate = path if path.is_absolute() else self.root / path
+        resolved = Path(os.path.realpath(candidate))
+        if resolved == self.root or not resolved.is_relative_to(self.root):
+            raise UnsafePath("path leaves the model store")
+        # realpath already followed links; also refuse links that point back inside.
+        try:
+            parts = Path(os.path.normpath(candidate)).relative_to(self.root).parts
+        except ValueError:
+            raise UnsafePath("path leaves the model store") from None
+        current = self.root
+        for part in parts:
+            current = current / part
+            try:
+                mode = os.lstat(current).st_mode
+            except FileNotFoundError:
+                break
+            if stat.S_ISLNK(mode):
+                raise UnsafePath("symlinks are not allowed in the model store")
+        return resolved
+
+    def variant_dir(self, family: str, variant: str) -> Path:
+        return self.inside(self.root / check_part(family, "family") / check_part(variant, "variant"))
+
+    def family_dir(self, family: str) -> Path:
+        return self.inside(self.root / check_part(family, "family"))
+
+    def staging_dir(self, family: str, variant: str) -> Path:
+        """Where an HF folder is assembled before its atomic rename (a dot name no model can have)."""
+        return self.inside(self.family_dir(family) / f".{check_part(variant, 'variant')}.partial")
+
+    def gguf_file(self, family: str, variant: str) -> Path:
+        return self.inside(self.variant_dir(family, variant) / f"{family}-{variant}.gguf")
+
+    def relative(self, path: Path) -> str:
+        return self.inside(path).relative_to(self.root).as_posix()
+
+    def absolute(self, relative: str) -> Path:
+        """A path read back from the database, checked again (the DB is not trusted blindly)."""
+        rel = Path(relative)
+        if rel.is_absolute() or ".." in rel.parts:
+            raise UnsafePath("stored path leaves the model store")
+        return self.inside(self.root / rel)
+
+    def trash_dir(self) -> Path:
+        trash = self.root / ".trash"
+        trash.mkdir(exist_ok=True, mode=0o750)
+        if trash.is_symlink():
+            raise UnsafePath("symlinks are not allowed in the model store")
+        return trash
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
