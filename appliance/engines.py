@@ -61,9 +61,12 @@ class EngineProcess:
         self._stopping = False
         self._on_state = on_state
         self._ready = asyncio.Event()
+        # Drivers whose engine wants a credential (vLLM's per-instance key) name its headers.
+        client_headers = getattr(driver, "client_headers", None)
         self.client = httpx.AsyncClient(
             transport=httpx.AsyncHTTPTransport(uds=str(socket_path), retries=0),
             base_url="http://engine",
+            headers=client_headers(plan) if client_headers else None,
             timeout=httpx.Timeout(settings.request_timeout_seconds, connect=5.0),
             limits=httpx.Limits(max_connections=512, max_keepalive_connections=128),
         )

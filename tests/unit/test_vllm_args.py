@@ -1,0 +1,186 @@
+"""The vLLM driver's argv and environment: pure functions of the plan and settings."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from appliance.drivers import Driver, get_driver
+from appliance.drivers.vllm import ENTRYPOINT, PlanNotServable, VllmDriver, build_args, build_env
+
+SOCKET = Path("/data/run/engine-tiny.sock")
+
+
+@dataclasses.dataclass(frozen=True)
+class FakePlan:
+    model: str = "llama-3.1-8b:bf16"
+    variant: str = "bf16"
+    backend: str = "vllm"
+    model_path: str = "/data/models/llama-3.1-8b/bf16"
+    context: int = 8192
+    parallel: int = 16
+    threads: int | None = None
+    n_gpu_layers: int = -1
+    devices: tuple[str, ...] = ("cuda:0",)
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    kv_cache_dtype: str = "auto"
+    gpu_memory_utilization: float | None = 0.85
+    quantization: str | None = "bf16"
+    estimated_bytes: int = 20 << 30
+    distributed_executor: str | None = None
+
+
+def settings(**kw):
+    return SimpleNamespace(vllm_python=kw.get("vllm_python"), ray_address=kw.get("ray_address"))
+
+
+def opt(argv: list[str], flag: str) -> str | None:
+    """The value after ``flag``, or None when absent."""
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
+def test_driver_satisfies_the_protocol_and_is_registered():
+    driver = get_driver("vllm")
+    assert isinstance(driver, VllmDriver) and isinstance(driver, Driver)
+    assert driver.health_path == "/health"
+    assert driver.routes == {"/v1/chat/completions", "/v1/completions", "/v1/embeddings"}
+
+
+def test_basic_plan():
+    argv = build_args(FakePlan(), SOCKET, settings(vllm_python=Path("/opt/vllm/bin/python")))
+    assert argv[:3] == ["/opt/vllm/bin/python", "-m", ENTRYPOINT]
+    assert opt(argv, "--model") == "/data/models/llama-3.1-8b/bf16"
+    assert opt(argv, "--served-model-name") == "llama-3.1-8b:bf16"
+    assert opt(argv, "--uds") == str(SOCKET)
+    assert opt(argv, "--max-model-len") == "8192"
+    assert opt(argv, "--max-num-seqs") == "16"
+    assert opt(argv, "--gpu-memory-utilization") == "0.85"
+    assert "--enable-prefix-caching" in argv
+    assert "--enable-prompt-tokens-details" in argv  # cached tokens reach the meter
+    for absent in ("--kv-cache-dtype", "--quantization", "--tensor-parallel-size", "--pipeline-parallel-size",
+                   "--distributed-executor-backend", "--host", "--port", "--api-key"):
+        assert absent not in argv, absent
+
+
+def test_interpreter_defaults_to_the_appliances_own():
+    assert build_args(FakePlan(), SOCKET, settings())[0] == sys.executable
+
+
+def test_cpu_fraction_is_passed_as_computed():
+    argv = build_args(FakePlan(devices=("cpu",), gpu_memory_utilization=0.1834567), SOCKET, settings())
+    assert opt(argv, "--gpu-memory-utilization") == "0.1835"
+
+
+def test_no_utilization_leaves_vllms_default():
+    assert "--gpu-memory-utilization" not in build_args(FakePlan(gpu_memory_utilization=None), SOCKET, settings())
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.1, 1.5])
+def test_utilization_out_of_range_is_refused(bad):
+    with pytest.raises(PlanNotServable):
+        build_args(FakePlan(gpu_memory_utilization=bad), SOCKET, settings())
+
+
+@pytest.mark.parametrize(("plan_value", "arg"), [
+    ("awq-int4", "awq"), ("gptq-int4", "gptq"), ("fp8", "fp8"), ("AWQ", "awq"),
+    ("bf16", None), ("F16", None), (None, None),
+])
+def test_quantization(plan_value, arg):
+    assert opt(build_args(FakePlan(quantization=plan_value), SOCKET, settings()), "--quantization") == arg
+
+
+def test_gguf_quantization_is_refused():
+    with pytest.raises(PlanNotServable, match="Q4_K_M"):
+        build_args(FakePlan(quantization="Q4_K_M"), SOCKET, settings())
+
+
+@pytest.mark.parametrize(("plan_value", "arg"), [("auto", None), ("f16", None), ("fp8", "fp8"), ("fp8_e5m2", "fp8_e5m2")])
+def test_kv_cache_dtype(plan_value, arg):
+    assert opt(build_args(FakePlan(kv_cache_dtype=plan_value), SOCKET, settings()), "--kv-cache-dtype") == arg
+
+
+def test_llamacpp_kv_type_is_refused():
+    with pytest.raises(PlanNotServable):
+        build_args(FakePlan(kv_cache_dtype="q8_0"), SOCKET, settings())
+
+
+def test_parallel_and_ray():
+    plan = FakePlan(tensor_parallel_size=4, pipeline_parallel_size=2, distributed_executor="ray",
+                    devices=("cuda:0", "cuda:1", "cuda:2", "cuda:3"))
+    argv = build_args(plan, SOCKET, settings(ray_address="ray://head:10001"))
+    assert opt(argv, "--tensor-parallel-size") == "4"
+    assert opt(argv, "--pipeline-parallel-size") == "2"
+    assert opt(argv, "--distributed-executor-backend") == "ray"
+    env = build_env(plan, settings(ray_address="ray://head:10001"), "k")
+    assert env["RAY_ADDRESS"] == "ray://head:10001"
+    assert "CUDA_VISIBLE_DEVICES" not in env  # Ray places the workers' GPUs
+
+
+def test_no_ray_address_no_ray_env():
+    assert "RAY_ADDRESS" not in build_env(FakePlan(), settings(), "k")
+
+
+def test_never_trust_remote_code_for_any_plan():
+    """No plan, however odd, makes the engine run code shipped with a model."""
+    values = {
+        "quantization": [None, "bf16", "awq-int4", "gptq-int4", "fp8"],
+        "kv_cache_dtype": ["auto", "fp8"],
+        "tensor_parallel_size": [1, 2],
+        "pipeline_parallel_size": [1, 3],
+        "distributed_executor": [None, "ray"],
+        "devices": [("cpu",), ("cuda:0",), ("rocm:1",)],
+        "gpu_memory_utilization": [None, 0.3],
+        "model_path": ["/m", "/m --trust-remote-code"],
+    }
+    names = list(values)
+    for combo in itertools.product(*values.values()):
+        plan = FakePlan(**dict(zip(names, combo)))
+        for s in (settings(), settings(ray_address="auto")):
+            argv = build_args(plan, SOCKET, s)
+            assert not any(a.startswith("--trust-remote-code") for a in argv), (plan, argv)
+            # A hostile path stays one argument: the value of --model, never a flag.
+            assert opt(argv, "--model") == plan.model_path
+
+
+def test_key_is_random_per_driver_sent_by_the_client_and_never_in_argv():
+    a, b = VllmDriver(), VllmDriver()
+    plan = FakePlan()
+    key = a.environment(plan, settings())["VLLM_API_KEY"]
+    assert len(key) >= 32 and key != b.environment(plan, settings())["VLLM_API_KEY"]
+    assert a.client_headers(plan) == {"Authorization": f"Bearer {key}"}
+    assert a.environment(plan, settings())["VLLM_API_KEY"] == key  # stable across restarts
+    assert not any(key in arg for arg in a.command(plan, SOCKET, settings()))
+    assert key not in repr(a)
+
+
+def test_privacy_environment():
+    env = build_env(FakePlan(), settings(), "k")
+    assert env["VLLM_NO_USAGE_STATS"] == "1" and env["DO_NOT_TRACK"] == "1"
+    assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
+
+
+@pytest.mark.parametrize(("devices", "expected"), [
+    (("cpu",), {}),
+    (("cuda:0",), {"CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}),
+    (("cuda:1", "cuda:3"), {"CUDA_VISIBLE_DEVICES": "1,3", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}),
+    (("rocm:0", "rocm:1"), {"CUDA_VISIBLE_DEVICES": "0,1", "HIP_VISIBLE_DEVICES": "0,1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}),
+])
+def test_visible_devices(devices, expected):
+    env = build_env(FakePlan(devices=devices), settings(), "k")
+    got = {k: v for k, v in env.items() if k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")}
+    assert got == expected
+
+
+def test_engine_process_sends_the_drivers_headers(tmp_path):
+    """The supervisor's client (used by the health check and the gateway) carries the key."""
+    from appliance.engines import EngineProcess
+
+    driver = VllmDriver(api_key="k123")
+    engine = EngineProcess("m", FakePlan(), driver, SimpleNamespace(request_timeout_seconds=5.0), tmp_path / "e.sock")
+    assert engine.client.headers["authorization"] == "Bearer k123"
