@@ -1,0 +1,165 @@
+"""Cached answers in both shapes: a stream's events folded into one response, and a response replayed as SSE.
+
+Entries are stored in the non-streamed shape (``chat.completion`` /
+``text_completion``), so a streamed request can hit an answer first produced
+without streaming and the other way round.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from typing import Any, AsyncIterator
+
+import msgspec
+
+DONE = b"data: [DONE]\n\n"
+_encode = msgspec.json.encode
+_FINISHED = ("stop", "length", "tool_calls", "function_call", "content_filter")
+
+
+def _new_id(endpoint: str) -> str:
+    return ("chatcmpl-" if endpoint == "chat" else "cmpl-") + secrets.token_hex(12)
+
+
+def complete_response(endpoint: str, result: Any) -> bool:
+    """Whether a response is a finished answer worth caching (no error, one choice with a finish reason)."""
+    if not isinstance(result, dict) or "error" in result:
+        return False
+    choices = result.get("choices")
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+        return False
+    choice = choices[0]
+    if choice.get("finish_reason") not in _FINISHED:
+        return False
+    if endpoint == "chat":
+        return isinstance(choice.get("message"), dict)
+    return isinstance(choice.get("text"), str)
+
+
+def from_stream(endpoint: str, events: list[bytes], usage: dict | None) -> dict | None:
+    """Fold SSE events (``data: {...}``, no trailing blank line) into the non-streamed response, or None."""
+    head: dict[str, Any] | None = None
+    role, finish = "assistant", None
+    text: list[str] = []
+    reasoning: list[str] = []
+    tools: dict[int, dict[str, Any]] = {}
+    for event in events:
+        if not event.startswith(b"data:"):
+            continue
+        payload = event[5:].strip()
+        if payload == b"[DONE]":
+            continue
+        try:
+            chunk = json.loads(payload)
+        except ValueError:
+            return None
+        if not isinstance(chunk, dict) or "error" in chunk:
+            return None
+        if head is None:
+            head = chunk
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                return None
+            if choice.get("finish_reason"):
+                finish = choice["finish_reason"]
+            if endpoint != "chat":
+                text.append(choice.get("text") or "")
+                continue
+            delta = choice.get("delta") or {}
+            role = delta.get("role") or role
+            if delta.get("content"):
+                text.append(delta["content"])
+            if delta.get("reasoning_content"):
+                reasoning.append(delta["reasoning_content"])
+            for call in delta.get("tool_calls") or ():
+                slot = tools.setdefault(int(call.get("index", 0)), {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+                if call.get("id"):
+                    slot["id"] = call["id"]
+                if call.get("type"):
+                    slot["type"] = call["type"]
+                fn = call.get("function") or {}
+                slot["function"]["name"] += fn.get("name") or ""
+                slot["function"]["arguments"] += fn.get("arguments") or ""
+    if head is None or finish not in _FINISHED:
+        return None
+    usage = dict(usage or {})
+    base = {"id": head.get("id") or _new_id(endpoint), "created": head.get("created") or int(time.time()), "model": head.get("model")}
+    if head.get("system_fingerprint"):
+        base["system_fingerprint"] = head["system_fingerprint"]
+    if endpoint == "chat":
+        message: dict[str, Any] = {"role": role, "content": "".join(text) if text or not tools else None}
+        if reasoning:
+            message["reasoning_content"] = "".join(reasoning)
+        if tools:
+            message["tool_calls"] = [tools[i] for i in sorted(tools)]
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+        return {**base, "object": "chat.completion", "choices": [choice], "usage": usage}
+    choice = {"index": 0, "text": "".join(text), "logprobs": None, "finish_reason": finish}
+    return {**base, "object": "text_completion", "choices": [choice], "usage": usage}
+
+
+class Hit:
+    """A cache hit, as the gateway serves it (``x-cache: tier``, similarity for semantic hits)."""
+
+    __slots__ = ("tier", "similarity", "prompt_tokens", "completion_tokens", "endpoint", "response", "entry_id", "_body", "_id", "_created")
+
+    def __init__(self, tier: str, endpoint: str, response: dict, prompt_tokens: int, completion_tokens: int,
+                 similarity: float | None = None, entry_id: int | None = None):
+        self.tier = tier
+        self.similarity = similarity
+        self.endpoint = endpoint
+        self.response = response
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = completion_tokens
+        self.entry_id = entry_id
+        self._body: bytes | None = None
+        self._id = _new_id(endpoint)
+        self._created = int(time.time())
+
+    def _usage(self) -> dict[str, Any]:
+        usage = dict(self.response.get("usage") or {})
+        usage.setdefault("prompt_tokens", self.prompt_tokens)
+        usage.setdefault("completion_tokens", self.completion_tokens)
+        usage.setdefault("total_tokens", self.prompt_tokens + self.completion_tokens)
+        usage["prompt_tokens_details"] = {**(usage.get("prompt_tokens_details") or {}), "cached_tokens": self.prompt_tokens}
+        return usage
+
+    @property
+    def body(self) -> bytes:
+        """The non-streamed JSON response, with a fresh ``id`` and ``created``."""
+        if self._body is None:
+            self._body = _encode({**self.response, "id": self._id, "created": self._created, "usage": self._usage()})
+        return self._body
+
+    def sse_bytes(self, want_usage: bool) -> bytes:
+        """The whole replay as one SSE byte string (chunks, optional usage chunk, ``[DONE]``)."""
+        choice = self.response["choices"][0]
+        base = {"id": self._id, "created": self._created, "model": self.response.get("model")}
+        if self.response.get("system_fingerprint"):
+            base["system_fingerprint"] = self.response["system_fingerprint"]
+        finish = choice.get("finish_reason") or "stop"
+        chunks: list[dict[str, Any]] = []
+        if self.endpoint == "chat":
+            obj = "chat.completion.chunk"
+            message = choice.get("message") or {}
+            delta: dict[str, Any] = {"role": message.get("role") or "assistant", "content": message.get("content") or ""}
+            if message.get("reasoning_content"):
+                delta["reasoning_content"] = message["reasoning_content"]
+            chunks.append({**base, "object": obj, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]})
+            if message.get("tool_calls"):
+                calls = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+                chunks.append({**base, "object": obj, "choices": [{"index": 0, "delta": {"tool_calls": calls}, "logprobs": None, "finish_reason": None}]})
+            chunks.append({**base, "object": obj, "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish}]})
+        else:
+            obj = "text_completion"
+            chunks.append({**base, "object": obj, "choices": [{"index": 0, "text": choice.get("text") or "", "logprobs": None, "finish_reason": None}]})
+            chunks.append({**base, "object": obj, "choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": finish}]})
+        if want_usage:
+            chunks.append({**base, "object": obj, "choices": [], "usage": self._usage()})
+        return b"".join(b"data: " + _encode(c) + b"\n\n" for c in chunks) + DONE
+
+    async def as_sse(self, want_usage: bool) -> AsyncIterator[bytes]:
+        """Replay the answer as an SSE stream ending with ``data: [DONE]``."""
+        yield self.sse_bytes(want_usage)
