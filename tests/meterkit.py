@@ -84,3 +84,64 @@ class Clock:
 
     def advance(self, seconds: float) -> None:
         self.t += seconds
+
+
+# -- workers run in other processes (spawned: they must be importable) ----------------------
+def admit_in_threads(db_path: str, principal: Principal, count: int, tag: str, barrier, results) -> None:
+    """``count`` threads, each with its own Meter (own connection), admit at once; admitted ones settle."""
+    import asyncio
+    import threading
+
+    from appliance.errors import RateLimited
+    from appliance.metering import Meter
+
+    engine = make_engine(Path(db_path))
+    meters = [Meter(settings(Path(db_path).parent), engine) for _ in range(count)]
+    admitted = []
+
+    def one(i: int) -> None:
+        barrier.wait()
+        try:
+            admitted.append((meters[i], meters[i].admit(principal, request_id=f"{tag}-{i}", endpoint="chat", model="m", estimated_tokens=100)))
+        except RateLimited:
+            pass
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for meter, admission in admitted:
+        asyncio.run(meter.settle(admission, model="m", variant=None, backend="x", prompt_tokens=40, completion_tokens=60,
+                                 cached_tokens=0, ttft_ms=1.0, latency_ms=2.0, status=200))
+    for meter in meters:
+        meter.close()
+    results.put(len(admitted))
+
+
+def hammer(db_path: str, key_id: int, tasks: int = 32) -> None:
+    """Admit and settle as fast as possible; print each request id once its settle has returned."""
+    import asyncio
+    import sys
+
+    from appliance.metering import Meter
+
+    async def main() -> None:
+        engine = make_engine(Path(db_path))
+        meter = Meter(settings(Path(db_path).parent), engine)
+        await meter.start(release_reservations=False)
+        principal = Principal(kind="key", id=key_id, name="ak_hammer", role="user")
+        counter = iter(range(10**9))
+
+        async def worker() -> None:
+            while True:
+                rid = f"h{next(counter)}"
+                admission = meter.admit(principal, request_id=rid, endpoint="chat", model="m", estimated_tokens=50)
+                await meter.settle(admission, model="m", variant=None, backend="x", prompt_tokens=20, completion_tokens=30,
+                                   cached_tokens=0, ttft_ms=1.0, latency_ms=2.0, status=200)
+                sys.stdout.write(rid + "\n")
+                sys.stdout.flush()
+
+        await asyncio.gather(*(worker() for _ in range(tasks)))
+
+    asyncio.run(main())
