@@ -123,6 +123,8 @@ def build_env(plan: Any, settings: Any, api_key: str) -> dict[str, str]:
         "DO_NOT_TRACK": "1",
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
+        # Progress bars redraw one line with \r; the supervisor reads the log by lines.
+        "TQDM_DISABLE": "1",
     }
     ray = getattr(plan, "distributed_executor", None) == "ray"
     if getattr(settings, "ray_address", None):
