@@ -30,10 +30,13 @@ CANDIDATES = 4
 
 _NUMBER = re.compile(r"\d+(?:[.,:/]\d+)*")
 _NUMBER_WORDS = {
-    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
-    "twenty", "thirty", "forty", "fifty", "hundred", "thousand", "million", "billion", "half", "double", "twice",
-    "first", "second", "third", "fourth", "fifth", "last",
-}
+    w: str(i) for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+        "seventeen eighteen nineteen twenty".split())
+} | {"thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "seventy": "70", "eighty": "80", "ninety": "90",
+     "hundred": "100", "thousand": "1000", "million": "1000000", "billion": "1000000000",
+     "first": "1", "second": "2", "third": "3", "fourth": "4", "fifth": "5", "sixth": "6", "seventh": "7",
+     "eighth": "8", "ninth": "9", "tenth": "10", "half": "half", "double": "double", "twice": "twice", "last": "last"}
 _NEGATION = {
     "not", "no", "never", "without", "none", "nobody", "nothing", "neither", "nor", "cannot", "except", "unless",
     "isnt", "arent", "wasnt", "werent", "dont", "doesnt", "didnt", "wont", "cant", "couldnt", "wouldnt", "shouldnt",
@@ -45,7 +48,8 @@ _SENTENCE = re.compile(r"(?<=[.!?:;])\s+|\n+")
 
 
 def _words(text: str) -> list[str]:
-    return [w.replace("'", "") for w in _WORD.findall(text.lower())]
+    """Lower-case words; a possessive 's is dropped, other apostrophes are removed (don't → dont)."""
+    return [w[:-2] if w.endswith("'s") else w.replace("'", "") for w in _WORD.findall(text.lower().replace("\u2019", "'"))]
 
 
 def _names(text: str) -> frozenset[str]:
@@ -64,19 +68,106 @@ def signature(text: str) -> tuple[frozenset, int, frozenset[str], frozenset[str]
     """(numbers, negation count, named things, all words) of a prompt."""
     words = _words(text)
     numbers = Counter(n.replace(",", "") for n in _NUMBER.findall(text))
-    numbers.update(w for w in words if w in _NUMBER_WORDS)
+    numbers.update(_NUMBER_WORDS[w] for w in words if w in _NUMBER_WORDS)
     negations = sum(1 for w in words if w in _NEGATION)
     return frozenset(numbers.items()), negations, _names(text), frozenset(words)
 
 
 def compatible(query: str, candidate: str) -> bool:
-    """Whether two similar prompts may share an answer: the same numbers, as many negations,
-    and every named thing of each (case-insensitively) present in the other."""
+    """Whether two similar prompts may share an answer.
+
+    Sentence embeddings are known to be nearly blind to numbers, negation,
+    antonyms and swapped roles, so beyond the similarity threshold the two
+    prompts must have the same numbers and as many negations, name the same
+    things (case-insensitively), use no pair of opposites (a listed antonym, or
+    one word that is the other with an opposite prefix: enable/disable,
+    upload/download), and, when they use the very same words, put the same word
+    after each direction word (`from English to German` / `from German to English`).
+    """
     qn, qneg, qnames, qwords = signature(query)
     cn, cneg, cnames, cwords = signature(candidate)
     if qn != cn or qneg != cneg:
         return False
-    return all(_in(n, cwords) for n in qnames) and all(_in(n, qwords) for n in cnames)
+    if not (all(_in(n, cwords) for n in qnames) and all(_in(n, qwords) for n in cnames)):
+        return False
+    only_q, only_c = qwords - cwords, cwords - qwords
+    if _opposites(only_q, only_c):
+        return False
+    # the same words in another order around a direction word: roles swapped (`miles to km` / `km to miles`)
+    return qwords != cwords or _directions(query) == _directions(candidate)
+
+
+_ANTONYMS = [
+    ("open", "opened", "opening", "opens"), ("close", "closed", "closing", "closes", "shut"),
+    ("before", "prior"), ("after",),
+    ("advantage", "advantages", "pros", "benefit", "benefits"), ("disadvantage", "disadvantages", "cons", "drawbacks", "downsides", "risks"),
+    ("fast", "faster", "fastest", "quick", "quickest"), ("slow", "slower", "slowest"),
+    ("happy", "cheerful", "joyful"), ("sad", "unhappy", "gloomy"),
+    ("win", "won", "wins", "winner"), ("lose", "lost", "loses", "loser"),
+    ("large", "larger", "largest", "big", "bigger", "biggest"), ("small", "smaller", "smallest", "little", "tiny"),
+    ("old", "older", "oldest"), ("new", "newer", "newest", "young", "younger", "youngest"),
+    ("minimum", "min", "lowest"), ("maximum", "max", "highest"),
+    ("average", "median", "mean"), ("minimum", "min", "lowest", "maximum", "max", "highest"),
+    ("add", "adding", "create"), ("remove", "removing", "delete", "deleting"),
+    ("start", "starting", "begin", "beginning", "opening"), ("end", "ending", "stop", "finish", "closing", "final"),
+    ("accept", "accepting", "approve"), ("decline", "declining", "reject", "rejecting", "refuse"),
+    ("high", "higher"), ("low", "lower"), ("hot", "warm", "hotter"), ("cold", "cool", "colder"),
+    ("buy", "buying", "purchase"), ("sell", "selling"), ("best", "better"), ("worst", "worse"),
+    ("more", "most", "many"), ("less", "least", "fewer", "few"), ("first", "earliest"), ("last", "latest"),
+    ("left",), ("right",), ("north", "northern"), ("south", "southern"), ("east", "eastern"), ("west", "western"),
+    ("up", "upper"), ("down", "lower"), ("in", "inside", "into"), ("out", "outside"), ("on",), ("off",),
+    ("true",), ("false",), ("always",), ("never", "sometimes"), ("all", "every"), ("none",),
+    ("same", "similar", "similarity", "similarities"), ("different", "difference", "differences"),
+    ("cheap", "cheapest", "cheaper"), ("expensive", "costly", "pricier"), ("early", "earlier"), ("late", "later"),
+    ("long", "longer", "longest"), ("short", "shorter", "shortest"), ("boiling", "boil"), ("freezing", "freeze", "melting"),
+    ("husband", "father", "man", "men", "boy", "male"), ("wife", "mother", "woman", "women", "girl", "female"),
+    ("input",), ("output",), ("send", "sending"), ("receive", "receiving"), ("push",), ("pull",),
+    ("give",), ("take",), ("import", "importing"), ("export", "exporting"), ("light",), ("dark",),
+    ("above", "over"), ("below", "under"), ("strong", "stronger"), ("weak", "weaker"), ("rich",), ("poor",),
+    ("safe", "safest", "safer"), ("dangerous", "unsafe", "risky"), ("legal", "allowed"), ("illegal", "forbidden", "banned"),
+    ("plus", "sum"), ("minus", "difference"), ("multiply", "times", "product"), ("divide", "divided", "quotient"),
+]
+_OPPOSITE_OF: dict[str, set[str]] = {}
+for _i in range(0, len(_ANTONYMS), 2):
+    _a, _b = _ANTONYMS[_i], _ANTONYMS[_i + 1]
+    for _w in _a:
+        _OPPOSITE_OF.setdefault(_w, set()).update(_b)
+    for _w in _b:
+        _OPPOSITE_OF.setdefault(_w, set()).update(_a)
+_PREFIXES = ("", "un", "dis", "de", "in", "im", "ir", "il", "non", "en", "em", "ex", "up", "down", "a", "anti", "pre", "post",
+             "over", "under", "as", "des")
+_DIRECTION = {"to", "from", "into", "than", "vs", "versus", "over", "onto", "toward", "towards"}
+_FILLER = {"a", "an", "the", "my", "your", "our", "this", "that", "these", "those", "some"}
+
+
+def _opposites(only_q: frozenset[str], only_c: frozenset[str]) -> bool:
+    for w in only_q:
+        if _OPPOSITE_OF.get(w, set()) & only_c:
+            return True
+        for v in only_c:
+            if _prefixed_pair(w, v):
+                return True
+    return False
+
+
+def _prefixed_pair(a: str, b: str) -> bool:
+    """enable/disable, lock/unlock, upload/download, ascending/descending: one stem, opposite prefixes."""
+    n = 0
+    while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
+        n += 1
+    if n < 4 or n < min(len(a), len(b)) // 2:
+        return False
+    return a[: len(a) - n] in _PREFIXES and b[: len(b) - n] in _PREFIXES and a != b
+
+
+def _directions(text: str) -> list[tuple[str, str]]:
+    words = _words(text)
+    out = []
+    for i, w in enumerate(words):
+        if w in _DIRECTION:
+            nxt = next((v for v in words[i + 1:] if v not in _FILLER), "")
+            out.append((w, nxt))
+    return out
 
 
 def _in(name: str, words: frozenset[str]) -> bool:
