@@ -85,6 +85,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Litestar
             security=[{"apiKey": []}],
         ),
         request_max_body_size=16 * 1024 * 1024,
+        logging_config=None,
         debug=False,
     )
 

@@ -68,6 +68,9 @@ class Settings(BaseSettings):
     engine_threads: int | None = Field(default=None, ge=1, description="CPU threads per llama.cpp engine. Unset: the planner chooses from the core count.")
     engine_parallel: int = Field(default=8, ge=1, le=256, description="Concurrent sequences (slots) per llama.cpp engine.")
     engine_context: int = Field(default=8192, ge=256, description="Total context tokens per llama.cpp engine, shared by its slots.")
+    backend: Literal["auto", "llamacpp", "vllm"] = Field(
+        default="auto", description="Inference backend: `auto` lets the planner choose (vLLM on capable GPUs), or force one."
+    )
     speculative_ngram: bool = Field(default=False, description="Prompt-lookup (n-gram) speculative decoding in the llama.cpp engine.")
     vllm_python: Path | None = Field(default=None, description="Python interpreter that runs vLLM. Unset: the appliance's own.")
     ray_address: str | None = Field(default=None, description="Ray cluster address; when set, vLLM plans may span nodes.")
@@ -75,7 +78,13 @@ class Settings(BaseSettings):
     cache_ttl_seconds: int = Field(default=86400, ge=0, description="How long a cached response stays valid.")
     cache_max_entries: int = Field(default=100_000, ge=0, description="Most cached responses kept; least-recently-used are evicted.")
     cache_counts_against_quota: bool = Field(default=True, description="Whether tokens served from the cache count against token quotas.")
-    semantic_cache_threshold: float = Field(default=0.95, gt=0, le=1, description="Cosine similarity a semantic cache hit needs.")
+    semantic_cache_threshold: float = Field(
+        default=0.95, gt=0, le=1,
+        description="Cosine similarity a semantic cache hit needs (besides equal numbers, negations and names); 0.95 served no wrong answer on the 300 labelled pairs in tests/data.",
+    )
+    semantic_cache_enabled: bool = Field(default=True, description="Also answer from the cache when a cached prompt means the same (embedding similarity); keys and teams may opt out.")
+    cache_embedding_model: Path | None = Field(default=None, description="GGUF embedding model of the semantic cache. Unset: the shipped all-MiniLM-L6-v2.")
+    cache_embedding_threads: int = Field(default=1, ge=1, description="CPU threads that embed prompts for the semantic cache.")
     metrics_public: bool = Field(default=False, description="Serve /metrics without an admin credential (only on trusted networks).")
     allow_private_pull_hosts: list[str] = Field(
         default_factory=list,
