@@ -56,6 +56,7 @@ class PriceBook:
         self._ttl = ttl
         self._clock = clock
         self._rates: dict[str, Rate] = {}
+        self._highest: dict[str, float] = {}  # memo of highest_rate, emptied on reload
         self._expires = -1.0
         self._generation = 0
         self._lock = threading.Lock()
@@ -70,6 +71,7 @@ class PriceBook:
                 if self._clock() >= self._expires:
                     generation = self._generation
                     self._rates = {m: Rate(i, o, c) for m, i, o, c in self._loader()}
+                    self._highest = {}
                     if generation == self._generation:  # else a change raced the read: reload next time
                         self._expires = self._clock() + self._ttl
         return self._rates
@@ -89,9 +91,15 @@ class PriceBook:
         the family's, so the estimate takes the most expensive row that could apply.
         """
         table = self._table()
-        family, _, variant = model.partition(":")
-        if variant:
-            return self.rate(model).highest
-        rates = [r for name, r in table.items() if name.startswith(family + ":")]
-        rates.append(table.get(family) or table.get("*") or FREE)
-        return max(r.highest for r in rates)
+        highest = self._highest.get(model)
+        if highest is None:
+            family, _, variant = model.partition(":")
+            if variant:
+                highest = self.rate(model).highest
+            else:
+                rates = [r for name, r in table.items() if name.startswith(family + ":")]
+                rates.append(table.get(family) or table.get("*") or FREE)
+                highest = max(r.highest for r in rates)
+            if len(self._highest) < 4096:
+                self._highest[model] = highest
+        return highest
