@@ -133,7 +133,8 @@ def resolve_checked(host: str, port: int, allow: Iterable[str]) -> str:
         why = _why_internal(addr)
         if why is not None and not _allowed(host, addr, allow):
             raise PullNotAllowed(f"pulls may not reach {host} ({addr} is {why}); an admin can add the host to allow_private_pull_hosts")
-    return str(addresses[0])
+    # Connect to a checked address; IPv4 first, as most model hosts and local mirrors serve it.
+    return str(next((a for a in addresses if a.version == 4), addresses[0]))
 
 
 def check_url(url: str, allow: Iterable[str]) -> _Target:

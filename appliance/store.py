@@ -199,7 +199,9 @@ class ModelStore:
         if source.resolve().is_relative_to(self.layout.root):
             raise BadRequest("that path is already inside the model store", param="path", code="invalid_path")
         fmt = "safetensors" if source.is_dir() else "gguf"
-        if fmt == "gguf":
+        if fmt == "safetensors":
+            imp.scan_hf_folder(source)  # refuse code, pickles and remote code now, not in the job
+        else:
             with open(source, "rb") as f:
                 if f.read(4) != b"GGUF":
                     raise imp.RefusedImport("only GGUF files or Hugging Face safetensors folders can be imported", param="path")
@@ -208,7 +210,7 @@ class ModelStore:
         else:
             family, variant = None, None
         if family is None or variant is None:
-            guessed = _names_from_filename(source.name) if fmt == "gguf" else (_slug(source.name), "hf")
+            guessed = _names_from_filename(source.name) if fmt == "gguf" else (_slug(source.name), imp.guess_hf_variant(source))
             family, variant = family or guessed[0], variant or guessed[1]
         self._refuse_installed(family, variant)
         return source, fmt, family, variant

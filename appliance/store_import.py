@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -46,8 +47,8 @@ def check_source_path(raw: object) -> Path:
     if not isinstance(raw, str) or not raw or len(raw) > 4096 or "\x00" in raw:
         raise BadRequest("invalid path", param="path", code="invalid_path")
     path = Path(raw)
-    if not path.is_absolute():
-        raise BadRequest("the import path must be absolute", param="path", code="invalid_path")
+    if not path.is_absolute() or ".." in path.parts:
+        raise BadRequest("the import path must be absolute, without '..'", param="path", code="invalid_path")
     try:
         mode = os.lstat(path).st_mode
     except OSError:
@@ -118,6 +119,30 @@ def _refuse_remote_code(path: Path, f: SourceFile) -> None:
         raise RefusedImport(f"{f.relative} is not valid JSON") from None
     if isinstance(data, dict) and "auto_map" in data:
         raise RefusedImport(f"{f.relative} declares auto_map: the model needs remote code, which the appliance never runs")
+
+
+_DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
+
+
+def guess_hf_variant(folder: Path) -> str:
+    """A variant name from config.json: ``awq-int4``, ``gptq-int4``, ``fp8``, ``bf16`` … (``hf`` when unsure)."""
+    try:
+        path = folder / "config.json"
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            return "hf"
+        cfg = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return "hf"
+    if not isinstance(cfg, dict):
+        return "hf"
+    quant = cfg.get("quantization_config")
+    if isinstance(quant, dict) and isinstance(quant.get("quant_method"), str):
+        method = quant["quant_method"].lower()
+        bits = quant.get("bits") if isinstance(quant.get("bits"), int) else None
+        name = f"{method}-int{bits}" if bits else method
+        return name if re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,63}", name) else "hf"
+    dtype = cfg.get("torch_dtype") or cfg.get("dtype")
+    return _DTYPES.get(dtype, "hf") if isinstance(dtype, str) else "hf"
 
 
 def copy_file(src: Path, dst: Path, ctx: JobContext, *, done_before: int = 0, total: int | None = None) -> tuple[str, int]:

@@ -3,7 +3,7 @@
 ``RangeServer`` serves files on 127.0.0.1 only. Per file it can drop the
 connection after N bytes (a given number of times), ignore Range, omit
 Content-Length, change its ETag, or send slowly; ``/redirect?to=URL`` answers
-302. Every request's Range/If-Range headers are recorded for assertions.
+302 and ``/loop`` redirects to itself. Every request's Range/If-Range headers are recorded for assertions.
 """
 
 from __future__ import annotations
@@ -18,20 +18,37 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from litestar import Litestar
+
 from appliance import db as dbmod
+from appliance.http_errors import EXCEPTION_HANDLERS
+from appliance.jobs import JobRegistry
 from appliance.settings import Settings
 from appliance.store import ModelStore
+from appliance.store_api import JobsController, ModelsController
 
 
 def make_settings(data_dir: Path, **overrides: Any) -> Settings:
     return Settings(**{"data_dir": data_dir, "seed_default_model": False, **overrides})
 
 
-def make_store(data_dir: Path, *, is_loaded: Any = None, **overrides: Any) -> ModelStore:
+def make_store(data_dir: Path, *, is_loaded: Any = None, migrate: bool = True, **overrides: Any) -> ModelStore:
     settings = make_settings(data_dir, **overrides)
     data_dir.mkdir(parents=True, exist_ok=True)
-    dbmod.migrate(settings.db_path)
+    if migrate:
+        dbmod.migrate(settings.db_path)
     return ModelStore(settings, dbmod.make_engine(settings.db_path), is_loaded=is_loaded)
+
+
+def make_app(store: ModelStore, jobs: JobRegistry) -> Litestar:
+    """Just the store's controllers, with the app's exception handlers (no auth layer)."""
+
+    def on_startup(app: Litestar) -> None:
+        app.state.store = store
+        app.state.jobs = jobs
+
+    return Litestar(route_handlers=[ModelsController, JobsController], on_startup=[on_startup],
+                    exception_handlers=EXCEPTION_HANDLERS)  # type: ignore[arg-type]
 
 
 def sha256_file(path: Path) -> str:
@@ -100,9 +117,9 @@ def _make_handler(server: RangeServer) -> type[BaseHTTPRequestHandler]:
             parts = urlsplit(self.path)
             server.requests.append({"path": parts.path, "range": self.headers.get("Range"),
                                     "if_range": self.headers.get("If-Range"), "host": self.headers.get("Host")})
-            if parts.path == "/redirect":
+            if parts.path in ("/redirect", "/loop"):
                 self.send_response(302)
-                self.send_header("Location", parse_qs(parts.query)["to"][0])
+                self.send_header("Location", parse_qs(parts.query)["to"][0] if parts.path == "/redirect" else "/loop")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
@@ -156,6 +173,28 @@ def _make_handler(server: RangeServer) -> type[BaseHTTPRequestHandler]:
                         time.sleep(served.delay_per_chunk)
 
     return Handler
+
+
+def make_hf_folder(folder: Path, *, config: dict[str, Any] | None = None, files: dict[str, bytes] | None = None) -> Path:
+    """A tiny Hugging Face llama folder: config.json + one hand-written safetensors shard + tokenizer files."""
+    import json
+    import struct
+
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 128,
+           "max_position_embeddings": 256, "torch_dtype": "bfloat16", **(config or {})}
+    (folder / "config.json").write_text(json.dumps(cfg))
+    data = bytes(range(256)) * 64  # 128 x 64 bf16
+    header = json.dumps({"model.embed_tokens.weight": {"dtype": "BF16", "shape": [128, 64], "data_offsets": [0, len(data)]}}).encode()
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + data)
+    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
+    (folder / "tokenizer.json").write_text("{}")
+    (folder / "README.md").write_text("tiny")
+    for name, content in (files or {}).items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(content)
+    return folder
 
 
 def random_file(path: Path, size: int, seed: int = 1) -> Path:

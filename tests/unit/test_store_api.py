@@ -8,23 +8,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from litestar import Litestar
 from litestar.testing import TestClient
 
-from appliance.http_errors import EXCEPTION_HANDLERS
 from appliance.jobs import JobRegistry
 from appliance.store import ModelStore
-from appliance.store_api import JobsController, ModelsController
-from tests.storekit import RangeServer, make_store, sha256_file
-
-
-def make_app(store: ModelStore, jobs: JobRegistry) -> Litestar:
-    def on_startup(app: Litestar) -> None:
-        app.state.store = store
-        app.state.jobs = jobs
-
-    return Litestar(route_handlers=[ModelsController, JobsController], on_startup=[on_startup],
-                    exception_handlers=EXCEPTION_HANDLERS)  # type: ignore[arg-type]
+from tests.storekit import RangeServer, make_app, make_store, sha256_file
 
 
 @pytest.fixture()

@@ -11,8 +11,7 @@ from click.testing import CliRunner
 from litestar.testing import TestClient
 
 from appliance.jobs import JobRegistry
-from tests.storekit import RangeServer, make_store, sha256_file
-from tests.unit.test_store_api import make_app
+from tests.storekit import RangeServer, make_app, make_store, sha256_file
 
 
 @pytest.fixture()
