@@ -416,7 +416,10 @@ class Meter:
             charges.append((hold.counter_id, amount))
         record = _Record(row, tuple(charges), bool(admission.holds), cost)
         if self._writer.running:
-            return await self._writer.submit(record)
+            try:
+                return await self._writer.submit(record)
+            except RuntimeError:  # stopping right now: write it ourselves
+                pass
         (result, error), = self._writer.write_now([record])
         if error is not None:
             raise error
@@ -457,16 +460,3 @@ class Meter:
             return n
 
         return transaction(self._conn, self._lock, work)
-
-    def counters(self, subject: str, subject_id: int) -> list[CounterState]:
-        """Current-window counters of a key or team (for `quota show`)."""
-        now = self._clock()
-        states = []
-        with self._lock:
-            for dimension in DIMENSIONS:
-                start, end = self._windows.bounds(dimension.window, now)
-                row = self._conn.execute(_PEEK, (subject, subject_id, dimension.name, start)).fetchone()
-                if row is not None:
-                    states.append(CounterState(dimension, subject, *row, end))
-        return states
-

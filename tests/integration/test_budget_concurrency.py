@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -49,10 +50,7 @@ def budget(tmp_path):
 
 def test_64_threads_with_their_own_connections_admit_exactly_10(budget):
     db, key = budget
-    results: "queue.Queue[int]"
-    import queue
-
-    results = queue.Queue()
+    results: queue.Queue[int] = queue.Queue()
     admit_in_threads(db.url.database, key, 64, "t", threading.Barrier(64), results)
     assert results.get() == 10
     assert rows(db, "SELECT count(*), sum(prompt_tokens + completion_tokens) FROM usage") == [(10, 1000)]

@@ -262,3 +262,24 @@ def test_windows_and_durations():
     assert format_duration(6) == "6s"
     assert format_duration(90) == "1m30s"
     assert format_duration(26 * 3600) == "26h0m0s"
+
+
+async def test_prune_counters_keeps_running_windows(meter, db, clock):
+    key = add_key(db)
+    set_quota(db, "key", key.id, requests_per_minute=100, tokens_per_day=10**6, cost_per_month=10.0, max_concurrent=5)
+    await settle(meter, admit(meter, key, "old"))
+    clock.advance(2 * 3600)
+    await settle(meter, admit(meter, key, "new"))
+    assert meter.prune_counters() == 1  # the minute window two hours ago
+    assert sorted(d for (d,) in rows(db, "SELECT dimension FROM quota_counters")) == [
+        "cost_per_month", "max_concurrent", "requests_per_minute", "tokens_per_day"]
+
+
+async def test_settle_after_stop_is_still_written(tmp_path, db, clock):
+    meter = Meter(settings(tmp_path), db, clock=clock)
+    await meter.start()
+    a = admit(meter, add_key(db), "late")
+    await meter.stop()
+    await settle(meter, a)
+    assert rows(db, "SELECT request_id FROM usage") == [("late",)]
+    meter.close()
