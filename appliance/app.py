@@ -31,7 +31,7 @@ def _route_handlers() -> list[Any]:
     for module, names in (
         ("appliance.store_api", ("ModelsController", "JobsController")),
         ("appliance.planning_api", ("PlanningController",)),
-        ("appliance.usage_api", ("UsageController", "QuotasController", "PricesController", "TeamsController")),
+        ("appliance.usage_api", ("UsageController", "QuotaController", "PriceController", "TeamController")),
         ("appliance.metrics_api", ("MetricsController",)),
         ("appliance.cache_api", ("CacheController",)),
         ("appliance.webui", ("console_handlers",)),
@@ -43,9 +43,7 @@ def _route_handlers() -> list[Any]:
                 raise
             continue
         for name in names:
-            item = getattr(mod, name, None)
-            if item is None:
-                continue
+            item = getattr(mod, name)
             handlers.extend(item() if callable(item) and name.endswith("_handlers") else [item])
     return handlers
 

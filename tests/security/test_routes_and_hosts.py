@@ -16,6 +16,8 @@ OPEN = {"/healthz", "/readyz"}
 
 
 def _concrete(path: str) -> str:
+    """A path with its parameters filled with values of the right type."""
+    path = re.sub(r"\{[^}:]+:int\}", "1", path)
     return re.sub(r"\{[^}]+\}", "x", path)
 
 
