@@ -1,0 +1,137 @@
+"""The semantic tier with the real embedding model (all-MiniLM-L6-v2 GGUF, served by llama.cpp in-process)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from appliance.embedder import DEFAULT_MODEL, DEFAULT_MODEL_SHA256, LlamaCppEmbedder, file_sha256
+from appliance.semantic import compatible
+from tests.cachekit import MODEL, chat, chat_result, completion, completion_result, make_cache, principal
+
+WHO = principal(1)
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    e = LlamaCppEmbedder()
+    yield e
+    e.close()
+
+
+@pytest.fixture
+def cache(tmp_path, embedder):
+    c = make_cache(tmp_path, embedder)
+    yield c
+    c.close()
+
+
+def test_shipped_model_is_the_recorded_file():
+    assert file_sha256(DEFAULT_MODEL) == DEFAULT_MODEL_SHA256
+
+
+def test_embeddings_are_normalized_and_meaningful(embedder):
+    v = embedder.embed(["How do I reset my password?", "How can I reset my password?", "Recipe for banana bread"])
+    assert v.shape == (3, 384) and v.dtype == np.float32
+    assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-4)
+    assert v[0] @ v[1] > 0.95 > 0.3 > v[0] @ v[2]
+    # tokenization matches bert-base-uncased (the WordPiece vocabulary survived the conversion)
+    assert embedder._model.tokenize(b"This is an example sentence") == [101, 2023, 2003, 2019, 2742, 6251, 102]
+
+
+def store(cache, body, result=None, who=WHO, endpoint="chat"):
+    cache.store(who, endpoint, MODEL, body, result or chat_result(), {})
+    cache.flush()
+
+
+async def test_paraphrase_is_a_semantic_hit(cache):
+    store(cache, chat("How do I reset my password?"), chat_result("Use the self-service portal."))
+    hit = await cache.lookup_async(WHO, "chat", MODEL, chat("How can I reset my password?"), {})
+    assert hit is not None and hit.tier == "semantic"
+    assert 0.95 <= hit.similarity <= 1.0
+    assert json.loads(hit.body)["choices"][0]["message"]["content"] == "Use the self-service portal."
+    assert cache.stats()["hits_by_tier"] == {"exact": 0, "semantic": 1}
+
+
+async def test_exact_tier_answers_first_and_sync_lookup_never_embeds(cache):
+    store(cache, chat("How do I reset my password?"))
+    assert (await cache.lookup_async(WHO, "chat", MODEL, chat("How do I reset my password?"), {})).tier == "exact"
+    assert cache.lookup(WHO, "chat", MODEL, chat("How can I reset my password?"), {}) is None
+
+
+@pytest.mark.parametrize("stored_text, asked", [
+    ("What is 15% of 200?", "What is 15% of 300?"),
+    ("Which foods are safe for dogs?", "Which foods are not safe for dogs?"),
+    ("What is the capital of France?", "What is the capital of Germany?"),
+    ("Convert Celsius to Fahrenheit.", "Convert Fahrenheit to Celsius."),
+    ("How do I enable dark mode?", "How do I disable dark mode?"),
+])
+async def test_near_misses_are_not_served(cache, stored_text, asked):
+    store(cache, chat(stored_text))
+    assert await cache.lookup_async(WHO, "chat", MODEL, chat(asked), {}) is None
+
+
+async def test_matches_are_scoped_by_system_prompt_sampling_model_and_partition(cache):
+    store(cache, chat("How do I reset my password?", system="You are IT support."))
+    ask = "How can I reset my password?"
+    assert await cache.lookup_async(WHO, "chat", MODEL, chat(ask, system="You are IT support."), {}) is not None
+    assert await cache.lookup_async(WHO, "chat", MODEL, chat(ask, system="You are a pirate."), {}) is None
+    assert await cache.lookup_async(WHO, "chat", MODEL, chat(ask, system="You are IT support.", max_tokens=7), {}) is None
+    assert await cache.lookup_async(WHO, "chat", "tiny:f16", chat(ask, system="You are IT support."), {}) is None
+    assert await cache.lookup_async(principal(2), "chat", MODEL, chat(ask, system="You are IT support."), {}) is None
+
+
+async def test_policy_turns_the_tier_off_or_changes_the_threshold(cache):
+    store(cache, chat("How do I reset my password?"))
+    ask = chat("How can I reset my password?")
+    assert await cache.lookup_async(principal(1, policy={"semantic": False}), "chat", MODEL, ask, {}) is None
+    assert await cache.lookup_async(principal(1, policy={"semantic_threshold": 0.999}), "chat", MODEL, ask, {}) is None
+    assert await cache.lookup_async(principal(1, policy={"semantic_threshold": 0.9}), "chat", MODEL, ask, {}) is not None
+
+
+async def test_completions_prompts_match_too(cache):
+    store(cache, completion("Write a haiku about autumn."), completion_result(" Leaves fall."), endpoint="completions")
+    hit = await cache.lookup_async(WHO, "completions", MODEL, completion("Write me a haiku about autumn."), {})
+    assert hit is not None and hit.tier == "semantic"
+
+
+async def test_index_reloads_from_sqlite_and_follows_purges(tmp_path, embedder):
+    first = make_cache(tmp_path, embedder)
+    store(first, chat("How do I reset my password?"))
+    first.close()
+    second = make_cache(tmp_path, embedder)
+    try:
+        ask = chat("How can I reset my password?")
+        assert (await second.lookup_async(WHO, "chat", MODEL, ask, {})).tier == "semantic"
+        assert second.purge(model=MODEL) == 1
+        assert await second.lookup_async(WHO, "chat", MODEL, ask, {}) is None
+        assert second.stats()["semantic"]["vectors_loaded"] == 0
+    finally:
+        second.close()
+
+
+async def test_a_miss_embedding_is_reused_by_the_store(cache, embedder, monkeypatch):
+    assert await cache.lookup_async(WHO, "chat", MODEL, chat("Explain recursion to a beginner."), {}) is None
+    calls = []
+    monkeypatch.setattr(embedder, "embed", lambda texts, _orig=embedder.embed: calls.append(texts) or _orig(texts))
+    store(cache, chat("Explain recursion to a beginner."))
+    assert calls == []
+
+
+async def test_long_prompts_are_exact_only(cache):
+    long_text = "Please review this contract. " + "The party agrees to the terms. " * 100
+    store(cache, chat(long_text))
+    assert await cache.lookup_async(WHO, "chat", MODEL, chat(long_text + " Thanks."), {}) is None
+    assert (await cache.lookup_async(WHO, "chat", MODEL, chat(long_text), {})).tier == "exact"
+
+
+def test_lexical_check_examples():
+    assert compatible("What's the GDP of Germany?", "What is the GDP of germany")
+    assert compatible("Give me three tips for better sleep.", "Give me 3 tips for sleeping better.")
+    assert not compatible("Is 91 a prime number?", "Is 97 a prime number?")
+    assert not compatible("Why do cats purr?", "Why don't cats purr?")
+    assert not compatible("Who wrote Hamlet?", "Who wrote Macbeth?")
+    assert not compatible("How do I lock my screen?", "How do I unlock my screen?")
+    assert not compatible("Translate from English to German: hi", "Translate from German to English: hi")
