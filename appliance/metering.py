@@ -22,6 +22,10 @@ the group-commit writer (:mod:`appliance.ledger`); they return once it is
 committed. The reservation row, not memory, says what is still held, so a
 reservation released as stale is never returned twice.
 
+The meter counts quota refusals in ``metrics`` (it alone knows the dimension);
+the request counters and histograms are the gateway's to feed, through
+``meter.metrics.observe_request``, once per request whatever its outcome.
+
 All of it uses one dedicated SQLite connection guarded by a lock shared by the
 event loop (admit) and the writer thread (settle): the two never wait on
 SQLite's busy handler for each other.
@@ -375,7 +379,6 @@ class Meter:
         cost = cost_of(rate, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cached_tokens=cached_tokens, cache_hit=hit)
         row = (admission.request_id, admission.admitted_at, admission.key_id, admission.team_id, admission.endpoint, model, variant,
                backend, prompt_tokens, completion_tokens, cached_tokens, ttft_ms, latency_ms, status, cache_tier, cost, energy_joules)
-        self.metrics.observe_request(model, status, ttft_ms, latency_ms, prompt_tokens, completion_tokens, cache_tier, energy_joules)
         admission.cost = cost
         return await self._commit(admission, row, prompt_tokens + completion_tokens, hit, cost)
 
@@ -396,7 +399,6 @@ class Meter:
         cost = cost_of(self.prices.rate(model), prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cached_tokens=0, cache_hit=False)
         row = (admission.request_id, admission.admitted_at, admission.key_id, admission.team_id, admission.endpoint, model, None,
                None, prompt_tokens, completion_tokens, 0, None, latency_ms, status, "miss", cost, None)
-        self.metrics.observe_request(model, status, None, latency_ms, prompt_tokens, completion_tokens, "miss", None)
         admission.cost = cost
         await self._commit(admission, row, prompt_tokens + completion_tokens, False, cost)
 

@@ -1,8 +1,8 @@
 """Prometheus metrics, in the text exposition format (version 0.0.4), without a client library.
 
-The gateway's hot path touches this object once per request (through the meter's
-settle/release, which call :meth:`Metrics.observe_request`): a few dict updates
-under a lock. Gauges that belong to other parts (queue depth, loaded instances,
+The gateway calls :meth:`Metrics.observe_request` once per request, whatever its
+outcome (the meter does not, so nothing is counted twice): a few dict updates
+under a lock. The meter adds quota refusals by dimension. Gauges that belong to other parts (queue depth, loaded instances,
 KV slots) are *pulled* at scrape time from callables registered with
 :meth:`Metrics.set_gauge_source`, so their owners need not push anything.
 Telemetry samples (:func:`appliance.telemetry.sample_telemetry`) go into a small
@@ -138,7 +138,6 @@ class Metrics:
     def observe_refusal(self, model: str, dimension: str) -> None:
         with self._lock:
             self._refusals[(model, dimension)] += 1
-            self._requests[(model, "429", "miss")] += 1
 
     def set_gauge_source(self, name: str, source: GaugeSource, *, help: str | None = None, labels: tuple[str, ...] | None = None) -> None:
         """Register a callable read at every scrape.
