@@ -21,6 +21,10 @@ minus at its start. The request energies add up to what the hardware used while
 at least one request was active — idle and static power in those segments
 included, idle time between requests excluded. Requests shorter than the counter's
 update period (NVML refreshes it every few tens of milliseconds) may read 0.
+(Taking ``read_joules()`` at a request's start and end instead would charge every
+concurrent request the whole interval's energy: N requests, N times the energy.)
+Call :meth:`end` for every :meth:`begin` (in a ``finally``), or the active count
+stays high and later requests are undercharged.
 """
 
 from __future__ import annotations
