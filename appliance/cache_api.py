@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 from litestar import Controller, Request, get, post, put
+from litestar.params import Parameter
 
 from appliance import db as dbmod
 from appliance.cache_keys import validate_policy
@@ -83,21 +84,24 @@ class CacheController(Controller):
         return {"purged": purged, "model": model, "key_id": key_id}
 
     @get("/policy")
-    async def get_policy(self, request: Request, scope: str = "global", id: str | None = None) -> dict[str, Any]:
+    async def get_policy(
+        self, request: Request, policy_scope: Annotated[str, Parameter(query="scope")] = "global",  # `scope` is reserved by Litestar
+        ident: Annotated[str | None, Parameter(query="id")] = None,
+    ) -> dict[str, Any]:
         services = request.app.state.services
         cache = _cache(request)
         defaults = dataclasses.asdict(cache.base_policy())
-        if scope == "key":
-            if not id:
+        if policy_scope == "key":
+            if not ident:
                 raise BadRequest("scope `key` needs an id (key id or prefix).", param="id")
-            row = services.keyring.get(id)
+            row = services.keyring.get(ident)
             stored = json.loads(row.cache_policy) if row.cache_policy else None
             return {"scope": "key", "id": row.id, "policy": stored, "defaults": defaults}
-        if scope == "team":
-            if not id or not id.isdigit():
+        if policy_scope == "team":
+            if not ident or not ident.isdigit():
                 raise BadRequest("scope `team` needs a numeric team id.", param="id")
-            return {"scope": "team", "id": int(id), "policy": cache.get_policy("team", int(id)), "defaults": defaults}
-        if scope != "global":
+            return {"scope": "team", "id": int(ident), "policy": cache.get_policy("team", int(ident)), "defaults": defaults}
+        if policy_scope != "global":
             raise BadRequest("scope must be global, team or key.", param="scope")
         return {"scope": "global", "id": None, "policy": cache.get_policy("global"), "defaults": defaults}
 
