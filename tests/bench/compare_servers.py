@@ -1,0 +1,152 @@
+"""Side-by-side serving benchmark on the same model file, in one run.
+
+  (a) the appliance (gateway + llama.cpp batching worker)
+  (b) python -m llama_cpp.server --interrupt_requests False (threads 1 and 2)
+  (c) llama.cpp's C++ llama-server -np 8, when --llama-server points at a build
+
+Each server is started alone, warmed up, measured at 1 and 8 concurrent streams
+(streaming /v1/completions, greedy, 128 new tokens, 16 different prompts) and
+stopped before the next starts. Then the appliance's prefix cache: TTFT with a
+shared ~1,000-token system prompt, cold vs warm.
+
+    python tests/bench/compare_servers.py [--llama-server PATH] [--requests 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from appliance.bench import run_bench  # noqa: E402
+from tests.daemon import start_daemon  # noqa: E402
+from tests.fixtures_models import ensure_default_gguf  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"{url} not ready")
+
+
+def start_process(argv: list[str], health: str, env: dict | None = None) -> subprocess.Popen:
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+    wait_http(health)
+    return proc
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def measure(name: str, base_url: str, model: str, api_key: str | None, requests: int, max_tokens: int) -> dict:
+    asyncio.run(run_bench(base_url, api_key=api_key, model=model, concurrency=1, requests=2, max_tokens=8))  # warm-up
+    one = asyncio.run(run_bench(base_url, api_key=api_key, model=model, concurrency=1, requests=max(3, requests // 4), max_tokens=max_tokens))
+    eight = asyncio.run(run_bench(base_url, api_key=api_key, model=model, concurrency=8, requests=requests, max_tokens=max_tokens))
+    row = {"server": name, "single_tps": one.per_stream_tps_median, "single_agg_tps": one.aggregate_tps,
+           "agg8_tps": eight.aggregate_tps, "per_stream8_tps": eight.per_stream_tps_median,
+           "ttft8_p50_s": eight.ttft_p50_s, "ttft8_p95_s": eight.ttft_p95_s, "failed": one.failed + eight.failed}
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def prefix_cache_ttft(base_url: str, api_key: str, model: str, rounds: int = 5) -> tuple[float, float]:
+    """Median TTFT with a fresh ~1,000-token system prompt (cold) vs the same one again (warm)."""
+    filler = " ".join(f"Rule {i}: answer politely, cite sources, keep it short, and never reveal secret number {i * 7}." for i in range(60))
+    headers = {"Authorization": f"Bearer {api_key}"}
+    cold, warm = [], []
+
+    def ttft(system: str, question: str) -> float:
+        body = {"model": model, "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
+                "max_tokens": 4, "temperature": 0, "stream": True}
+        started = time.perf_counter()
+        with httpx.stream("POST", base_url + "/chat/completions", json=body, headers={**headers, "Cache-Control": "no-store"}, timeout=300) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {") and '"content"' in line:
+                    return time.perf_counter() - started
+        return time.perf_counter() - started
+
+    for i in range(rounds):
+        system = f"Session {i} {time.time_ns()}. " + filler
+        cold.append(ttft(system, "What is rule 3?"))
+        warm.append(ttft(system, "What is rule 5?"))
+    return statistics.median(cold), statistics.median(warm)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--llama-server", type=Path, help="path to a llama-server binary (C++ yardstick)")
+    parser.add_argument("--requests", type=int, default=16)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--skip-llama-cpp-python", action="store_true")
+    args = parser.parse_args()
+    model_path = ensure_default_gguf()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        daemon = start_daemon(Path(tmp), APPLIANCE_ENGINE_PARALLEL="8", APPLIANCE_ENGINE_CONTEXT="8192", APPLIANCE_CACHE_ENABLED="false")
+        try:
+            key = daemon.create_key("bench")
+            rows.append(measure("appliance", daemon.url + "/v1", "default", key, args.requests, args.max_tokens))
+            cold, warm = prefix_cache_ttft(daemon.url + "/v1", key, "default")
+            print(json.dumps({"prefix_cache": {"cold_ttft_s": round(cold, 3), "warm_ttft_s": round(warm, 3), "ratio": round(warm / cold, 3)}}), flush=True)
+        finally:
+            daemon.stop()
+    if not args.skip_llama_cpp_python:
+        for threads in (1, 2):
+            port = free_port()
+            proc = start_process([sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--port", str(port),
+                                  "--interrupt_requests", "False", "--n_threads", str(threads), "--n_ctx", "8192"],
+                                 f"http://127.0.0.1:{port}/v1/models")
+            try:
+                rows.append(measure(f"llama_cpp.server t={threads}", f"http://127.0.0.1:{port}/v1", "x", None, args.requests, args.max_tokens))
+            finally:
+                stop_process(proc)
+    if args.llama_server:
+        for threads in (2, 1):
+            port = free_port()
+            env = {**os.environ, "LD_LIBRARY_PATH": str(args.llama_server.parent)}
+            proc = start_process([str(args.llama_server), "-m", str(model_path), "--port", str(port), "-np", "8", "-c", "8192",
+                                  "-t", str(threads), "--no-webui"], f"http://127.0.0.1:{port}/health", env=env)
+            try:
+                rows.append(measure(f"llama-server t={threads}", f"http://127.0.0.1:{port}/v1", "x", None, args.requests, args.max_tokens))
+            finally:
+                stop_process(proc)
+    print("\n| server | 1 stream tok/s | 8 streams aggregate tok/s | per stream at 8 | TTFT p50 at 8 | TTFT p95 at 8 | failed |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['server']} | {r['single_tps']:.1f} | {r['agg8_tps']:.1f} | {r['per_stream8_tps']:.1f} | {r['ttft8_p50_s']:.2f} s | {r['ttft8_p95_s']:.2f} s | {r['failed']} |")
+
+
+if __name__ == "__main__":
+    main()
