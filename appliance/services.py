@@ -64,6 +64,10 @@ class Services:
         self.metrics = getattr(self.meter, "metrics", None)
         self.router = Router(self.settings, canonical_name=self.canonical_name, make_plan=self.make_plan,
                              make_engine=self.make_engine, on_loaded=self._after_load)
+        from appliance.cache import ResponseCache
+        from appliance.embedder import make_embedder
+
+        self.cache = ResponseCache(self.settings, self.db, make_embedder(self.settings))
         self.gateway = Gateway(self.settings, self.router, self.meter, cache=self.cache, metrics=self.metrics)
         self._start_scheduler()
 
@@ -74,6 +78,8 @@ class Services:
             await self.router.stop_all()
         if self.meter is not None:
             await self.meter.stop()
+        if self.cache is not None:
+            self.cache.close()
         self.db.dispose()
 
     def _start_scheduler(self) -> None:
