@@ -9,6 +9,7 @@ address that was checked (a second DNS answer cannot swap in another).
 from __future__ import annotations
 
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,7 @@ def test_the_connection_goes_to_the_checked_address(monkeypatch: pytest.MonkeyPa
 
     def fake(host: str, port: Any, *args: Any, **kwargs: Any) -> list:
         if host == "models.example":
-            lookups.append(host)
+            lookups.append(sys._getframe(1).f_globals.get("__name__", "?"))  # who asked
             return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
         return real(host, port, *args, **kwargs)
 
@@ -83,7 +84,8 @@ def test_the_connection_goes_to_the_checked_address(monkeypatch: pytest.MonkeyPa
         info = store.pull(f"http://models.example:{server.port}/m.gguf", name="m:f32")
     assert info.status == "ready"
     assert server.requests[0]["host"] == f"models.example:{server.port}"
-    assert lookups  # resolved by us, then connected by address
+    # Only the SSRF check resolved the name; the HTTP client connected to the checked address.
+    assert lookups and set(lookups) == {"appliance.pull"}
 
 
 def test_pull_api_refuses_internal_hosts_at_once(store: ModelStore) -> None:
