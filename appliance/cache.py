@@ -33,6 +33,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+import msgspec
 import numpy as np
 from sqlalchemy import Engine
 
@@ -52,6 +53,7 @@ BATCH_MAX = 512
 EXPIRY_INTERVAL_S = 60.0
 POLICY_KV_PREFIX = "cache_policy:"
 _MEMO_MAX = 1024
+_encode = msgspec.json.encode
 
 
 @dataclass(slots=True)
@@ -71,7 +73,7 @@ class _Prepared:
 
 @dataclass(slots=True)
 class _Hot:
-    id: int
+    id: int | None  # None until the writer has committed the row
     endpoint: str
     model: str
     key_id: int | None
@@ -241,7 +243,7 @@ class ResponseCache:
             if row is None or (ttl and row[7] + ttl <= now):
                 return None
             entry = self._remember(key, row)
-        self._enqueue(("touch", entry.id, now))
+        self._enqueue(("touch", key, now))
         return Hit("exact", entry.endpoint, entry.response, entry.prompt_tokens, entry.completion_tokens, entry_id=entry.id)
 
     def _semantic(self, prep: _Prepared) -> Hit | None:
@@ -263,7 +265,7 @@ class ResponseCache:
         if row is None or (ttl and row[7] + ttl <= now):
             return None
         entry = self._remember(row[8], row[:8])
-        self._enqueue(("touch", entry.id, now))
+        self._enqueue(("touch", row[8], now))
         return Hit("semantic", entry.endpoint, entry.response, entry.prompt_tokens, entry.completion_tokens,
                    similarity=round(similarity, 4), entry_id=entry.id)
 
@@ -294,6 +296,12 @@ class ResponseCache:
         prep = self._prepare(principal, endpoint, model, body, headers)
         if prep is None or not prep.may_write or not complete_response(endpoint, result):
             return
+        # serve an immediate repeat from memory while the writer commits the row
+        usage = result.get("usage") or {}
+        entry = _Hot(None, endpoint, model, prep.key_id, result, int(usage.get("prompt_tokens") or 0),
+                     int(usage.get("completion_tokens") or 0), time.time(), len(_encode(result)))
+        with self._hot_lock:
+            self._put_hot(prep.key, entry)
         self._enqueue(("store", prep, result))
 
     def store_stream(self, principal: Any, endpoint: str, model: str, body: Any, events: list[bytes], usage: dict,
@@ -413,7 +421,7 @@ class ResponseCache:
     def _write_batch(self, conn: sqlite3.Connection, batch: list[tuple]) -> bool:
         if not batch:
             return True
-        touches: dict[int, tuple[float, int]] = {}
+        touches: dict[str, tuple[float, int]] = {}
         waiters: list[tuple[concurrent.futures.Future, Any]] = []
         running = True
         conn.execute("BEGIN IMMEDIATE")
@@ -421,14 +429,16 @@ class ResponseCache:
             for item in batch:
                 kind = item[0]
                 if kind == "touch":
-                    _, entry_id, when = item
-                    last, n = touches.get(entry_id, (when, 0))
-                    touches[entry_id] = (max(last, when), n + 1)
+                    _, key, when = item
+                    last, n = touches.get(key, (when, 0))
+                    touches[key] = (max(last, when), n + 1)
                 elif kind in ("store", "stream"):
                     try:
                         self._insert(conn, item)
                     except Exception:
                         log.exception("caching a response failed")
+                        with self._hot_lock:
+                            self._drop_hot(item[1].key)
                 elif kind == "expire":
                     count = self._expire(conn)
                     if item[1] is not None:
@@ -451,10 +461,10 @@ class ResponseCache:
             future.set_result(value)
         return running
 
-    def _apply_touches(self, conn: sqlite3.Connection, touches: dict[int, tuple[float, int]]) -> None:
+    def _apply_touches(self, conn: sqlite3.Connection, touches: dict[str, tuple[float, int]]) -> None:
         if touches:
-            conn.executemany("UPDATE cache_entries SET hits = hits + ?, last_hit_at = max(last_hit_at, ?) WHERE id = ?",
-                             [(n, when, entry_id) for entry_id, (when, n) in touches.items()])
+            conn.executemany("UPDATE cache_entries SET hits = hits + ?, last_hit_at = max(last_hit_at, ?) WHERE cache_key = ?",
+                             [(n, when, key) for key, (when, n) in touches.items()])
             touches.clear()
 
     def _insert(self, conn: sqlite3.Connection, item: tuple) -> None:
