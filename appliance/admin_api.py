@@ -148,3 +148,37 @@ class AliasesController(Controller):
         services.names_changed()
         services.audit(actor(request), "alias.delete", name)
         return {"name": name, "deleted": "true"}
+
+
+class BackupRequest(msgspec.Struct, kw_only=True):
+    path: str
+
+
+class OpsController(Controller):
+    path = "/admin/ops"
+    tags = ["admin: operations"]
+
+    @post("/backup", status_code=200)
+    async def backup(self, request: Request, data: BackupRequest) -> dict[str, Any]:
+        import asyncio
+        from pathlib import Path
+
+        from appliance.backup import backup
+
+        services = request.app.state.services
+        result = await asyncio.to_thread(backup, services.settings.db_path, Path(data.path))
+        services.audit(actor(request), "db.backup", result["path"])
+        return result
+
+    @post("/restore", status_code=200)
+    async def restore(self, request: Request, data: BackupRequest) -> dict[str, Any]:
+        import asyncio
+        from pathlib import Path
+
+        from appliance.backup import restore
+
+        services = request.app.state.services
+        result = await asyncio.to_thread(restore, services.settings.db_path, Path(data.path))
+        services.after_restore()
+        services.audit(actor(request), "db.restore", result["path"])
+        return result

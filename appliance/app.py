@@ -12,7 +12,7 @@ from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
 from appliance import __version__
-from appliance.admin_api import AliasesController, InstancesController, KeysController
+from appliance.admin_api import AliasesController, InstancesController, KeysController, OpsController
 from appliance.api_v1 import OpenAIController
 from appliance.asgi import ApplianceASGI
 from appliance.health import healthz, readyz
@@ -26,7 +26,7 @@ OPENAPI_PATH = "/openapi"
 
 
 def _route_handlers() -> list[Any]:
-    handlers: list[Any] = [healthz, readyz, OpenAIController, InstancesController, KeysController, AliasesController]
+    handlers: list[Any] = [healthz, readyz, OpenAIController, InstancesController, KeysController, AliasesController, OpsController]
     # Optional surfaces contributed by their own modules (store, planner, metering, console).
     for module, names in (
         ("appliance.store_api", ("ModelsController", "JobsController")),

@@ -111,6 +111,10 @@ class KeyRing:
             raise AuthenticationFailed("API key has expired.", code="expired_api_key")
         return principal
 
+    def forget_all(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
     def _forget(self, key_id: int) -> None:
         with self._lock:
             for digest in [d for d, p in self._cache.items() if p.id == key_id]:

@@ -91,8 +91,17 @@ class Services:
                               id="idle-unload", coalesce=True, max_instances=1)
         scheduler.add_job(self.meter.release_stale, "interval", seconds=60, args=[self.settings.request_timeout_seconds * 2],
                           id="stale-reservations", coalesce=True, max_instances=1)
+        scheduler.add_job(self._backup, "cron", hour=3, minute=17, id="daily-backup", coalesce=True, max_instances=1)
         scheduler.start()
         self.scheduler = scheduler
+
+    async def _backup(self) -> None:
+        import asyncio
+
+        from appliance.backup import scheduled_backup
+
+        path = await asyncio.to_thread(scheduled_backup, self.settings.db_path, self.settings.data_dir / "backups")
+        log.info("daily backup written", extra={"fields": {"path": str(path)}})
 
     async def _unload_idle(self) -> None:
         assert self.router is not None
@@ -157,6 +166,15 @@ class Services:
             record_load(self.db, instance.plan, instance.engine.rss_bytes())
         except ImportError:
             pass
+
+    def after_restore(self) -> None:
+        """Forget every in-memory copy of database state after a restore."""
+        self.keyring.forget_all()
+        self.names_changed()
+        if self.meter is not None and hasattr(self.meter, "invalidate_quotas"):
+            self.meter.invalidate_quotas()
+        if self.cache is not None and hasattr(self.cache, "clear_memory"):
+            self.cache.clear_memory()
 
     # ------------------------------------------------------------ audit
     def audit(self, actor: str, action: str, target: str | None = None, detail: str | None = None) -> None:

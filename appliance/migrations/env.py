@@ -14,6 +14,7 @@ def run_migrations_online() -> None:
     engine = create_engine(url)
     with engine.connect() as connection:
         connection.exec_driver_sql("PRAGMA journal_mode=WAL")
+        connection.commit()  # end SQLAlchemy's autobegun transaction, so Alembic's own one commits
         context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
         with context.begin_transaction():
             context.run_migrations()
