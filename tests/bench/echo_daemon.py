@@ -1,0 +1,70 @@
+"""The real daemon (gateway, auth, metering, cache, router, supervisor) serving one stand-in engine.
+
+Used by bench_gateway_overhead.py: everything is the product's code except the
+engine, which answers instantly, so the latency measured is the gateway's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from appliance import db as dbmod
+from appliance.daemon import check_data_dir
+from appliance.engines import EngineProcess
+from appliance.lockfile import DataDirLock
+from appliance.logs import setup_logging
+from appliance.settings import load_settings
+
+ECHO = Path(__file__).with_name("echo_engine.py")
+
+
+@dataclass(frozen=True)
+class EchoPlan:
+    model: str = "echo:instant"
+    backend: str = "echo"
+    parallel: int = 256
+    context: int = 512
+    estimated_bytes: int = 0
+
+
+class EchoDriver:
+    name = "echo"
+    routes = frozenset({"/v1/chat/completions"})
+    health_path = "/health"
+    supports_embeddings = False
+
+    def command(self, plan, socket_path, settings):
+        return [sys.executable, str(ECHO), "--socket", str(socket_path)]
+
+    def environment(self, plan, settings):
+        return {}
+
+
+def main() -> None:
+    import appliance.daemon as daemon
+    import appliance.services as services_mod
+
+    settings = load_settings()
+    check_data_dir(settings)
+    setup_logging("warning", "json", settings.log_dir)
+    lock = DataDirLock(settings.lock_path)
+    lock.acquire()
+    dbmod.migrate(settings.db_path)
+
+    original_start = services_mod.Services.start
+
+    async def start(self):
+        self.make_plan = lambda name: EchoPlan()
+        self.make_engine = lambda name, plan: EngineProcess(name, plan, EchoDriver(), self.settings, self.settings.run_dir / "echo.sock")
+        self.canonical_name = lambda name: "echo:instant"
+        await original_start(self)
+
+    services_mod.Services.start = start
+    asyncio.run(daemon.serve(settings))
+
+
+if __name__ == "__main__":
+    main()
