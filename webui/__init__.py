@@ -1,0 +1,53 @@
+"""The web console: server-rendered Jinja2 + htmx, mounted by ``appliance.app``.
+
+``console_handlers()`` returns two routers: the vendored static assets under
+``/static`` and the console itself under ``/``. The console renders its own
+templates (``appliance.webui.render``), so the app needs no template config;
+it authenticates with its own session cookie (``appliance.webui.sessions``), and
+its guard (``appliance.webui.gate``) applies sign-in, CSRF and roles to every
+route. Console actions call the services directly, never the admin API.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+STATIC = Path(__file__).parent / "static"
+
+
+def console_handlers() -> list[Any]:
+    from litestar import Router
+    from litestar.datastructures import CacheControlHeader
+    from litestar.static_files import create_static_files_router
+    from litestar_htmx import HTMXRequest
+
+    from appliance.webui import (
+        routes_auth,
+        routes_keys,
+        routes_models,
+        routes_overview,
+        routes_playground,
+        routes_system,
+        routes_usage,
+    )
+    from appliance.webui.gate import EXCEPTION_HANDLERS, SECURITY_HEADERS, gate
+
+    static = create_static_files_router(
+        path="/static", directories=[STATIC], name="console-static", include_in_schema=False,
+        cache_control=CacheControlHeader(max_age=3600),
+    )
+    handlers: list[Any] = []
+    for module in (routes_auth, routes_overview, routes_models, routes_playground, routes_keys, routes_usage, routes_system):
+        handlers.extend(module.HANDLERS)
+    console = Router(
+        path="/",
+        route_handlers=handlers,
+        guards=[gate],
+        exception_handlers=EXCEPTION_HANDLERS,
+        response_headers=SECURITY_HEADERS,
+        request_class=HTMXRequest,
+        include_in_schema=False,
+        tags=["console"],
+    )
+    return [static, console]

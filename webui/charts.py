@@ -1,0 +1,72 @@
+"""Tiny server-rendered SVG charts: no chart library, no script, no inline style.
+
+Each function returns ``Markup`` assembled only from numbers it formatted itself
+and text it escaped, so it is safe to print in an autoescaped template. The
+SVGs scale to their container (``viewBox`` + ``preserveAspectRatio="none"``).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from markupsafe import Markup, escape
+
+
+def _clean(values: Iterable[float | None]) -> list[float | None]:
+    out: list[float | None] = []
+    for v in values:
+        try:
+            out.append(None if v is None else float(v))
+        except (TypeError, ValueError):
+            out.append(None)
+    return out
+
+
+def sparkline(values: Sequence[float | None], top: float | None = None, label: str = "", css: str = "") -> Markup:
+    """A line over the last samples; ``top`` fixes the scale (100 for percentages)."""
+    points = _clean(values)
+    width, height = 100.0, 30.0
+    known = [v for v in points if v is not None]
+    if len(known) < 2:
+        return Markup('<svg class="spark spark-empty {}" viewBox="0 0 100 30" preserveAspectRatio="none" role="img" '
+                      'aria-label="{}"><line x1="0" y1="29" x2="100" y2="29"/></svg>').format(css, label or "no data yet")
+    high = top if top else max(known) or 1.0
+    step = width / (len(points) - 1)
+    coords = []
+    for i, v in enumerate(points):
+        if v is None:
+            continue
+        y = height - 1 - (min(max(v, 0.0), high) / high) * (height - 2)
+        coords.append(f"{i * step:.2f},{y:.2f}")
+    line = " ".join(coords)
+    area = f"{coords[0].split(',')[0]},{height} {line} {coords[-1].split(',')[0]},{height}"
+    return Markup(
+        '<svg class="spark {css}" viewBox="0 0 100 30" preserveAspectRatio="none" role="img" aria-label="{label}">'
+        '<polygon class="area" points="{area}"/><polyline points="{line}" vector-effect="non-scaling-stroke"/></svg>'
+    ).format(css=css, label=label, area=Markup(area), line=Markup(line))
+
+
+def bars(items: Sequence[tuple[str, float]], label: str = "", fmt: str = "{:,.0f}") -> Markup:
+    """Vertical bars, one per (label, value); each bar has a tooltip."""
+    if not items:
+        return Markup('<p class="muted">No data for this period.</p>')
+    values = [max(0.0, float(v or 0)) for _, v in items]
+    high = max(values) or 1.0
+    n = len(items)
+    slot = 100.0 / n
+    gap = min(0.6, slot * 0.2)
+    rects = []
+    for i, ((name, _), v) in enumerate(zip(items, values)):
+        h = 0 if v <= 0 else max(0.8, v / high * 48)
+        rects.append(Markup('<rect x="{x:.2f}" y="{y:.2f}" width="{w:.2f}" height="{h:.2f}"><title>{t}</title></rect>').format(
+            x=i * slot + gap / 2, y=50 - h, w=slot - gap, h=h, t=f"{name}: {fmt.format(v)}"))
+    return Markup('<svg class="bars" viewBox="0 0 100 50" preserveAspectRatio="none" role="img" aria-label="{}">{}</svg>').format(
+        label, Markup("").join(rects))
+
+
+def meter(value: float | None, top: float | None) -> Markup:
+    """A one-line horizontal bar for tables (share of the largest row)."""
+    v = max(0.0, float(value or 0))
+    share = 0.0 if not top else min(1.0, v / float(top))
+    return Markup('<svg class="hbar" viewBox="0 0 100 6" preserveAspectRatio="none" aria-hidden="true">'
+                  '<rect class="track" width="100" height="6"/><rect width="{:.2f}" height="6"/></svg>').format(share * 100)

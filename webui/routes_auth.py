@@ -1,0 +1,136 @@
+"""Sign-in, sign-out and password changes (including the forced first-run change)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, Response, get, post
+from litestar.datastructures import Cookie
+from sqlalchemy import select, update
+
+from appliance.db import session
+from appliance.tables import User
+from appliance.users import hash_password, verify_password
+from appliance.webui import csrf
+from appliance.webui.context import console, console_user, is_https, require_user, services
+from appliance.webui.gate import SCOPE_PRE_NEW
+from appliance.webui.render import page
+from appliance.webui.sessions import clear_cookie, session_cookie
+
+MIN_PASSWORD = 8
+_DUMMY_HASH: list[str] = []
+
+
+def _dummy_hash() -> str:
+    """A real argon2 hash to verify against when the user is unknown, so both cases cost the same."""
+    if not _DUMMY_HASH:
+        _DUMMY_HASH.append(hash_password("not-a-real-password-xyzzy"))
+    return _DUMMY_HASH[0]
+
+
+def safe_next(value: Any) -> str:
+    """Only local paths: '/x' yes; '//evil', '/\\evil', 'https://…' no."""
+    if isinstance(value, str) and value.startswith("/") and not value.startswith(("//", "/\\")) and len(value) < 512:
+        return value
+    return "/"
+
+
+def _login_page(request: Request, *, status: int = 200, error: str | None = None, username: str = "",
+                next_url: str = "/", headers: dict[str, str] | None = None) -> Response:
+    response = page(request, "login.html", status=status, headers=headers, error=error, username=username, next_url=next_url)
+    fresh = request.scope.get(SCOPE_PRE_NEW)
+    if fresh:
+        response.set_cookie(Cookie(key=csrf.PRE_COOKIE, value=fresh, path="/", httponly=True, samesite="strict",
+                                   secure=is_https(request), max_age=3600))
+    return response
+
+
+@get("/login", opt={"public": True}, include_in_schema=False, sync_to_thread=False)
+def login_form(request: Request) -> Response:
+    if console_user(request) is not None:
+        return Response(content="", status_code=303, headers={"Location": "/"})
+    return _login_page(request, next_url=safe_next(request.query_params.get("next")))
+
+
+@post("/login", opt={"public": True}, include_in_schema=False)
+async def login(request: Request) -> Response:
+    con = console(request)
+    form = await request.form()
+    username = str(form.get("username") or "").strip()[:64]
+    password = str(form.get("password") or "")[:1024]
+    next_url = safe_next(form.get("next"))
+    client = request.client.host if request.client else None
+    user_subject, ip_subject = con.throttle.subjects(username, client)
+    wait = con.throttle.retry_after(user_subject, ip_subject)
+    if wait is not None:
+        return _login_page(request, status=429, username=username, next_url=next_url, headers={"Retry-After": str(wait)},
+                           error=f"Too many failed sign-ins. Try again in {max(1, wait // 60)} min.")
+    with session(services(request).db) as s:
+        row = s.execute(select(User).where(User.username == username)).scalars().first()
+    ok = verify_password(row.password_hash if row else _dummy_hash(), password)
+    if not ok or row is None or row.disabled:
+        con.throttle.failed(user_subject, ip_subject)
+        services(request).audit(f"user:{username or '?'}", "console.login_failed", None, f"client={client}")
+        return _login_page(request, status=401, username=username, next_url=next_url, error="Wrong user name or password.")
+    con.throttle.succeeded(user_subject)
+    old = request.cookies.get("appliance_session")
+    con.sessions.delete(old)  # never reuse a session id across sign-ins
+    con.sessions.prune()
+    sid = con.sessions.create(row.id)  # type: ignore[arg-type]
+    services(request).audit(f"user:{row.username}", "console.login", None, f"client={client}")
+    target = "/password" if row.must_change_password else next_url
+    response = Response(content="", status_code=303, headers={"Location": target})
+    response.set_cookie(session_cookie(sid, is_https(request)))
+    response.set_cookie(Cookie(key=csrf.PRE_COOKIE, value="", path="/", max_age=0, httponly=True, samesite="strict"))
+    return response
+
+
+@post("/logout", opt={"during_setup": True}, include_in_schema=False)
+async def logout(request: Request) -> Response:
+    user = require_user(request)
+    console(request).sessions.delete(user.sid)
+    services(request).audit(user.actor, "console.logout")
+    response = Response(content="", status_code=303, headers={"Location": "/login"})
+    if request.headers.get("hx-request") == "true":
+        response = Response(content="", status_code=200, headers={"HX-Redirect": "/login"})
+    clear_cookie(response, is_https(request))
+    return response
+
+
+@get("/password", opt={"during_setup": True}, include_in_schema=False, sync_to_thread=False)
+def password_form(request: Request) -> Response:
+    return page(request, "password.html", active=None, error=None, done=False)
+
+
+@post("/password", opt={"during_setup": True}, include_in_schema=False)
+async def change_password(request: Request) -> Response:
+    user = require_user(request)
+    form = await request.form()
+    current = str(form.get("current") or "")
+    new = str(form.get("new") or "")
+    confirm = str(form.get("confirm") or "")
+    db = services(request).db
+    with session(db) as s:
+        row = s.get(User, user.id)
+    error = None
+    if row is None or not verify_password(row.password_hash, current):
+        error = "The current password is wrong."
+    elif len(new) < MIN_PASSWORD:
+        error = f"Choose a password of at least {MIN_PASSWORD} characters."
+    elif new != confirm:
+        error = "The two new passwords differ."
+    elif new == current:
+        error = "Choose a password different from the current one."
+    if error:
+        return page(request, "password.html", status=400, error=error, done=False)
+    with session(db) as s:
+        s.execute(update(User).where(User.id == user.id).values(password_hash=hash_password(new), must_change_password=False))  # type: ignore[arg-type]
+        s.commit()
+    ended = console(request).sessions.delete_for_user(user.id, keep=user.sid)
+    services(request).audit(user.actor, "user.password_change", user.username, f"other_sessions_ended={ended}")
+    if user.must_change_password:
+        return Response(content="", status_code=303, headers={"Location": "/"})
+    return page(request, "password.html", error=None, done=True)
+
+
+HANDLERS = [login_form, login, logout, password_form, change_password]

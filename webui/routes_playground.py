@@ -1,0 +1,188 @@
+"""Playground: chat with a model; tokens stream into the page over SSE.
+
+The page never holds an API key. A prompt is POSTed (CSRF-checked) and kept as a
+pending turn; the page then opens ``/playground/stream/{turn}`` with htmx's SSE
+extension, and that route runs the request through the gateway in-process as
+the signed-in console user (admission, cache, routing and metering included),
+relaying each token as an escaped HTML ``token`` event, then ``usage`` and
+``done``. A turn can be streamed once, and only by the session that made it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any, AsyncIterator
+
+import msgspec
+from litestar import Request, Response, get, post
+from litestar.response import ServerSentEvent, ServerSentEventMessage
+from markupsafe import escape
+
+from appliance.asgi import PRINCIPAL
+from appliance.auth import Principal
+from appliance.errors import ApplianceError, BadRequest
+from appliance.openai_schema import ChatCompletionRequest, CompletionRequest
+from appliance.webui.chat import PendingTurn
+from appliance.webui.context import console, require_user, services
+from appliance.webui.gate import needs
+from appliance.webui.render import page, partial, render
+
+LINGER_S = 15.0
+MAX_PROMPT = 32_000
+
+
+def model_choices(request: Request) -> list[dict[str, Any]]:
+    svc = services(request)
+    router = getattr(svc, "router", None)
+    loaded = set(router.instances) if router is not None else set()
+    choices: dict[str, dict[str, Any]] = {}
+    for name in sorted(loaded):
+        choices[name] = {"name": name, "loaded": True}
+    try:
+        for entry in svc.model_names():
+            choices.setdefault(entry["id"], {"name": entry["id"], "loaded": False, "target": entry.get("target")})
+    except Exception:  # no store yet: loaded models only
+        pass
+    return list(choices.values())
+
+
+@get("/playground", guards=[needs("operator")], include_in_schema=False, sync_to_thread=True)
+def playground(request: Request) -> Response:
+    user = require_user(request)
+    return page(request, "playground.html", active="playground", models=model_choices(request),
+                history=console(request).chats.history(user.sid))
+
+
+def _number(form: Any, name: str, kind: type, low: float, high: float) -> Any:
+    raw = form.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        value = kind(raw)
+    except (TypeError, ValueError):
+        raise BadRequest(f"{name} must be a number.", param=name) from None
+    if not low <= value <= high:
+        raise BadRequest(f"{name} must be between {low} and {high}.", param=name)
+    return value
+
+
+@post("/playground/send", guards=[needs("operator")], include_in_schema=False)
+async def send(request: Request) -> Response:
+    user = require_user(request)
+    form = await request.form()
+    model = str(form.get("model") or "").strip()
+    prompt = str(form.get("prompt") or "")
+    mode = "completion" if form.get("mode") == "completion" else "chat"
+    if not model:
+        raise BadRequest("Choose a model.", param="model")
+    if not prompt.strip():
+        raise BadRequest("Write a prompt first.", param="prompt")
+    if len(prompt) > MAX_PROMPT:
+        raise BadRequest("The prompt is too long for the playground.", param="prompt")
+    params = {
+        "temperature": _number(form, "temperature", float, 0.0, 2.0),
+        "top_p": _number(form, "top_p", float, 0.0, 1.0),
+        "max_tokens": _number(form, "max_tokens", int, 1, 8192),
+    }
+    chats = console(request).chats
+    turn = PendingTurn(sid=user.sid, mode=mode, model=model, params={k: v for k, v in params.items() if v is not None})
+    if mode == "chat":
+        system = str(form.get("system") or "").strip()
+        turn.messages = ([{"role": "system", "content": system}] if system else []) + chats.history(user.sid)
+        turn.messages.append({"role": "user", "content": prompt})
+        chats.append(user.sid, "user", prompt)
+    else:
+        turn.prompt = prompt
+    turn_id = chats.submit(turn)
+    return partial(request, "_turn.html", turn_id=turn_id, prompt=prompt, mode=mode, model=model)
+
+
+@post("/playground/clear", guards=[needs("operator")], include_in_schema=False, sync_to_thread=False)
+def clear(request: Request) -> Response:
+    console(request).chats.clear(require_user(request).sid)
+    return Response(content="", media_type="text/html")
+
+
+def _request_body(turn: PendingTurn) -> tuple[str, Any]:
+    common = {"model": turn.model, "stream": True, "stream_options": {"include_usage": True}, **turn.params}
+    try:
+        if turn.mode == "chat":
+            return "chat", msgspec.convert({**common, "messages": turn.messages}, ChatCompletionRequest)
+        return "completions", msgspec.convert({**common, "prompt": turn.prompt}, CompletionRequest)
+    except msgspec.ValidationError as exc:
+        raise BadRequest(f"Invalid request: {exc}") from None
+
+
+def _events(chunk_buffer: bytes) -> tuple[list[bytes], bytes]:
+    *complete, rest = chunk_buffer.split(b"\n\n")
+    return [e[6:] for e in complete if e.startswith(b"data: ")], rest
+
+
+async def _relay(request: Request, turn_id: str) -> AsyncIterator[ServerSentEventMessage]:
+    user = require_user(request)
+    chats = console(request).chats
+    turn = chats.take(turn_id, user.sid)
+    if turn is None:  # already streamed (a reconnect) or not ours
+        yield ServerSentEventMessage(data="end", event="done")
+        return
+    request.scope[PRINCIPAL] = Principal(kind="user", id=user.id, name=user.username, role="user")  # type: ignore[literal-required]
+    started = time.perf_counter()
+    first: float | None = None
+    text: list[str] = []
+    usage: dict[str, Any] = {}
+    tier = "miss"
+    try:
+        endpoint, body = _request_body(turn)
+        response = await services(request).gateway.handle(request, endpoint, body)
+        tier = dict(response.headers).get("x-cache", "miss")
+        iterator = getattr(response, "iterator", None)
+        if iterator is None:  # a plain body: nothing to stream
+            raise BadRequest("The gateway answered without a stream.")
+        buffer = b""
+        try:
+            async for chunk in iterator:
+                buffer += chunk if isinstance(chunk, bytes) else str(chunk).encode()
+                events, buffer = _events(buffer)
+                for raw in events:
+                    if raw == b"[DONE]":
+                        continue
+                    data = json.loads(raw)
+                    if "error" in data:
+                        raise BadRequest(str(data["error"].get("message", "The model failed.")))
+                    if data.get("usage"):
+                        usage = data["usage"]
+                    for choice in data.get("choices") or ():
+                        piece = (choice.get("delta") or {}).get("content") if turn.mode == "chat" else choice.get("text")
+                        if piece:
+                            first = first or time.perf_counter()
+                            text.append(piece)
+                            yield ServerSentEventMessage(data=str(escape(piece)), event="token")
+        finally:
+            close = getattr(iterator, "aclose", None)
+            if close is not None:
+                await close()
+    except ApplianceError as exc:
+        yield ServerSentEventMessage(data=render("_alert.html", kind="error", message=exc.message), event="failure")
+    elapsed = time.perf_counter() - started
+    if turn.mode == "chat" and text:
+        chats.append(user.sid, "assistant", "".join(text))
+    completion = int(usage.get("completion_tokens") or len(text))
+    stats = {
+        "model": turn.model, "tier": tier, "prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": completion,
+        "ttft_ms": (first - started) * 1000 if first else None,
+        "tokens_per_s": completion / (elapsed - (first - started)) if first and elapsed > (first - started) else None,
+        "seconds": elapsed, "empty": not text,
+    }
+    yield ServerSentEventMessage(data=render("_usage_line.html", s=stats), event="usage")
+    yield ServerSentEventMessage(data="end", event="done")
+    await asyncio.sleep(LINGER_S)  # the page closes the stream on "done"; don't make EventSource reconnect
+
+
+@get("/playground/stream/{turn_id:str}", guards=[needs("operator")], include_in_schema=False)
+async def stream(request: Request, turn_id: str) -> ServerSentEvent:
+    return ServerSentEvent(_relay(request, turn_id), headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+HANDLERS = [playground, send, clear, stream]

@@ -1,0 +1,182 @@
+"""Cache (stats, policy, purge), settings (read-only), audit log, console users."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import anyio
+from litestar import Request, Response, get, post
+from sqlalchemy import or_, select, update
+
+from appliance.db import session
+from appliance.errors import BadRequest, Conflict, EngineUnavailable
+from appliance.settings import Settings
+from appliance.tables import AuditLog, User
+from appliance.users import ROLES, create_user, hash_password
+from appliance.webui import stats
+from appliance.webui.context import audit, console, require_user, services
+from appliance.webui.gate import needs
+from appliance.webui.render import page, partial
+
+SECRET_SETTINGS = frozenset({"session_secret"})
+CACHE_SETTINGS = ("cache_enabled", "cache_ttl_seconds", "cache_max_entries", "cache_counts_against_quota", "semantic_cache_threshold")
+AUDIT_PAGE = 100
+
+
+# ------------------------------------------------------------------ cache
+STAT_FIELDS = ("entries", "bytes", "hit_rate", "lookups", "hits", "misses", "stores", "evicted", "expired", "purged")
+SHARE_MODES = ("team", "key", "global")
+
+
+def _cache_context(request: Request, message: str | None = None) -> dict[str, Any]:
+    svc = services(request)
+    cache = getattr(svc, "cache", None)
+    raw = stats.cache_stats(svc) or {}
+    policy = None
+    if cache is not None and hasattr(cache, "base_policy"):
+        base = cache.base_policy()
+        policy = {**{f: getattr(base, f) for f in ("enabled", "cache_nondeterministic", "semantic", "semantic_threshold", "share")},
+                  **(cache.get_policy("global") or {})}
+    return {"available": cache is not None, "stats": [(f, raw[f]) for f in STAT_FIELDS if f in raw],
+            "semantic": raw.get("semantic"), "serving": stats.serving(svc.db), "policy": policy, "share_modes": SHARE_MODES,
+            "settings": [(name, getattr(svc.settings, name)) for name in CACHE_SETTINGS], "message": message}
+
+
+def _cache(request: Request) -> Any:
+    cache = getattr(services(request), "cache", None)
+    if cache is None:
+        raise EngineUnavailable("The response cache is not available.")
+    return cache
+
+
+@get("/cache", include_in_schema=False, sync_to_thread=True)
+def cache_page(request: Request) -> Response:
+    return page(request, "cache.html", active="cache", **_cache_context(request))
+
+
+@post("/cache/purge", guards=[needs("admin")], include_in_schema=False)
+async def cache_purge(request: Request) -> Response:
+    cache = _cache(request)
+    model = str((await request.form()).get("model") or "").strip() or None
+    removed = await anyio.to_thread.run_sync(lambda: cache.purge(model=model))
+    audit(request, "cache.purge", model or "*", f"removed={removed}")
+    return partial(request, "_cache.html", **_cache_context(request, f"Cache purged: {removed} entries removed."))
+
+
+@post("/cache/policy", guards=[needs("admin")], include_in_schema=False)
+async def cache_policy(request: Request) -> Response:
+    cache = _cache(request)
+    form = await request.form()
+    try:
+        threshold = float(form.get("semantic_threshold") or 0.95)
+    except ValueError:
+        raise BadRequest("The similarity threshold must be a number.", param="semantic_threshold") from None
+    share = str(form.get("share") or "team")
+    policy = {"enabled": form.get("enabled") == "on", "cache_nondeterministic": form.get("cache_nondeterministic") == "on",
+              "semantic": form.get("semantic") == "on", "semantic_threshold": threshold, "share": share}
+    try:
+        saved = cache.set_policy("global", None, policy)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    audit(request, "cache.policy", "global", ",".join(f"{k}={v}" for k, v in sorted((saved or {}).items())))
+    return partial(request, "_cache.html", **_cache_context(request, "Cache policy saved."))
+
+
+# ------------------------------------------------------------------ settings
+@get("/settings", include_in_schema=False, sync_to_thread=True)
+def settings_page(request: Request) -> Response:
+    settings = services(request).settings
+    rows = []
+    for name, field in Settings.model_fields.items():
+        value = getattr(settings, name)
+        if name in SECRET_SETTINGS:
+            value = "(set)" if value else "(generated, in the data dir)"
+        rows.append({"name": name, "env": f"APPLIANCE_{name.upper()}", "value": value, "description": field.description})
+    return page(request, "settings.html", active="settings", rows=rows)
+
+
+# ------------------------------------------------------------------ audit
+@get("/audit", include_in_schema=False, sync_to_thread=True)
+def audit_page(request: Request) -> Response:
+    query = select(AuditLog).order_by(AuditLog.id.desc()).limit(AUDIT_PAGE + 1)  # type: ignore[union-attr]
+    before = request.query_params.get("before", "")
+    if before.isdigit():
+        query = query.where(AuditLog.id < int(before))  # type: ignore[arg-type,operator]
+    q = (request.query_params.get("q") or "").strip()[:64]
+    if q:
+        like = f"%{q.replace('%', '').replace('_', '')}%"
+        query = query.where(or_(AuditLog.actor.like(like), AuditLog.action.like(like), AuditLog.target.like(like)))  # type: ignore[union-attr,attr-defined]
+    with session(services(request).db) as s:
+        rows = list(s.execute(query).scalars())
+    more = len(rows) > AUDIT_PAGE
+    rows = rows[:AUDIT_PAGE]
+    return page(request, "audit.html", active="audit", rows=rows, q=q, next_before=rows[-1].id if more and rows else None)
+
+
+# ------------------------------------------------------------------ users
+def _users(request: Request, message: str | None = None, one_time: dict[str, str] | None = None) -> dict[str, Any]:
+    with session(services(request).db) as s:
+        users = list(s.execute(select(User).order_by(User.username)).scalars())  # type: ignore[arg-type]
+    return {"users": users, "roles": ROLES, "message": message, "one_time": one_time}
+
+
+@get("/users", guards=[needs("admin")], include_in_schema=False, sync_to_thread=True)
+def users_page(request: Request) -> Response:
+    return page(request, "users.html", active="users", **_users(request))
+
+
+@post("/users/create", guards=[needs("admin")], include_in_schema=False)
+async def users_create(request: Request) -> Response:
+    form = await request.form()
+    username = str(form.get("username") or "").strip()
+    role = str(form.get("role") or "viewer")
+    password = secrets.token_urlsafe(12)
+    create_user(services(request).db, username, password, role=role, must_change_password=True)
+    audit(request, "user.create", username, f"role={role}")
+    return partial(request, "_users.html", **_users(request, one_time={"username": username, "password": password}))
+
+
+def _change(request: Request, user_id: int, **values: Any) -> User:
+    me = require_user(request)
+    if user_id == me.id and ("role" in values or values.get("disabled")):
+        raise Conflict("You cannot demote or disable yourself; ask another admin.")
+    with session(services(request).db) as s:
+        row = s.get(User, user_id)
+        if row is None:
+            raise BadRequest("No such user.", param="user")
+        s.execute(update(User).where(User.id == user_id).values(**values))  # type: ignore[arg-type]
+        s.commit()
+    return row
+
+
+@post("/users/{user_id:int}/role", guards=[needs("admin")], include_in_schema=False)
+async def users_role(request: Request, user_id: int) -> Response:
+    role = str((await request.form()).get("role") or "")
+    if role not in ROLES:
+        raise BadRequest(f"role must be one of {', '.join(ROLES)}", param="role")
+    row = _change(request, user_id, role=role)
+    audit(request, "user.role", row.username, f"role={role}")
+    return partial(request, "_users.html", **_users(request, f"{row.username} is now {role}."))
+
+
+@post("/users/{user_id:int}/disable", guards=[needs("admin")], include_in_schema=False)
+async def users_disable(request: Request, user_id: int) -> Response:
+    disabled = (await request.form()).get("disabled") != "false"
+    row = _change(request, user_id, disabled=disabled)
+    if disabled:
+        console(request).sessions.delete_for_user(user_id)
+    audit(request, "user.disable" if disabled else "user.enable", row.username)
+    return partial(request, "_users.html", **_users(request, f"{row.username} {'disabled' if disabled else 'enabled'}."))
+
+
+@post("/users/{user_id:int}/reset", guards=[needs("admin")], include_in_schema=False)
+async def users_reset(request: Request, user_id: int) -> Response:
+    password = secrets.token_urlsafe(12)
+    row = _change(request, user_id, password_hash=hash_password(password), must_change_password=True)
+    console(request).sessions.delete_for_user(user_id)
+    audit(request, "user.password_reset", row.username)
+    return partial(request, "_users.html", **_users(request, one_time={"username": row.username, "password": password}))
+
+
+HANDLERS = [cache_page, cache_purge, cache_policy, settings_page, audit_page, users_page, users_create, users_role, users_disable, users_reset]
