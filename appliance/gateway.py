@@ -89,19 +89,46 @@ class Gateway:
         if stream:
             forward = msgspec.structs.replace(forward, stream_options={"include_usage": True})  # type: ignore[arg-type]
         payload = _encoder.encode(forward)
+        mark = self.energy.begin() if self.energy is not None else None
         try:
             if stream:
-                return await self._stream(principal, admission, request_id, endpoint, name, body, payload, started, request.headers)
-            return await self._plain(principal, admission, request_id, endpoint, name, body, payload, started, request.headers)
+                return await self._stream(principal, admission, request_id, endpoint, name, body, payload, started, request.headers, mark)
+            return await self._plain(principal, admission, request_id, endpoint, name, body, payload, started, request.headers, mark)
         except BaseException as exc:
-            status = exc.status if isinstance(exc, ApplianceError) else 499
-            await self.meter.release(admission, status=status, model=name)
+            await self._fail(admission, name, exc.status if isinstance(exc, ApplianceError) else 499, 0, started, mark)
             raise
+
+    # ------------------------------------------------------------ accounting
+    def _energy(self, mark: Any) -> float | None:
+        return self.energy.end(mark) if mark is not None and self.energy is not None else None
+
+    async def _settle(self, admission: Any, name: str, backend: str | None, usage: dict, completion_default: int,
+                      ttft_ms: float | None, started: float, mark: Any, tier: str = "miss") -> None:
+        """Write the usage row and settle quotas (durable before returning), then count the request."""
+        latency_ms = (time.perf_counter() - started) * 1000
+        prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        completion_tokens = int(usage.get("completion_tokens") or completion_default)
+        cached_tokens = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+        energy = self._energy(mark)
+        await self.meter.settle(
+            admission, model=name, variant=name.split(":", 1)[-1], backend=backend, prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens, cached_tokens=cached_tokens, ttft_ms=ttft_ms, latency_ms=latency_ms,
+            status=200, cache_tier=tier, energy_joules=energy,
+        )
+        if self.metrics is not None:
+            self.metrics.observe_request(name, 200, ttft_ms, latency_ms, prompt_tokens, completion_tokens, tier, energy)
+
+    async def _fail(self, admission: Any, name: str, status: int, completion_tokens: int, started: float, mark: Any) -> None:
+        """Record what a failed or abandoned request produced and free its reservation."""
+        energy = self._energy(mark)
+        await self.meter.release(admission, status=status, model=name, completion_tokens=completion_tokens)
+        if self.metrics is not None:
+            latency_ms = (time.perf_counter() - started) * 1000
+            self.metrics.observe_request(name, status, None, latency_ms, 0, completion_tokens, "miss", energy)
 
     # ------------------------------------------------------------- plain call
     async def _plain(self, principal: Principal, admission: Any, request_id: str, endpoint: str, name: str, body: Any,
-                     payload: bytes, started: float, headers: Any) -> Response:
-        energy_start = self.energy.read_joules() if self.energy else None
+                     payload: bytes, started: float, headers: Any, mark: Any) -> Response:
         async with self.router.lease(name, principal.priority) as instance:
             try:
                 response = await instance.engine.client.post(ENGINE_PATHS[endpoint], content=payload, headers={"content-type": "application/json"})
@@ -113,32 +140,14 @@ class Gateway:
             raise EngineError(response.status_code, response.content)
         content = response.content
         result = json.loads(content)
-        usage = result.get("usage") or {}
-        latency_ms = (time.perf_counter() - started) * 1000
-        prompt_tokens = int(usage.get("prompt_tokens") or 0)
-        completion_tokens = int(usage.get("completion_tokens") or 0)
-        cached_tokens = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
-        await self.meter.settle(
-            admission, model=name, variant=name.split(":", 1)[-1], backend=instance.backend,
-            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cached_tokens=cached_tokens,
-            ttft_ms=latency_ms, latency_ms=latency_ms, status=200, cache_tier="miss",
-            energy_joules=self._energy_delta(energy_start),
-        )
-        if self.metrics is not None:
-            self.metrics.observe_request(name, 200, latency_ms, latency_ms, prompt_tokens, completion_tokens, "miss")
+        await self._settle(admission, name, instance.backend, result.get("usage") or {}, 0, None, started, mark)
         if self.cache is not None and endpoint != "embeddings":
             self.cache.store(principal, endpoint, name, body, result, headers)
         return Response(content=content, media_type="application/json", headers={**admission.headers, "x-cache": "miss", "x-request-id": request_id})
 
-    def _energy_delta(self, start: float | None) -> float | None:
-        if start is None or self.energy is None:
-            return None
-        end = self.energy.read_joules()
-        return None if end is None else max(0.0, end - start)
-
     # ---------------------------------------------------------------- streams
     async def _stream(self, principal: Principal, admission: Any, request_id: str, endpoint: str, name: str, body: Any,
-                      payload: bytes, started: float, headers: Any) -> Response:
+                      payload: bytes, started: float, headers: Any, mark: Any) -> Response:
         lease = self.router.lease(name, principal.priority)
         instance = await lease.__aenter__()
         try:
@@ -158,14 +167,13 @@ class Gateway:
             await lease.__aexit__(type(exc), exc, exc.__traceback__)
             raise
         want_usage = bool(body.stream_options and body.stream_options.include_usage)
-        events = self._relay(upstream, lease, instance, admission, name, started, want_usage, principal, endpoint, body, headers)
+        events = self._relay(upstream, lease, instance, admission, name, started, want_usage, principal, endpoint, body, headers, mark)
         return Stream(events, media_type="text/event-stream",
                       headers={**admission.headers, "x-cache": "miss", "x-request-id": request_id, "cache-control": "no-cache"})
 
     async def _relay(self, upstream: httpx.Response, lease: Any, instance: Any, admission: Any, name: str, started: float,
-                     want_usage: bool, principal: Principal, endpoint: str, body: Any, headers: Any) -> AsyncIterator[bytes]:
+                     want_usage: bool, principal: Principal, endpoint: str, body: Any, headers: Any, mark: Any) -> AsyncIterator[bytes]:
         """Pass the engine's SSE events through; settle before the final [DONE]."""
-        energy_start = self.energy.read_joules() if self.energy else None
         usage: dict | None = None
         ttft_ms: float | None = None
         events = 0
@@ -200,46 +208,31 @@ class Gateway:
                     out.append(event + b"\n\n")
                 if out:
                     yield b"".join(out)
-            latency_ms = (time.perf_counter() - started) * 1000
             usage = usage or {}
-            prompt_tokens = int(usage.get("prompt_tokens") or 0)
-            completion_tokens = int(usage.get("completion_tokens") or events)
-            cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
-            await self.meter.settle(
-                admission, model=name, variant=name.split(":", 1)[-1], backend=instance.backend,
-                prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cached_tokens=cached,
-                ttft_ms=ttft_ms, latency_ms=latency_ms, status=200, cache_tier="miss", energy_joules=self._energy_delta(energy_start),
-            )
+            await self._settle(admission, name, instance.backend, usage, events, ttft_ms, started, mark)
             settled = True
-            if self.metrics is not None:
-                self.metrics.observe_request(name, 200, ttft_ms, latency_ms, prompt_tokens, completion_tokens, "miss")
             if collected is not None and self.cache is not None:
                 self.cache.store_stream(principal, endpoint, name, body, collected, usage, headers)
             yield DONE
         except httpx.TransportError:
             error = {"error": {"message": f"The engine serving `{name}` stopped mid-stream.", "type": "server_error", "param": None, "code": "engine_unavailable"}}
-            await self.meter.release(admission, status=503, model=name, completion_tokens=events)
             settled = True
+            await self._fail(admission, name, 503, events, started, mark)
             yield b"data: " + json.dumps(error).encode() + b"\n\n" + DONE
         finally:
             await upstream.aclose()
             await lease.__aexit__(None, None, None)
             if not settled:  # client went away: record what was produced, free the reservation
-                await self.meter.release(admission, status=499, model=name, completion_tokens=events)
+                await self._fail(admission, name, 499, events, started, mark)
 
     # ------------------------------------------------------------------ cache
     async def _serve_cached(self, principal: Principal, request_id: str, endpoint: str, name: str, body: Any, hit: Any,
                             started: float, stream: bool) -> Response:
         admission = self.meter.admit(principal, request_id=request_id, endpoint=endpoint, model=name,
                                      estimated_tokens=hit.prompt_tokens + hit.completion_tokens, cached=True)
-        latency_ms = (time.perf_counter() - started) * 1000
-        await self.meter.settle(
-            admission, model=name, variant=name.split(":", 1)[-1], backend=None, prompt_tokens=hit.prompt_tokens,
-            completion_tokens=hit.completion_tokens, cached_tokens=hit.prompt_tokens, ttft_ms=latency_ms, latency_ms=latency_ms,
-            status=200, cache_tier=hit.tier,
-        )
-        if self.metrics is not None:
-            self.metrics.observe_request(name, 200, latency_ms, latency_ms, hit.prompt_tokens, hit.completion_tokens, hit.tier)
+        usage = {"prompt_tokens": hit.prompt_tokens, "completion_tokens": hit.completion_tokens,
+                 "prompt_tokens_details": {"cached_tokens": hit.prompt_tokens}}
+        await self._settle(admission, name, None, usage, 0, (time.perf_counter() - started) * 1000, started, None, hit.tier)
         headers = {**admission.headers, "x-cache": hit.tier, "x-request-id": request_id}
         if hit.similarity is not None:
             headers["x-cache-similarity"] = f"{hit.similarity:.4f}"

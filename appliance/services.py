@@ -17,6 +17,7 @@ from sqlalchemy import select
 from appliance import db as dbmod
 from appliance.auth import KeyRing
 from appliance.drivers import get_driver
+from appliance.energy import EnergyMeter
 from appliance.engines import EngineProcess
 from appliance.errors import ModelNotFound
 from appliance.router import Instance, Router
@@ -43,6 +44,7 @@ class Services:
         self.gateway: Any = None
         self.scheduler: Any = None
         self.hardware: Any = None
+        self.energy: Any = None
         self._aliases: dict[str, str] | None = None
         self._names: dict[str, str] = {}
 
@@ -82,15 +84,28 @@ class Services:
             self.cache.close()
         self.db.dispose()
 
+    def _register_gauges(self) -> None:
+        router = self.router
+        assert router is not None
+        self.metrics.set_gauge_source("loaded_instances", lambda: len(router.instances))
+        self.metrics.set_gauge_source("queue_depth", lambda: {n: i.queue.waiting for n, i in router.instances.items()})
+        self.metrics.set_gauge_source("kv_slots_in_use", lambda: {n: i.queue.active for n, i in router.instances.items()})
+        self.metrics.set_gauge_source("kv_slots_total", lambda: {n: i.queue.slots for n, i in router.instances.items()})
+
     def _start_scheduler(self) -> None:
         from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+        from appliance.rollups import rollup
+        from appliance.telemetry import sample_telemetry
+
         scheduler = AsyncIOScheduler(timezone="UTC")
+        scheduler.add_job(rollup, "interval", minutes=5, args=[self.db], id="usage-rollup", coalesce=True, max_instances=1)
+        scheduler.add_job(self.meter.prune_counters, "interval", hours=1, id="prune-counters", coalesce=True, max_instances=1)
+        scheduler.add_job(sample_telemetry, "interval", seconds=5, args=[self.metrics], id="telemetry", coalesce=True, max_instances=1)
         if self.settings.idle_unload_seconds:
             scheduler.add_job(self._unload_idle, "interval", seconds=max(5, min(60, self.settings.idle_unload_seconds // 4)),
                               id="idle-unload", coalesce=True, max_instances=1)
-        scheduler.add_job(self.meter.release_stale, "interval", seconds=60, args=[self.settings.request_timeout_seconds * 2],
-                          id="stale-reservations", coalesce=True, max_instances=1)
+        scheduler.add_job(self.meter.release_stale, "interval", seconds=60, id="stale-reservations", coalesce=True, max_instances=1)
         scheduler.add_job(self._backup, "cron", hour=3, minute=17, id="daily-backup", coalesce=True, max_instances=1)
         scheduler.start()
         self.scheduler = scheduler
