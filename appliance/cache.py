@@ -6,9 +6,11 @@ on a miss there, by one indexed SELECT on ``cache_entries.cache_key``. The
 semantic tier (``lookup_async``) runs only after an exact miss, and embeds the
 prompt on a worker thread.
 
-Write path: ``store``/``store_stream`` only check policy and queue the answer;
-one writer thread folds streams, embeds prompts, and commits everything queued
-in one transaction (group commit), then evicts least-recently-used rows above
+Write path: ``store``/``store_stream`` only check policy and queue the answer
+(a plain answer also goes straight into the hot LRU, so an immediate repeat
+hits). One writer thread folds streams, embeds prompts, and commits everything
+queued, plus the hit counts gathered since its last batch, in one transaction
+(group commit), then evicts least-recently-used rows above
 ``cache_max_entries`` and, once a minute, expired rows. Purges go through the
 same queue, so they are ordered after every store queued before them. A cache
 store acknowledges nothing to a client, so a crash may lose queued stores.
@@ -51,6 +53,7 @@ HOT_MAX_BYTES = 64 << 20
 QUEUE_MAX = 10_000
 BATCH_MAX = 512
 EXPIRY_INTERVAL_S = 60.0
+TOUCH_INTERVAL_S = 1.0
 POLICY_KV_PREFIX = "cache_policy:"
 _MEMO_MAX = 1024
 _encode = msgspec.json.encode
@@ -105,6 +108,8 @@ class ResponseCache:
         self._stats = {"lookups": 0, "exact": 0, "semantic": 0, "misses": 0, "bypassed": 0, "stores": 0, "dropped": 0,
                        "evicted": 0, "expired": 0, "purged": 0}
         self._stats_lock = threading.Lock()
+        self._touches: dict[str, tuple[float, int]] = {}
+        self._touch_lock = threading.Lock()
         self._embed_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cache-embed")
         self._queue: queue.Queue = queue.Queue(QUEUE_MAX)
         self._count = self._read().execute("SELECT count(*) FROM cache_entries").fetchone()[0]
@@ -243,7 +248,7 @@ class ResponseCache:
             if row is None or (ttl and row[7] + ttl <= now):
                 return None
             entry = self._remember(key, row)
-        self._enqueue(("touch", key, now))
+        self._touch(key, now)
         return Hit("exact", entry.endpoint, entry.response, entry.prompt_tokens, entry.completion_tokens, entry_id=entry.id)
 
     def _semantic(self, prep: _Prepared) -> Hit | None:
@@ -265,7 +270,7 @@ class ResponseCache:
         if row is None or (ttl and row[7] + ttl <= now):
             return None
         entry = self._remember(row[8], row[:8])
-        self._enqueue(("touch", row[8], now))
+        self._touch(row[8], now)
         return Hit("semantic", entry.endpoint, entry.response, entry.prompt_tokens, entry.completion_tokens,
                    similarity=round(similarity, 4), entry_id=entry.id)
 
@@ -311,6 +316,12 @@ class ResponseCache:
         if prep is None or not prep.may_write or not events:
             return
         self._enqueue(("stream", prep, events, usage))
+
+    def _touch(self, key: str, when: float) -> None:
+        """Count a hit; the writer folds the counts into one UPDATE per entry at its next batch (within a second)."""
+        with self._touch_lock:
+            last, n = self._touches.get(key, (when, 0))
+            self._touches[key] = (max(last, when), n + 1)
 
     def _enqueue(self, item: tuple) -> None:
         try:
@@ -395,7 +406,7 @@ class ResponseCache:
         running = True
         while running:
             try:
-                first = self._queue.get(timeout=max(0.05, next_expiry - time.monotonic()))
+                first = self._queue.get(timeout=min(TOUCH_INTERVAL_S, max(0.05, next_expiry - time.monotonic())))
             except queue.Empty:
                 first = None
             batch = [first] if first is not None else []
@@ -419,20 +430,17 @@ class ResponseCache:
         conn.close()
 
     def _write_batch(self, conn: sqlite3.Connection, batch: list[tuple]) -> bool:
-        if not batch:
+        with self._touch_lock:
+            touches, self._touches = self._touches, {}
+        if not batch and not touches:
             return True
-        touches: dict[str, tuple[float, int]] = {}
         waiters: list[tuple[concurrent.futures.Future, Any]] = []
         running = True
         conn.execute("BEGIN IMMEDIATE")
         try:
             for item in batch:
                 kind = item[0]
-                if kind == "touch":
-                    _, key, when = item
-                    last, n = touches.get(key, (when, 0))
-                    touches[key] = (max(last, when), n + 1)
-                elif kind in ("store", "stream"):
+                if kind in ("store", "stream"):
                     try:
                         self._insert(conn, item)
                     except Exception:
