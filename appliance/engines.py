@@ -11,9 +11,12 @@ with exponential backoff.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import logging
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +34,36 @@ BACKOFF_MAX_S = 30.0
 MAX_RESTARTS_IN_WINDOW = 5
 RESTART_WINDOW_S = 300.0
 STOP_GRACE_S = 5.0
+_PR_SET_PDEATHSIG = 1
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_prctl = _load_prctl()  # resolved here, so the forked child only calls it
+
+
+def _die_with_daemon(daemon_pid: int) -> Callable[[], None] | None:
+    """A pre-exec hook: the engine gets SIGTERM when the daemon dies, even by SIGKILL.
+
+    Without it an engine outlives a crashed daemon and keeps the model's (GPU)
+    memory; the restarted daemon cannot adopt it and would start a second one.
+    """
+    if _prctl is None:
+        return None
+
+    def hook() -> None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != daemon_pid:  # the daemon died before the hook ran
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return hook
 
 
 @dataclass
@@ -95,7 +128,7 @@ class EngineProcess:
         log.info("starting engine %s", self.name, extra={"fields": {"backend": self.driver.name, "argv": argv[:3]}})
         self._proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True,
+            stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True, preexec_fn=_die_with_daemon(os.getpid()),
         )
         self.pid = self._proc.pid
         self.started_at = time.time()
