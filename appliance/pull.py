@@ -180,8 +180,8 @@ def _human(n: int) -> str:
     return str(n)
 
 
-def _disk_full(exc: OSError) -> bool:
-    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+def disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def remove_partial(partial: Path) -> None:
@@ -234,6 +234,17 @@ class Downloader:
         self._hashed = 0  # bytes of the partial file already in _hasher
 
     def run(self) -> Fetched:
+        try:
+            return self._run()
+        except OSError as exc:
+            if not disk_full(exc):
+                raise
+            # Never retried: the partial file goes, so the disk (and the database on it) has room again.
+            remove_partial(self.partial)
+            raise InsufficientStorage("the model store's disk is full; the partial download was removed. "
+                                      "Free some space (e.g. delete unused variants) and pull again.") from None
+
+    def _run(self) -> Fetched:
         with httpx.Client(follow_redirects=False, timeout=TIMEOUT, trust_env=False) as client:
             failures = 0
             while True:
@@ -337,30 +348,23 @@ class Downloader:
 
     def _stream(self, response: httpx.Response, have: int, total: int | None) -> None:
         done = have
-        try:
-            with self.partial.open("r+b" if have else "wb") as f:
-                f.seek(have)
-                f.truncate()
-                try:
-                    for block in response.iter_raw():
-                        self.ctx.check_cancelled()
-                        f.write(block)
-                        self._hasher.update(block)
-                        done += len(block)
-                        self._hashed = done
-                        self.ctx.progress(done, total)
-                except httpx.TransportError as exc:
-                    f.flush()
-                    os.fsync(f.fileno())
-                    raise _Retryable(type(exc).__name__) from None
+        with self.partial.open("r+b" if have else "wb") as f:
+            f.seek(have)
+            f.truncate()
+            try:
+                for block in response.iter_raw():
+                    self.ctx.check_cancelled()
+                    f.write(block)
+                    self._hasher.update(block)
+                    done += len(block)
+                    self._hashed = done
+                    self.ctx.progress(done, total)
+            except httpx.TransportError as exc:
                 f.flush()
                 os.fsync(f.fileno())
-        except OSError as exc:
-            if _disk_full(exc):
-                remove_partial(self.partial)
-                raise InsufficientStorage("the model store's disk is full; the partial download was removed. "
-                                          "Free some space (e.g. delete unused variants) and pull again.") from None
-            raise
+                raise _Retryable(type(exc).__name__) from None
+            f.flush()
+            os.fsync(f.fileno())
         self.ctx.progress(done, total, force=True)
         if total is not None and done != total:
             raise _Retryable(f"connection closed after {done} of {total} bytes")

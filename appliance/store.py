@@ -36,7 +36,7 @@ from appliance import db as dbmod
 from appliance import pull as pullmod
 from appliance import store_import as imp
 from appliance.catalog import Catalog, load_catalog
-from appliance.errors import BadRequest, Conflict, ModelNotFound
+from appliance.errors import ApplianceError, BadRequest, Conflict, InsufficientStorage, ModelNotFound
 from appliance.jobs import JobContext, NullContext
 from appliance.modelfacts import InvalidModelFile, ModelFacts, inspect_gguf, inspect_hf
 from appliance.settings import Settings
@@ -109,6 +109,7 @@ class ModelStore:
         self._busy: set[str] = set()
         self._busy_lock = threading.Lock()
         self._empty_trash()
+        self._forget_unfinished()
 
     @property
     def catalog(self) -> Catalog:
@@ -249,9 +250,11 @@ class ModelStore:
             ctx.stage("inspecting")
             facts = self._inspect(staging, "safetensors")
             self._commit_dir(staging, final)
-        except BaseException:
+        except BaseException as exc:
             shutil.rmtree(staging, ignore_errors=True)
             self._abandon(row_id)
+            if pullmod.disk_full(exc):
+                raise _no_space() from None
             raise
         return self._finish(row_id, size=done, sha256=imp.tree_digest(entries), facts=facts)
 
@@ -266,8 +269,7 @@ class ModelStore:
         failure the partial file and the row go, unless ``resumable(exc)`` says to keep them for a later retry.
         """
         with self._claim(family, variant):
-            final = self.layout.gguf_file(family, variant)
-            partial = final.with_name(final.name + ".partial")
+            final, partial = self.layout.gguf_file(family, variant), self.layout.partial_file(family, variant)
             pullmod.check_free_space(self.layout.root, needed_bytes)
             row_id = self._begin(family, variant, fmt="gguf", source=source, path=final, parent_id=parent_id)
             try:
@@ -284,9 +286,11 @@ class ModelStore:
                 os.replace(partial, final)
                 fsync_dir(final.parent)
             except BaseException as exc:
-                if not (partial.exists() and resumable(exc)):
+                if not (partial.exists() and resumable(exc)) or pullmod.disk_full(exc):
                     pullmod.remove_partial(partial)
                     self._abandon(row_id)
+                if pullmod.disk_full(exc):
+                    raise _no_space() from None
                 raise
             pullmod.remove_partial(partial)  # a download's .json sidecar
             return self._finish(row_id, size=size, sha256=digest, facts=facts)
@@ -418,7 +422,8 @@ class ModelStore:
     def _begin(self, family: str, variant: str, *, fmt: str, source: str, path: Path, parent_id: int | None = None) -> int:
         """Create (or take over) the variant's row in state ``downloading``; make its folder."""
         self._refuse_installed(family, variant)
-        self.layout.variant_dir(family, variant).mkdir(parents=True, exist_ok=True, mode=0o750)
+        self.layout.family_dir(family).mkdir(exist_ok=True, mode=0o750)
+        self.layout.variant_dir(family, variant).mkdir(exist_ok=True, mode=0o750)
         rel = self.layout.relative(path)
         entry = self.catalog.family(family)
         with dbmod.session(self.db) as s:
@@ -505,6 +510,23 @@ class ModelStore:
             return entry.default_variant
         return sorted(remaining)[0]
 
+    def _forget_unfinished(self) -> None:
+        """After a crash: drop rows of imports, quantizations and package installs that never finished.
+
+        Unfinished pulls stay (``downloading``): pulling the same name again resumes their partial file.
+        """
+        with dbmod.session(self.db) as s:
+            rows = s.exec(select(ModelVariant, ModelFamily).join(ModelFamily, ModelVariant.family_id == ModelFamily.id)
+                          .where(ModelVariant.status == "downloading")).all()
+        for row, fam in rows:
+            if (row.source or "").startswith(("http://", "https://")):
+                continue
+            log.warning("removing the unfinished install of %s", full_name(fam.name, row.name))
+            with contextlib.suppress(ApplianceError, OSError):
+                pullmod.remove_partial(self.layout.partial_file(fam.name, row.name))
+                shutil.rmtree(self.layout.staging_dir(fam.name, row.name), ignore_errors=True)
+            self._abandon(row.id)  # type: ignore[arg-type]
+
     def _empty_trash(self) -> None:
         trash = self.layout.root / ".trash"
         if trash.is_dir() and not trash.is_symlink():
@@ -544,6 +566,10 @@ class ModelStore:
             return sum(f.size for f in imp.tree_files(path))
         except OSError:
             return -1
+
+
+def _no_space() -> InsufficientStorage:
+    return InsufficientStorage("the model store's disk is full; the unfinished copy was removed. Free some space and retry.")
 
 
 def _slug(text: str) -> str:

@@ -94,6 +94,10 @@ class StoreLayout:
     def gguf_file(self, family: str, variant: str) -> Path:
         return self.inside(self.variant_dir(family, variant) / f"{family}-{variant}.gguf")
 
+    def partial_file(self, family: str, variant: str) -> Path:
+        final = self.gguf_file(family, variant)
+        return final.with_name(final.name + ".partial")
+
     def relative(self, path: Path) -> str:
         return self.inside(path).relative_to(self.root).as_posix()
 

@@ -139,3 +139,26 @@ def test_seed_leaves_a_store_with_other_models_alone(tmp_path: Path, tiny_gguf: 
 def test_seed_is_off_when_disabled(store: ModelStore) -> None:
     assert seed_default_model(store.settings, store) is None
     assert store.list() == []
+
+
+def test_unfinished_imports_are_forgotten_at_start_but_pulls_kept(tmp_path: Path, tiny_gguf: Path) -> None:
+    from sqlmodel import select
+
+    from appliance import db as dbmod
+    from appliance.tables import ModelVariant
+
+    store = make_store(tmp_path / "data")
+    store.import_path(str(tiny_gguf), name="tiny:a")
+    store.import_path(str(tiny_gguf), name="tiny:b")
+    partial = store.layout.partial_file("tiny", "b")
+    partial.write_bytes(b"half")
+    with dbmod.session(store.db) as s:  # as a kill -9 in the middle of each would leave them
+        for row in s.exec(select(ModelVariant)).all():
+            row.status = "downloading"
+            if row.name == "a":
+                row.source = "https://example.com/a.gguf"
+            s.add(row)
+        s.commit()
+    again = ModelStore(store.settings, store.db)
+    assert [(i.name, i.status) for i in again.list()] == [("tiny:a", "downloading")]
+    assert not partial.exists()
