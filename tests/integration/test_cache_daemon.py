@@ -90,3 +90,28 @@ def test_cli_stats_and_purge(daemon):
     assert "Purged 1 cached response." in purged.stdout
     with daemon.client(key) as client:
         assert ask(client, "Name a fruit.").headers["x-cache"] == "miss"
+
+
+def _gateway_uses_semantic_tier() -> bool:
+    import inspect
+
+    from appliance.gateway import Gateway
+
+    return "lookup_async" in inspect.getsource(Gateway.handle)
+
+
+@pytest.mark.skipif(not _gateway_uses_semantic_tier(), reason="the gateway still calls the exact-only cache.lookup")
+def test_paraphrase_is_a_semantic_hit_with_its_similarity(daemon):
+    key = daemon.create_key("cache-e2e-semantic")
+    with daemon.client(key) as client:
+        first = ask(client, "How do I reset my password?")
+        assert first.headers["x-cache"] == "miss"
+        for _ in range(100):  # the prompt is embedded by the writer after the response
+            again = ask(client, "How can I reset my password?")
+            if again.headers["x-cache"] != "miss":
+                break
+            time.sleep(0.05)
+        assert again.headers["x-cache"] == "semantic"
+        assert 0.95 <= float(again.headers["x-cache-similarity"]) <= 1.0
+        assert again.json()["choices"][0]["message"]["content"] == first.json()["choices"][0]["message"]["content"]
+        assert ask(client, "How do I reset my email?").headers["x-cache"] == "miss"
