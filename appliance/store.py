@@ -477,6 +477,10 @@ class ModelStore:
             if fam is not None and not s.exec(select(ModelVariant).where(ModelVariant.family_id == fam.id)).first():
                 s.delete(fam)
             s.commit()
+        if fam is not None:
+            with contextlib.suppress(ApplianceError, OSError):  # only empty folders go
+                self.layout.variant_dir(fam.name, row.name).rmdir()
+                self.layout.family_dir(fam.name).rmdir()
 
     def _commit_dir(self, staging: Path, final: Path) -> None:
         for dirpath, _dirs, files in os.walk(staging):
