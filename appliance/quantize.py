@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from appliance.errors import ApplianceError, BadRequest
-from appliance.jobs import JobCancelled, JobContext
+from appliance.jobs import JobContext
 
 if TYPE_CHECKING:
     from appliance.store import ModelStore, VariantInfo

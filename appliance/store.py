@@ -38,9 +38,9 @@ from appliance import store_import as imp
 from appliance.catalog import Catalog, load_catalog
 from appliance.errors import ApplianceError, BadRequest, Conflict, InsufficientStorage, ModelNotFound
 from appliance.jobs import JobContext, NullContext
-from appliance.modelfacts import InvalidModelFile, ModelFacts, inspect_gguf, inspect_hf
+from appliance.modelfacts import ModelFacts, inspect_gguf, inspect_hf
 from appliance.settings import Settings
-from appliance.store_paths import StoreLayout, check_part, fsync_dir, full_name, parse_name
+from appliance.store_paths import StoreLayout, fsync_dir, full_name, parse_name
 from appliance.tables import ModelFamily, ModelVariant
 
 log = logging.getLogger("appliance.store")
@@ -192,7 +192,7 @@ class ModelStore:
 
         # A cancelled or dropped pull keeps its partial file and row, so pulling again resumes.
         return self.install_gguf(family, variant, source=url, ctx=ctx, write=download,
-                                 resumable=lambda exc: not isinstance(exc, (InvalidModelFile, BadRequest)))
+                                 resumable=lambda exc: not isinstance(exc, BadRequest))  # bad bytes are never kept
 
     def prepare_import(self, path: str, name: str | None = None) -> tuple[Path, str, str, str]:
         """Check an import before it becomes a job: (source, format, family, variant)."""
@@ -206,10 +206,7 @@ class ModelStore:
             with open(source, "rb") as f:
                 if f.read(4) != b"GGUF":
                     raise imp.RefusedImport("only GGUF files or Hugging Face safetensors folders can be imported", param="path")
-        if name is not None:
-            family, variant = parse_name(name)
-        else:
-            family, variant = None, None
+        family, variant = parse_name(name) if name is not None else (None, None)
         if family is None or variant is None:
             guessed = _names_from_filename(source.name) if fmt == "gguf" else (_slug(source.name), imp.guess_hf_variant(source))
             family, variant = family or guessed[0], variant or guessed[1]
@@ -591,4 +588,4 @@ def _names_from_filename(filename: str) -> tuple[str, str]:
     return _slug(stem), "gguf"
 
 
-__all__ = ["ModelStore", "VariantInfo", "ResolvedVariant", "ModelCorrupt", "ModelNotReady", "check_part"]
+__all__ = ["ModelStore", "VariantInfo", "ResolvedVariant", "ModelCorrupt", "ModelNotReady"]

@@ -9,7 +9,6 @@ Content-Length, change its ETag, or send slowly; ``/redirect?to=URL`` answers
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 import time
 from dataclasses import dataclass, field
