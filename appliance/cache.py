@@ -180,7 +180,6 @@ class ResponseCache:
             return None
         may_read, may_write = cache_control(headers)
         if not (may_read or may_write):
-            self._count_stat("bypassed")
             return None
         policy = self.policy_for(principal)
         if not policy.enabled or not (policy.cache_nondeterministic or is_deterministic(body)):
@@ -205,7 +204,7 @@ class ResponseCache:
         """The exact tier only: synchronous, well under a millisecond."""
         prep = self._prepare(principal, endpoint, model, body, headers)
         if prep is None or not prep.may_read:
-            if prep is not None:
+            if prep is not None or self._bypassed(headers):
                 self._count_stat("bypassed")
             return None
         hit = self._exact(prep.key)
@@ -216,7 +215,7 @@ class ResponseCache:
         """Exact tier, then (on a miss, when policy allows) the semantic tier on the embedding thread."""
         prep = self._prepare(principal, endpoint, model, body, headers)
         if prep is None or not prep.may_read:
-            if prep is not None:
+            if prep is not None or self._bypassed(headers):
                 self._count_stat("bypassed")
             return None
         hit = self._exact(prep.key)
@@ -229,6 +228,9 @@ class ResponseCache:
                 hit = None
         self._count_stat(hit.tier if hit else "misses", lookups=True)
         return hit
+
+    def _bypassed(self, headers: Any) -> bool:
+        return self.settings.cache_enabled and cache_control(headers) == (False, False)
 
     def _exact(self, key: str) -> Hit | None:
         now = time.time()
@@ -343,8 +345,12 @@ class ResponseCache:
         done.result(timeout=timeout)
 
     def stats(self) -> dict[str, Any]:
-        entries, size, recorded_hits = self._read().execute(
-            "SELECT count(*), coalesce(sum(size_bytes), 0), coalesce(sum(hits), 0) FROM cache_entries").fetchone()
+        conn = self._connect()  # stats run on arbitrary worker threads: no thread-local connection left behind
+        try:
+            entries, size, recorded_hits = conn.execute(
+                "SELECT count(*), coalesce(sum(size_bytes), 0), coalesce(sum(hits), 0) FROM cache_entries").fetchone()
+        finally:
+            conn.close()
         with self._stats_lock:
             s = dict(self._stats)
         hits = s["exact"] + s["semantic"]

@@ -233,9 +233,11 @@ def test_stats_count_lookups_hits_and_bytes(cache):
     cache.lookup(WHO, "chat", MODEL, chat(), {})
     cache.lookup(WHO, "chat", MODEL, chat(), {})
     cache.lookup(WHO, "chat", MODEL, chat(), {"cache-control": "no-cache"})
+    cache.lookup(WHO, "chat", MODEL, chat(), {"cache-control": "no-store"})
+    cache.store(WHO, "chat", MODEL, chat(), chat_result(), {"cache-control": "no-store"})
     cache.flush()
     s = cache.stats()
-    assert (s["lookups"], s["hits"], s["misses"], s["bypassed"]) == (3, 2, 1, 1)
+    assert (s["lookups"], s["hits"], s["misses"], s["bypassed"]) == (3, 2, 1, 2)
     assert s["hit_rate"] == pytest.approx(2 / 3, abs=1e-3)
     assert s["hits_by_tier"] == {"exact": 2, "semantic": 0}
     assert s["entries"] == 1 and s["bytes"] > 100 and s["hits_recorded"] == 2
