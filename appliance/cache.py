@@ -54,6 +54,7 @@ QUEUE_MAX = 10_000
 BATCH_MAX = 512
 EXPIRY_INTERVAL_S = 60.0
 TOUCH_INTERVAL_S = 1.0
+SEMANTIC_MAX_PENDING = 4  # semantic lookups waiting for the embedding thread before new ones are skipped
 POLICY_KV_PREFIX = "cache_policy:"
 _MEMO_MAX = 1024
 _encode = msgspec.json.encode
@@ -106,11 +107,12 @@ class ResponseCache:
         self.index = SemanticIndex(self._load_scope, embedder.dim) if embedder is not None else None
         self._policies: dict[str, dict | None] = {}
         self._stats = {"lookups": 0, "exact": 0, "semantic": 0, "misses": 0, "bypassed": 0, "stores": 0, "dropped": 0,
-                       "evicted": 0, "expired": 0, "purged": 0}
+                       "evicted": 0, "expired": 0, "purged": 0, "semantic_skipped": 0}
         self._stats_lock = threading.Lock()
         self._touches: dict[str, tuple[float, int]] = {}
         self._touch_lock = threading.Lock()
         self._embed_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cache-embed")
+        self._embedding_pending = 0  # changed on the event loop only
         self._queue: queue.Queue = queue.Queue(QUEUE_MAX)
         self._count = self._read().execute("SELECT count(*) FROM cache_entries").fetchone()[0]
         self._closed = False
@@ -220,12 +222,18 @@ class ResponseCache:
             return None
         hit = self._exact(prep.key)
         if hit is None and prep.text is not None and self.index is not None:
-            loop = asyncio.get_running_loop()
-            try:
-                hit = await loop.run_in_executor(self._embed_pool, self._semantic, prep)
-            except Exception:
-                log.exception("semantic cache lookup failed")
-                hit = None
+            if self._embedding_pending >= SEMANTIC_MAX_PENDING:
+                # embeddings queue up faster than one thread computes them: answer misses without waiting
+                self._count_stat("semantic_skipped")
+            else:
+                self._embedding_pending += 1
+                try:
+                    hit = await asyncio.get_running_loop().run_in_executor(self._embed_pool, self._semantic, prep)
+                except Exception:
+                    log.exception("semantic cache lookup failed")
+                    hit = None
+                finally:
+                    self._embedding_pending -= 1
         self._count_stat(hit.tier if hit else "misses", lookups=True)
         return hit
 
@@ -379,6 +387,7 @@ class ResponseCache:
                 "model": getattr(self.embedder, "name", None),
                 "threshold": base.semantic_threshold,
                 "vectors_loaded": self.index.vectors_loaded() if self.index else 0,
+                "skipped_busy": s["semantic_skipped"],
             },
         }
 

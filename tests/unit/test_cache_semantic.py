@@ -135,3 +135,15 @@ def test_lexical_check_examples():
     assert not compatible("Who wrote Hamlet?", "Who wrote Macbeth?")
     assert not compatible("How do I lock my screen?", "How do I unlock my screen?")
     assert not compatible("Translate from English to German: hi", "Translate from German to English: hi")
+
+
+async def test_semantic_lookups_are_skipped_when_the_embedding_thread_is_busy(cache):
+    import asyncio
+
+    from appliance.cache import SEMANTIC_MAX_PENDING
+
+    questions = [f"Question number {i}: what colour is the sky?" for i in range(SEMANTIC_MAX_PENDING + 3)]
+    results = await asyncio.gather(*(cache.lookup_async(WHO, "chat", MODEL, chat(q), {}) for q in questions))
+    assert results == [None] * len(questions)
+    s = cache.stats()
+    assert s["semantic"]["skipped_busy"] == 3 and s["misses"] == len(questions)

@@ -253,3 +253,33 @@ def test_exact_hit_is_fast(cache):
         cache.lookup(WHO, "chat", MODEL, body, {})
     per_hit_ms = (time.perf_counter() - started) / n * 1000
     assert per_hit_ms < 0.3, per_hit_ms
+
+
+def test_concurrent_lookups_stores_and_purges_stay_consistent(cache):
+    import threading
+
+    errors: list[BaseException] = []
+    stop = time.monotonic() + 1.0
+
+    def run(fn):
+        try:
+            while time.monotonic() < stop:
+                fn()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    counter = iter(range(10**9))
+    workers = [
+        threading.Thread(target=run, args=(lambda: cache.store(WHO, "chat", MODEL, chat(f"q{next(counter) % 50}"), chat_result(), {}),)),
+        threading.Thread(target=run, args=(lambda: cache.lookup(WHO, "chat", MODEL, chat(f"q{next(counter) % 50}"), {}),)),
+        threading.Thread(target=run, args=(lambda: (cache.purge(model=MODEL), time.sleep(0.05)),)),
+    ]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors, errors
+    cache.flush()
+    cache.purge()
+    assert cache.stats()["entries"] == 0
+    assert all(cache.lookup(WHO, "chat", MODEL, chat(f"q{i}"), {}) is None for i in range(50))
