@@ -80,7 +80,7 @@ class Gateway:
         stream = bool(getattr(body, "stream", False))
 
         if self.cache is not None and endpoint != "embeddings":
-            hit = self.cache.lookup(principal, endpoint, name, body, request.headers)
+            hit = await self.cache.lookup_async(principal, endpoint, name, body, request.headers)
             if hit is not None:
                 return await self._serve_cached(principal, request_id, endpoint, name, body, hit, started, stream)
 
