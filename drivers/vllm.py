@@ -27,9 +27,11 @@ from typing import Any
 
 ENTRYPOINT = "vllm.entrypoints.openai.api_server"
 
-#: Plan quantization names (the catalog's) → vLLM's ``--quantization``. Passing the method
-#: explicitly still lets vLLM pick its fastest kernel for it (``awq`` → AutoAWQ/Marlin on GPUs).
+#: Plan quantizations (the catalog's ``awq-int4`` or the planner's ``AWQ_INT4``) → ``--quantization``.
+#: Naming the method still lets vLLM pick its fastest kernel for it (``awq`` → AutoAWQ/Marlin on GPUs).
 _QUANTIZATION = {"awq": "awq", "gptq": "gptq", "fp8": "fp8"}
+#: Methods a checkpoint declares in its ``quantization_config``; vLLM reads them from there.
+_FROM_CHECKPOINT = {"compressed-tensors", "mxfp4", "mxfp4-moe"}
 #: Plan quantizations that mean "unquantized weights": vLLM reads the dtype from the checkpoint.
 _UNQUANTIZED = {"", "none", "bf16", "bfloat16", "f16", "fp16", "float16", "f32", "fp32", "float32"}
 #: KV-cache types vLLM accepts from a plan; ``auto`` (or the llama.cpp default ``f16``) means
@@ -49,9 +51,9 @@ def interpreter(settings: Any) -> str:
 
 
 def quantization_arg(quantization: str | None) -> str | None:
-    """``awq-int4`` → ``awq``; unquantized names → None; GGUF types are refused."""
-    name = (quantization or "").strip().lower()
-    if name in _UNQUANTIZED:
+    """``awq-int4``/``AWQ_INT4`` → ``awq``; unquantized or checkpoint-declared → None; GGUF types are refused."""
+    name = (quantization or "").strip().lower().replace("_", "-")
+    if name in _UNQUANTIZED or name in _FROM_CHECKPOINT:
         return None
     method = name.split("-", 1)[0]
     if method in _QUANTIZATION:

@@ -88,19 +88,22 @@ def test_utilization_out_of_range_is_refused(bad):
 
 
 @pytest.mark.parametrize(("plan_value", "arg"), [
-    ("awq-int4", "awq"), ("gptq-int4", "gptq"), ("fp8", "fp8"), ("AWQ", "awq"),
-    ("bf16", None), ("F16", None), (None, None),
+    ("awq-int4", "awq"), ("gptq-int4", "gptq"), ("fp8", "fp8"),  # the catalog's names
+    ("AWQ_INT4", "awq"), ("GPTQ_INT4", "gptq"), ("FP8", "fp8"), ("AWQ", "awq"),  # the planner's (normalised)
+    ("COMPRESSED-TENSORS", None), ("MXFP4", None),  # declared by the checkpoint; vLLM reads it there
+    ("bf16", None), ("BF16", None), ("F16", None), ("F32", None), (None, None),
 ])
 def test_quantization(plan_value, arg):
     assert opt(build_args(FakePlan(quantization=plan_value), SOCKET, settings()), "--quantization") == arg
 
 
-def test_gguf_quantization_is_refused():
-    with pytest.raises(PlanNotServable, match="Q4_K_M"):
-        build_args(FakePlan(quantization="Q4_K_M"), SOCKET, settings())
+@pytest.mark.parametrize("gguf_type", ["Q4_K_M", "Q8_0", "IQ2_XS"])
+def test_gguf_quantization_is_refused(gguf_type):
+    with pytest.raises(PlanNotServable, match=gguf_type):
+        build_args(FakePlan(quantization=gguf_type), SOCKET, settings())
 
 
-@pytest.mark.parametrize(("plan_value", "arg"), [("auto", None), ("f16", None), ("fp8", "fp8"), ("fp8_e5m2", "fp8_e5m2")])
+@pytest.mark.parametrize(("plan_value", "arg"), [("auto", None), ("f16", None), ("fp8", "fp8"), ("fp8_e5m2", "fp8_e5m2"), ("FP8_E4M3", "fp8_e4m3")])
 def test_kv_cache_dtype(plan_value, arg):
     assert opt(build_args(FakePlan(kv_cache_dtype=plan_value), SOCKET, settings()), "--kv-cache-dtype") == arg
 
@@ -184,3 +187,46 @@ def test_engine_process_sends_the_drivers_headers(tmp_path):
     driver = VllmDriver(api_key="k123")
     engine = EngineProcess("m", FakePlan(), driver, SimpleNamespace(request_timeout_seconds=5.0), tmp_path / "e.sock")
     assert engine.client.headers["authorization"] == "Bearer k123"
+
+
+# --- the planner's real plans ---------------------------------------------------------------
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def _planner_cases():
+    import json
+
+    from appliance.hardware.snapshot import HardwareSnapshot
+    from appliance.modelfacts import ModelFacts
+    from appliance.planner import Variant
+
+    for machine_file in sorted((FIXTURES / "hardware").glob("*.json")):
+        snapshot = HardwareSnapshot.from_json(machine_file.read_text())
+        for family_file in sorted((FIXTURES / "models").glob("*.json")):
+            data = json.loads(family_file.read_text())
+            facts = ModelFacts.from_dict(data["facts"])
+            family = family_file.stem
+            variants = [Variant(family, v["name"], v["format"], v["quantization"], v["size_bytes"],
+                                dataclasses.replace(facts, format=v["format"]), f"/store/{family}/{v['name']}")
+                        for v in data["variants"]]
+            yield pytest.param(snapshot, variants, id=f"{machine_file.stem}-{family}")
+
+
+@pytest.mark.parametrize(("snapshot", "variants"), list(_planner_cases()))
+def test_every_vllm_plan_of_the_planner_builds(snapshot, variants):
+    """Contract with appliance.planner: whatever vLLM plan it makes, the driver turns into argv."""
+    from appliance.planner import Preferences, plan
+
+    for backend in ("auto", "vllm"):
+        result = plan(snapshot, variants, Preferences(min_context=4096, parallel=4, vllm_available=True, backend=backend))
+        if getattr(result, "backend", None) != "vllm":
+            continue
+        argv = build_args(result, SOCKET, settings())
+        assert opt(argv, "--model") == result.model_path and opt(argv, "--served-model-name") == result.model
+        assert opt(argv, "--max-model-len") == str(result.context) and opt(argv, "--max-num-seqs") == "4"
+        assert 0 < float(opt(argv, "--gpu-memory-utilization")) <= 1
+        env = build_env(result, settings(), "k")
+        if result.devices == ("cpu",):
+            assert "CUDA_VISIBLE_DEVICES" not in env
+        elif result.distributed_executor != "ray":
+            assert len(env["CUDA_VISIBLE_DEVICES"].split(",")) == result.tensor_parallel_size * result.pipeline_parallel_size
