@@ -1,6 +1,6 @@
 """Exact cache hits through the real daemon: latency p50/p95 and requests per second.
 
-    python tests/bench/bench_cache.py [--latency-requests 2000] [--seconds 10] [--procs 2] [--conns 8]
+    python tests/bench/bench_cache.py [--latency-requests 2000] [--seconds 10] [--procs 1] [--conns 16]
 
 Starts the daemon (tests/daemon.py) in a temporary data dir with the default
 model, primes one deterministic chat request, then replays it:
@@ -101,8 +101,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--latency-requests", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--procs", type=int, default=2)
-    parser.add_argument("--conns", type=int, default=8)
+    parser.add_argument("--procs", type=int, default=1)
+    parser.add_argument("--conns", type=int, default=16)
     parser.add_argument("--max-requests", type=int, default=200_000, help="per load process")
     args = parser.parse_args()
 
