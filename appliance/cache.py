@@ -442,6 +442,7 @@ class ResponseCache:
                         item[-1].set_exception(RuntimeError("cache writer failed"))
                 if conn.in_transaction:
                     conn.rollback()
+                running = not any(item[0] == "stop" for item in batch)
         conn.close()
 
     def _write_batch(self, conn: sqlite3.Connection, batch: list[tuple]) -> bool:
