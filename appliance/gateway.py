@@ -9,11 +9,12 @@ byte of a plain response) is sent.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import secrets
 import time
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Awaitable
 
 import httpx
 import msgspec
@@ -60,6 +61,36 @@ class EngineError(ApplianceError):
         self.type = type_
 
 
+class ClientDisconnected(ApplianceError):
+    """The client hung up before its answer was ready; the generation was cancelled."""
+
+    status = 499  # nginx's "client closed request": only ever seen in the ledger
+    type = "invalid_request_error"
+    code = "client_disconnected"
+
+
+async def _hang_up(request: Request) -> None:
+    """Return when the client closes the connection (its body has been read already)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_client_leaves(request: Request, work: Awaitable[Response]) -> Response:
+    """Await ``work``; if the client hangs up first, cancel it so the engine stops generating for nobody."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_hang_up(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)  # frees the lease and the engine connection
+    if task.cancelled():
+        raise ClientDisconnected("The client closed the connection before the answer was ready.")
+    return task.result()
+
+
 class Gateway:
     def __init__(self, settings: Any, router: Any, meter: Any, cache: Any = None, metrics: Any = None, energy: Any = None):
         self.settings = settings
@@ -93,7 +124,8 @@ class Gateway:
         try:
             if stream:
                 return await self._stream(principal, admission, request_id, endpoint, name, body, payload, started, request.headers, mark)
-            return await self._plain(principal, admission, request_id, endpoint, name, body, payload, started, request.headers, mark)
+            return await _unless_client_leaves(
+                request, self._plain(principal, admission, request_id, endpoint, name, body, payload, started, request.headers, mark))
         except BaseException as exc:
             await self._fail(admission, name, exc.status if isinstance(exc, ApplianceError) else 499, 0, started, mark)
             raise
