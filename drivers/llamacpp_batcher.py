@@ -54,12 +54,12 @@ class Sequence:
                  "finish", "error", "outbox", "waiter", "t_submit", "t_first", "spec")
 
     def __init__(self, prompt: list[int], max_new: int, chain, stops: list[str], *, ban_first: bool = False,
-                 spec: bool = False) -> None:
+                 spec: bool = False, lstrip: bool = False) -> None:
         self.prompt = prompt
         self.max_new = max_new
         self.chain = chain
         self.ban_first = ban_first
-        self.text = TextStream(stops)
+        self.text = TextStream(stops, lstrip=lstrip)
         self.cancelled = False
         self.n_gen = 0
         self.cached = 0

@@ -58,10 +58,19 @@ def _strftime_now(fmt: str) -> str:
     return datetime.datetime.now().strftime(fmt)
 
 
+#: Stop strings that go with PLAIN_TEMPLATE: a base model continues the transcript.
+PLAIN_STOPS = ["\n\nUser:", "\nUser:", "\n\nSystem:"]
+
+
 def pick_fallback(has_token: Callable[[str], bool]) -> str:
-    """Choose a template for a model without one, from the special tokens it has."""
-    if has_token("<start_of_turn>") and has_token("<end_of_turn>"):
-        return GEMMA_TEMPLATE
+    """Choose a template for a model without one.
+
+    A GGUF without a chat template is almost always a base model. Measured on
+    the default model (Gemma 3 270M base): Gemma turn markers make it echo the
+    question and emit junk, while a plain "User:/Assistant:" transcript gets a
+    real answer ("The capital of France is Paris."). So the plain transcript is
+    the fallback, except for vocabularies built around ChatML markers.
+    """
     if has_token("<|im_start|>") and has_token("<|im_end|>"):
         return CHATML_TEMPLATE
     return PLAIN_TEMPLATE

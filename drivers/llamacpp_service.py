@@ -14,7 +14,7 @@ from typing import Any
 from appliance.errors import BadRequest
 
 from .llamacpp_batcher import Batcher, Sequence
-from .llamacpp_chat import ChatRenderer, pick_fallback
+from .llamacpp_chat import PLAIN_STOPS, PLAIN_TEMPLATE, ChatRenderer, pick_fallback
 from .llamacpp_model import LoadedModel
 from .llamacpp_protocol import GenRequest
 from .llamacpp_sampling import GrammarError, build_chain
@@ -50,6 +50,7 @@ class Engine:
             template = info.chat_template or pick_fallback(lambda t: self.model.single_token(t) is not None)
             self.chat = ChatRenderer(template, bos_token=bos, eos_token=eos)
             self.has_template = info.chat_template is not None
+            self.chat_stops = PLAIN_STOPS if template is PLAIN_TEMPLATE else []
             self._bos_text = bos if info.add_bos else ""
             self._eog = self.model.eog_tokens() if not cfg.embedding else []
             self.batcher = Batcher(self.model, ctx=cfg.ctx, parallel=cfg.parallel, threads=cfg.threads,
@@ -95,7 +96,10 @@ class Engine:
             chain = build_chain(self.model.vocab, self.model.info.n_vocab, req.sampling, ban_first=ban)
         except GrammarError as exc:
             raise BadRequest(str(exc), param="response_format") from None
-        return Sequence(tokens, max_new, chain, req.stop, ban_first=bool(ban), spec=self.cfg.spec_ngram > 0)
+        plain_chat = req.kind == "chat" and bool(self.chat_stops)
+        stops = req.stop + self.chat_stops if plain_chat else req.stop
+        return Sequence(tokens, max_new, chain, stops, ban_first=bool(ban), spec=self.cfg.spec_ngram > 0,
+                        lstrip=plain_chat)
 
     # -- embeddings -------------------------------------------------------------
     def embedding_inputs(self, body: Any) -> list[list[int]]:

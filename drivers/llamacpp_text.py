@@ -15,16 +15,22 @@ _Utf8Decoder = codecs.getincrementaldecoder("utf-8")
 
 
 class TextStream:
-    __slots__ = ("_dec", "_stops", "_held")
+    __slots__ = ("_dec", "_stops", "_held", "_lstrip")
 
-    def __init__(self, stops: list[str]) -> None:
+    def __init__(self, stops: list[str], *, lstrip: bool = False) -> None:
         self._dec = _Utf8Decoder("replace")
         self._stops = stops
         self._held = ""
+        self._lstrip = lstrip  # drop leading whitespace (after a "Assistant:" style prompt)
 
     def feed(self, piece: bytes) -> tuple[str, bool]:
         """Add one token's bytes; return (text safe to emit, stop string hit)."""
         text = self._dec.decode(piece)
+        if self._lstrip:
+            text = text.lstrip()
+            if not text:
+                return "", False
+            self._lstrip = False
         if not self._stops:
             return text, False
         if not text:

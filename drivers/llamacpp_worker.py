@@ -17,8 +17,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import json
 import os
+import signal
 import socket
 import struct
 import sys
@@ -270,14 +272,38 @@ def _is_socket(path: str) -> bool:
         return False
 
 
+def _server_class():
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn re-raises SIGTERM after serving, killing the process before
+        cleanup; we own the signals instead and exit through ``request_exit``."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            yield
+
+        def request_exit(self) -> None:
+            if self.should_exit:
+                self.force_exit = True
+            self.should_exit = True
+
+    return Server
+
+
 async def serve(args: argparse.Namespace) -> int:
     import uvicorn
+
+    _Server = _server_class()
 
     app = WorkerApp(args.served_name)
     sock = _bind_unix(args.socket)
     config = uvicorn.Config(app, http="httptools", lifespan="off", access_log=False, log_level="warning",
                             timeout_keep_alive=30)
-    server = uvicorn.Server(config)
+    server = _Server(config)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, server.request_exit)
     serve_task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
     cfg = EngineConfig(model_path=args.model, served_name=args.served_name, ctx=args.ctx, parallel=args.parallel,
                        threads=args.threads, n_gpu_layers=args.n_gpu_layers, batch_size=args.batch_size,

@@ -22,7 +22,7 @@ NO_EOS = {"2": -100}  # the tiny model's </s>: force exact lengths
 @pytest.fixture(scope="module")
 def worker(tiny_gguf, tmp_path_factory):
     sock = tmp_path_factory.mktemp("wt") / "w.sock"
-    with WorkerProcess(tiny_gguf, sock, served_name="tiny", ctx=256, parallel=4, threads=1) as w:
+    with WorkerProcess(tiny_gguf, sock, served_name="tiny", ctx=256, parallel=8, threads=1) as w:
         yield w
 
 
@@ -46,7 +46,7 @@ async def test_health_models_stats(worker):
         for k in ("slots_total", "slots_busy", "waiting", "kv_cells_used", "tokens_generated_total",
                   "prompt_tokens_total", "cached_tokens_total"):
             assert isinstance(stats[k], int)
-        assert stats["slots_total"] == 4
+        assert stats["slots_total"] == 8
 
 
 def test_socket_is_private(worker):
@@ -99,12 +99,14 @@ async def test_chat_stream_shape(worker):
 
 
 async def test_greedy_identical_alone_and_in_a_crowd(worker):
-    """Batching must not change results: same greedy output alone and beside others."""
+    """Batching must not change results: same greedy output alone and beside 7 others
+    (f32 weights: llama.cpp's results are exact across batch compositions)."""
     req = {"prompt": "one two three", "max_tokens": 24, "temperature": 0, "logit_bias": NO_EOS}
     async with worker.client() as c:
         alone = (await c.post("/v1/completions", json=req)).json()["choices"][0]["text"]
         others = [{"prompt": p, "max_tokens": 30, "temperature": 0.9, "seed": i, "logit_bias": NO_EOS}
-                  for i, p in enumerate(["water time", "long day", "people work"])]
+                  for i, p in enumerate(["water time", "long day", "people work", "one two three four",
+                                         "first call", "new line " * 30, "back"])]
         results = await asyncio.gather(c.post("/v1/completions", json=req),
                                        *(c.post("/v1/completions", json=o) for o in others))
     assert results[0].json()["choices"][0]["text"] == alone

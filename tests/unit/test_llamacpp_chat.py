@@ -57,7 +57,7 @@ def test_tools_reach_the_template():
 
 
 def test_fallback_choice():
-    assert pick_fallback(lambda t: t in {"<start_of_turn>", "<end_of_turn>"}) is GEMMA_TEMPLATE
+    assert pick_fallback(lambda t: t in {"<start_of_turn>", "<end_of_turn>"}) is PLAIN_TEMPLATE
     assert pick_fallback(lambda t: t in {"<|im_start|>", "<|im_end|>"}) is CHATML_TEMPLATE
     assert pick_fallback(lambda t: False) is PLAIN_TEMPLATE
 

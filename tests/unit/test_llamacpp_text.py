@@ -57,3 +57,10 @@ def test_stop_inside_multibyte_stream():
 
 def test_invalid_bytes_become_replacement_char():
     assert run([b"\xff", b"a"], []) == ("\ufffda", False)
+
+
+def test_lstrip_drops_leading_whitespace_only():
+    ts = TextStream([], lstrip=True)
+    assert ts.feed(b" ") == ("", False)
+    assert ts.feed(b" Paris is") == ("Paris is", False)
+    assert ts.feed(b" big") == (" big", False)
