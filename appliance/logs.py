@@ -15,18 +15,36 @@ import sys
 import time
 from pathlib import Path
 
-# API keys (ak_...), bearer tokens, and key=value secrets.
+# API keys (ak_...), bearer tokens, key=value secrets (JSON, Python repr, query strings) and --secret flags.
 _SECRET_PATTERNS = [
     (re.compile(r"\bak_[A-Za-z0-9_-]{8,}"), lambda m: m.group(0)[:12] + "…[redacted]"),
     (re.compile(r"(?i)(bearer\s+)[^\s\"',]+"), lambda m: m.group(1) + "[redacted]"),
-    (re.compile(r"(?i)((?:password|secret|api[_-]?key|token)\"?\s*[:=]\s*\"?)[^\s\"',}]+"), lambda m: m.group(1) + "[redacted]"),
+    (re.compile(r"(?i)((?:password|secret|api[_-]?key|token)[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]+"), lambda m: m.group(1) + "[redacted]"),
+    (re.compile(r"(?i)(--(?:api-key|password|secret|token)[=\s]+)[^\s\"',]+"), lambda m: m.group(1) + "[redacted]"),
 ]
+_SECRET_FIELD = re.compile(r"(?i)password|secret|api[_-]?key|token$|authorization")
+_SECRET_FLAG = re.compile(r"(?i)--(?:api-key|password|secret|token)")
 
 
 def redact(text: str) -> str:
     for pattern, repl in _SECRET_PATTERNS:
         text = pattern.sub(repl, text)
     return text
+
+
+def _redact_fields(value: object, name: str = "") -> object:
+    """Structured log fields, with secrets masked by field name and by content."""
+    if isinstance(value, str):
+        return "[redacted]" if _SECRET_FIELD.search(name) else redact(value)
+    if isinstance(value, dict):
+        return {k: _redact_fields(v, str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):  # an argv: the item after --api-key is a secret too
+        out, hide = [], False
+        for item in value:
+            out.append("[redacted]" if hide and isinstance(item, str) else _redact_fields(item, name))
+            hide = isinstance(item, str) and bool(_SECRET_FLAG.fullmatch(item))
+        return out
+    return value
 
 
 class RedactingFilter(logging.Filter):
@@ -48,10 +66,17 @@ class JsonFormatter(logging.Formatter):
         }
         extra = getattr(record, "fields", None)
         if isinstance(extra, dict):
-            entry.update(extra)
+            entry.update(_redact_fields(extra))  # type: ignore[arg-type]
         if record.exc_info:
             entry["exc"] = redact(self.formatException(record.exc_info))
         return json.dumps(entry, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """Lines for people; tracebacks are redacted like messages."""
+
+    def formatException(self, ei) -> str:  # noqa: N802 - logging's name
+        return redact(super().formatException(ei))
 
 
 def setup_logging(level: str = "info", fmt: str = "json", log_dir: Path | None = None) -> None:
@@ -59,7 +84,7 @@ def setup_logging(level: str = "info", fmt: str = "json", log_dir: Path | None =
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
-    formatter: logging.Formatter = JsonFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    formatter: logging.Formatter = JsonFormatter() if fmt == "json" else TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
