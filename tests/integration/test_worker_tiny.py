@@ -228,3 +228,37 @@ def test_unloadable_model_exits_nonzero_with_message(tmp_path):
     assert p.returncode != 0
     assert "cannot load the model" in p.stderr
     assert not (tmp_path / "b.sock").exists()
+
+
+def test_speculative_prompt_lookup_keeps_greedy_output(tiny_gguf, tmp_path, worker):
+    """Drafts from n-gram lookup are verified by the model: output is unchanged."""
+    prompt = "one two three four one two three four one two three four one two"
+    req = {"prompt": prompt, "max_tokens": 40, "temperature": 0, "logit_bias": NO_EOS}
+    with worker.sync_client() as c:
+        plain = c.post("/v1/completions", json=req).json()["choices"][0]["text"]
+    with WorkerProcess(tiny_gguf, tmp_path / "s.sock", ctx=256, parallel=2, extra=("--spec-ngram", "2")) as w, \
+            w.sync_client() as c:
+        spec = c.post("/v1/completions", json=req).json()
+        streamed = sse_events(c.post("/v1/completions", json={**req, "stream": True}).text)
+        # a forced token repeats, so drafts are accepted: the accept path is exercised too
+        forced = {**req, "logit_bias": {"2": -100, "300": 12}, "max_tokens": 30}
+        spec_forced = c.post("/v1/completions", json=forced).json()
+        stats = c.get("/stats").json()
+    with worker.sync_client() as c:
+        plain_forced = c.post("/v1/completions", json=forced).json()
+    assert spec["choices"][0]["text"] == plain
+    assert spec["usage"]["completion_tokens"] == 40
+    assert "".join(e["choices"][0]["text"] for e in streamed[:-1]) == plain
+    assert spec_forced["choices"][0]["text"] == plain_forced["choices"][0]["text"]
+    assert spec_forced["usage"]["completion_tokens"] == 30
+    assert stats["spec_drafted_total"] > 0 and stats["spec_accepted_total"] > 0
+
+
+def test_embedding_mode(tiny_gguf, tmp_path):
+    with WorkerProcess(tiny_gguf, tmp_path / "e.sock", ctx=128, parallel=2, extra=("--embedding",)) as w, \
+            w.sync_client() as c:
+        emb = c.post("/v1/embeddings", json={"input": [[5, 6, 7], "hello"], "encoding_format": "base64"})
+        gen = c.post("/v1/completions", json={"prompt": "x"})
+    assert emb.status_code == 200 and len(emb.json()["data"]) == 2
+    assert isinstance(emb.json()["data"][0]["embedding"], str)  # base64 float32
+    assert gen.status_code == 400
