@@ -1,0 +1,166 @@
+"""Quantization ladder benchmark: size, speed and perplexity of each variant the store makes.
+
+Two source models, each quantized through the store's own pipeline
+(``ModelStore.quantize``: libllama's quantizer in a child process, then hash,
+inspect, atomic install):
+
+* ``gemma`` — the default model (Gemma 3 270M). Its published file is Q4_K_M, so
+  it is first expanded to F16 with libllama (``allow_requantize``); that F16 holds
+  exactly the Q4_K_M model's weights, and is the reference every lower variant
+  is compared with. Perplexity is meaningful here (a real model on real text).
+* ``synthetic`` — a random-weight llama made with ``tests.ggufkit`` (F32, about
+  25M parameters, rows a multiple of 256 so k-quants apply): sizes and speeds
+  only; perplexity of random weights says nothing about quality.
+
+For each variant: file size, bits per weight, quantization time, load time,
+prompt processing (tokens/s over the perplexity text, one batch), generation
+(tokens/s, 64 greedy tokens, one ``llama_decode`` each) and perplexity over the
+text. Speeds are given per wall second and per CPU second of this process: on a
+shared, busy machine the second is the steadier one.
+
+    python tests/bench/bench_quantize.py [--model gemma|synthetic|both] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+LADDER = ["q8_0", "q6_k", "q5_k_m", "q4_k_m", "q3_k_m", "q2_k"]
+
+TEXT = (
+    "It was the best of times, it was the worst of times, it was the age of wisdom, it was the age of foolishness, "
+    "it was the epoch of belief, it was the epoch of incredulity, it was the season of Light, it was the season of "
+    "Darkness, it was the spring of hope, it was the winter of despair.\n\n"
+    "Water moves through the environment in a continuous cycle. Heat from the sun evaporates water from oceans, lakes "
+    "and rivers, and plants release more of it through their leaves. As the moist air rises it cools, and the vapour "
+    "condenses into tiny droplets that form clouds. When the droplets grow heavy enough they fall back to the ground as "
+    "rain or snow. Some of this water soaks into the soil and refills underground stores, while the rest runs off into "
+    "streams that carry it back to the sea, where the cycle begins again. Engineers who plan cities study these flows "
+    "carefully, because a single heavy storm can overwhelm drains that were built for an average year.\n"
+)
+
+
+def quiet_llama() -> None:
+    import llama_cpp
+
+    @llama_cpp.llama_log_callback
+    def _silence(level: int, text: bytes, user: ctypes.c_void_p) -> None:
+        return None
+
+    quiet_llama.cb = _silence  # keep a reference
+    llama_cpp.llama_log_set(_silence, ctypes.c_void_p(0))
+
+
+def measure(path: Path, threads: int) -> dict[str, float]:
+    from llama_cpp import Llama
+
+    started = time.perf_counter()
+    llm = Llama(model_path=str(path), n_ctx=512, n_batch=512, n_threads=threads, logits_all=True, verbose=False)
+    load_s = time.perf_counter() - started
+    tokens = llm.tokenize(TEXT.encode(), add_bos=True)
+    started, cpu = time.perf_counter(), time.process_time()
+    llm.eval(tokens)
+    pp_s, pp_cpu = time.perf_counter() - started, time.process_time() - cpu
+    logits = np.asarray(llm.scores[: len(tokens)], dtype=np.float64)
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    logprobs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    nll = -logprobs[np.arange(len(tokens) - 1), tokens[1:]].mean()
+    del llm, logits, shifted, logprobs
+    gc.collect()
+
+    gen = Llama(model_path=str(path), n_ctx=512, n_threads=threads, verbose=False)
+    gen.eval(gen.tokenize(b"Water moves through the environment", add_bos=True))
+    n_vocab, n_gen = gen.n_vocab(), 64
+    started, cpu = time.perf_counter(), time.process_time()
+    for _ in range(n_gen):  # greedy, one llama_decode per token, never stopping early at an end token
+        logits = np.ctypeslib.as_array(gen._ctx.get_logits(), shape=(n_vocab,))
+        gen.eval([int(logits.argmax())])
+    tg_s, tg_cpu = time.perf_counter() - started, time.process_time() - cpu
+    del gen
+    gc.collect()
+    return {"load_s": load_s, "pp_tps": len(tokens) / pp_s, "tg_tps": n_gen / tg_s, "pp_cpu": len(tokens) / pp_cpu,
+            "tg_cpu": n_gen / tg_cpu, "ppl": math.exp(nll), "n_tokens": len(tokens)}
+
+
+def expand_to_f16(src: Path, dst: Path, threads: int) -> None:
+    """Q4_K_M → F16 with libllama (the same weights, in a precision the store quantizes from)."""
+    import llama_cpp
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_F16
+    params.allow_requantize = True
+    params.nthread = threads
+    if llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params)) != 0:
+        raise SystemExit("could not expand the default model to F16")
+
+
+def run(model: str, threads: int, work: Path) -> list[dict]:
+    from tests.ggufkit import make_tiny_gguf
+    from tests.storekit import make_store
+
+    store = make_store(work / f"data-{model}", engine_threads=threads)
+    if model == "gemma":
+        from tests.fixtures_models import ensure_default_gguf
+
+        source = work / "gemma-3-270m-f16.gguf"
+        expand_to_f16(ensure_default_gguf(), source, threads)
+        base = store.import_path(str(source), name="gemma-3-270m-deq:f16")
+    else:
+        source = make_tiny_gguf(work / "synthetic-f32.gguf", n_layer=8, n_embd=512, n_head=8, n_kv_head=4, vocab=8192, ctx=512)
+        base = store.import_path(str(source), name="synthetic:f32")
+    params = base.facts.get("parameter_count") or 0
+    rows = [{"variant": base.variant, "bytes": base.size_bytes, "quantize_s": None,
+             **measure(store.settings.store_dir / base.path, threads)}]
+    for target in LADDER:
+        started = time.perf_counter()
+        info = store.quantize(base.name, target)
+        quantize_s = time.perf_counter() - started
+        rows.append({"variant": info.variant, "bytes": info.size_bytes, "quantize_s": quantize_s,
+                     **measure(store.settings.store_dir / info.path, threads)})
+    for row in rows:
+        row["bpw"] = row["bytes"] * 8 / params if params else float("nan")
+    return rows
+
+
+def table(model: str, rows: list[dict], threads: int) -> str:
+    """Speeds per wall second and per CPU second (the latter is steadier on a shared, busy box)."""
+    ref = rows[0]["ppl"]
+    lines = [f"### {model} ({threads} threads, {rows[0]['n_tokens']}-token text)", "",
+             "| variant | size MiB | bits/weight | quantize s | load s | prompt tok/s | prompt tok/CPU-s | gen tok/s | "
+             "gen tok/CPU-s | perplexity | vs source |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        q = "-" if r["quantize_s"] is None else f"{r['quantize_s']:.1f}"
+        ppl = "n/a (random weights)" if model == "synthetic" else f"{r['ppl']:.2f}"
+        delta = "" if model == "synthetic" else f"{100 * (r['ppl'] / ref - 1):+.1f}%"
+        lines.append(f"| {r['variant']} | {r['bytes'] / 2**20:.1f} | {r['bpw']:.2f} | {q} | {r['load_s']:.2f} | "
+                     f"{r['pp_tps']:.0f} | {r['pp_cpu']:.0f} | {r['tg_tps']:.1f} | {r['tg_cpu']:.1f} | {ppl} | {delta} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", choices=["gemma", "synthetic", "both"], default="both")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    quiet_llama()
+    models = ["gemma", "synthetic"] if args.model == "both" else [args.model]
+    with tempfile.TemporaryDirectory(prefix="bench-quantize-") as tmp:
+        for model in models:
+            print(table(model, run(model, args.threads, Path(tmp)), args.threads), flush=True)
+            print()
+
+
+if __name__ == "__main__":
+    main()
