@@ -168,11 +168,11 @@ def check_free_space(folder: Path, needed: int | None) -> None:
     usage = shutil.disk_usage(folder)
     reserve = min(64 << 20, usage.total // 100)
     if needed > usage.free - reserve:
-        raise InsufficientStorage(f"not enough space in the model store: the download needs {_human(needed)}, "
-                                  f"{_human(max(0, usage.free - reserve))} is free")
+        raise InsufficientStorage(f"not enough space in the model store: the download needs {human_size(needed)}, "
+                                  f"{human_size(max(0, usage.free - reserve))} is free")
 
 
-def _human(n: int) -> str:
+def human_size(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

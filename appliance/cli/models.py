@@ -18,16 +18,11 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from rich.table import Table
 
 from appliance.cli.client import admin_client, check, request
+from appliance.pull import human_size
 
 
 def _size(n: int | None) -> str:
-    if not n:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return str(n)
+    return human_size(n) if n else "-"
 
 
 def _follow(ctx: click.Context, job: dict[str, Any], detach: bool) -> dict[str, Any]:
