@@ -4,11 +4,11 @@ Pure arithmetic on :class:`ModelFacts`; no I/O. Every constant below is either
 llama.cpp's / vLLM's own behaviour or a measurement, stated next to it; the
 benchmark ``tests/bench/bench_planner_rss.py`` re-measures the CPU ones.
 
-llama.cpp (one engine process, KV unified across its slots):
+llama.cpp (one engine process; one unified KV cache of n_ctx = context × parallel cells):
     total = weights + KV + compute + overhead
     KV    = Σ_layers cells(layer) × n_head_kv × (head_dim + value_head_dim) × bytes/element
             cells = n_ctx padded to 256 for full-attention layers; for sliding-window
-            layers min(n_ctx, window × parallel + n_ubatch) (llama.cpp with swa_full=False)
+            layers the same with swa_full (llama.cpp's default), else min(n_ctx, window × parallel + n_ubatch)
     GPU compute (VRAM, reserved in full): n_ubatch × 4 × (2·n_embd + max(n_vocab, 4·n_ff))
             on the device holding the output head, n_ubatch × 4 × (2·n_embd + 4·n_ff) elsewhere
     CPU compute (resident pages only): 6 MiB + n_ubatch × 12 × (n_embd + n_ff) + parallel × n_vocab × 4
@@ -78,8 +78,12 @@ def kv_per_cell_layer(f: ModelFacts, dtype: str) -> float:
 
 
 def llamacpp_kv_bytes(f: ModelFacts, ctx: int, parallel: int, dtype: str = "f16", swa_full: bool = False) -> int:
-    """llama.cpp's unified KV cache for ``ctx`` total tokens shared by ``parallel`` slots."""
-    cells = pad(ctx, KV_PAD)
+    """llama.cpp's unified KV cache for ``parallel`` slots of ``ctx`` tokens each (n_ctx = ctx × parallel).
+
+    Matches llama.cpp 0.3.36's own ``llama_kv_cache: size`` log lines (checked for Gemma 3 at
+    n_ctx 512..65536 and 1 or 8 sequences).
+    """
+    cells = pad(ctx * parallel, KV_PAD)
     swa = 0 if swa_full or not f.sliding_window else min(f.swa_layers, f.n_layer)
     swa_cells = min(cells, pad(f.sliding_window * parallel + N_UBATCH, KV_PAD)) if swa else 0
     per = kv_per_cell_layer(f, dtype)

@@ -19,11 +19,15 @@ from appliance.planner_types import DeviceMemory, Preferences, Variant
 
 
 def llamacpp_context(v: Variant, prefs: Preferences) -> tuple[int, str]:
-    """Total context of the engine: the wanted one, capped at trained context × slots."""
+    """Context of one request (slot): the wanted one, capped at the trained context.
+
+    The engine's unified KV cache holds ``context x parallel`` cells (the driver
+    creates the llama.cpp context with ``n_ctx = context x parallel``).
+    """
     ctx = prefs.min_context
     trained = v.facts.context_length
-    if trained and ctx > trained * prefs.parallel:
-        return trained * prefs.parallel, f" (capped at the trained {ctx_text(trained)})"
+    if trained and ctx > trained:
+        return trained, f" (capped at the trained {ctx_text(trained)})"
     return ctx, ""
 
 
@@ -35,7 +39,7 @@ class _Shape:
         self.ctx, self.ctx_note = llamacpp_context(v, prefs)
         self.kv_dtype = prefs.kv_cache_dtype if prefs.kv_cache_dtype and prefs.kv_cache_dtype.lower() not in ("auto", "fp8") else "f16"
         self.w: WeightSplit = split_weights(self.f, v.size_bytes)
-        self.kv = llamacpp_kv_bytes(self.f, self.ctx, prefs.parallel, self.kv_dtype)
+        self.kv = llamacpp_kv_bytes(self.f, self.ctx, prefs.parallel, self.kv_dtype, prefs.swa_full)
         self.kv_layer = self.kv / self.f.n_layer
         self.threads = prefs.threads or snapshot.cpu.physical_cores or 1
         self.ram = snapshot.cpu.memory_available
@@ -46,7 +50,7 @@ class _Shape:
         return f"{self.quant}, {ctx_text(self.ctx)} ctx{self.ctx_note}"
 
     def fields(self, **extra: object) -> dict[str, object]:
-        return {"context": self.ctx, "threads": self.threads, "kv_cache_dtype": self.kv_dtype, **extra}
+        return {"context": self.ctx, "threads": self.threads, "kv_cache_dtype": self.kv_dtype, "swa_full": self.prefs.swa_full, **extra}
 
     def host_row(self, layers_on_cpu: int, output_on_cpu: bool, full_offload: bool) -> DeviceMemory:
         f, w = self.f, self.w

@@ -49,7 +49,7 @@ class Preferences:
     """What the operator asks for; defaults match the Settings defaults."""
 
     min_context: int = 8192
-    """Context tokens wanted: llama.cpp's total (shared by its slots), vLLM's per sequence."""
+    """Context tokens wanted per request (sequence); capped at the model's trained context."""
     parallel: int = 1
     """Concurrent sequences (llama.cpp slots, vLLM max_num_seqs)."""
     quality_floor: str | None = None
@@ -70,6 +70,10 @@ class Preferences:
     """None: ``f16`` for llama.cpp, ``auto`` for vLLM."""
     memory_budget: int | None = None
     """Most bytes one engine may use in all (the ``memory_budget_gib`` setting)."""
+    swa_full: bool = True
+    """llama.cpp: full-size KV for sliding-window layers (llama.cpp's default, which keeps prefix
+    reuse exact). False plans the window-sized cache (Gemma 3 at 8 x 8192 tokens: 260 MiB of KV
+    instead of 1152 MiB); the driver must then create the context with ``swa_full = plan.swa_full``."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,8 @@ class Plan:
     """``llamacpp`` or ``vllm``."""
     model_path: str
     context: int
+    """Tokens per request (sequence) for both backends: vLLM's ``--max-model-len``; llama.cpp's
+    unified KV cache holds ``context x parallel`` cells."""
     parallel: int
     threads: int | None
     n_gpu_layers: int
@@ -123,8 +129,8 @@ class Plan:
     distributed_executor: str | None = None
     tensor_split: tuple[float, ...] = ()
     """llama.cpp layer split over ``devices`` (fractions), when more than one GPU."""
-    swa_full: bool = False
-    """llama.cpp: keep a full-size KV cache for sliding-window layers (the estimate assumes False)."""
+    swa_full: bool = True
+    """llama.cpp: full-size KV cache for sliding-window layers; the KV estimate follows this flag."""
     n_ubatch: int = 512
     calibration_bytes: int = 0
     """Correction from measured loads already included in ``estimated_bytes`` (0: none applied)."""

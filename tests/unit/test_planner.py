@@ -15,7 +15,8 @@ Shared constants of the hand arithmetic (bytes):
     Full offload fits when GPU weights + KV + compute + runtime <= free - margin.
     Partial offload: layers = floor((free - margin - runtime - compute_no_output) / (layer + KV/n_layer)).
 Per-model numbers used below:
-    KV(8192):      gemma 40_894_464 (3 global layers x 8192 + 15 SWA layers x 1024 cells, x 1024 B)
+    KV(8192):      gemma 150_994_944 (18 layers x 8192 cells x 1024 B: llama.cpp's default swa_full keeps
+                   full-size KV in the sliding-window layers too)
                    llama-1b 268_435_456, 8b 1_073_741_824, 70b 2_684_354_560,
                    qwen-0.5b 100_663_296, qwen-7b 469_762_048, qwen-32b 2_147_483_648, mixtral 1_073_741_824
     compute+out:   gemma 539_492_352, 1b 271_056_896, 8b 279_445_504, 70b 296_222_720,
@@ -78,7 +79,7 @@ EXPECTED = {
     ("cpu_2core_24g", "mixtral-8x7b"): None,
 
     # RTX 4090: free = (24564-490) MiB = 25_243_418_624; usable = 24_169_676_800
-    ("nvidia_rtx4090_24g", "gemma-3-270m"): ("f16", -1, ("cuda:0",)),  # 542.8e6+40.9e6+539.5e6+536.9e6 = 1.66e9
+    ("nvidia_rtx4090_24g", "gemma-3-270m"): ("f16", -1, ("cuda:0",)),  # 542.8e6+151.0e6+539.5e6+536.9e6 = 1.77e9
     ("nvidia_rtx4090_24g", "llama-3.2-1b"): ("f16", -1, ("cuda:0",)),  # 2_479_595_616+268_435_456+271_056_896+536_870_912
     # F16: embd = 2_102_441_350 // 2 = 1_051_220_675; 15_017_671_229 + 1_073_741_824 + 279_445_504 + 536_870_912
     #      = 16_907_729_469 <= 24_169_676_800
@@ -219,15 +220,21 @@ def test_threads_default_to_physical_cores_and_obey_the_setting() -> None:
 
 
 def test_kv_cache_of_gemma_with_eight_slots_matches_llama_cpp_log() -> None:
-    # llama.cpp logged for this model at n_ctx 8192, n_seq_max 8, kv_unified, swa_full off:
-    # non-SWA 24.00 MiB (3 layers x 8192 cells) + SWA 67.50 MiB (15 layers x (512*8 + 512) cells),
-    # each cell-layer 1 head x (256 + 256) x 2 bytes = 1024 B -> (3*8192 + 15*4608) * 1024 = 95_944_704.
+    # 8 slots of 8192 tokens: n_ctx = 65536 cells. llama.cpp 0.3.36 logged for this model at n_ctx 65536,
+    # n_seq_max 8, kv_unified, swa_full off: non-SWA 192.00 MiB (3 layers x 65536 cells) + SWA 67.50 MiB
+    # (15 layers x (512*8 + 512) cells), each cell-layer 1 head x (256 + 256) x 2 bytes = 1024 B
+    # -> (3*65536 + 15*4608) * 1024 = 272_105_472.
     box = machine("cpu_2core_24g")
     q4 = [v for v in variants("gemma-3-270m") if v.name == "q4_k_m"]
-    p = plan(box, q4, replace(LLAMACPP, parallel=8))
+    p = plan(box, q4, replace(LLAMACPP, parallel=8, swa_full=False))
     assert isinstance(p, Plan)
-    assert p.memory[0].kv_cache == 95_944_704
+    assert (p.context, p.parallel) == (8192, 8)
+    assert p.memory[0].kv_cache == 272_105_472
     assert p.swa_full is False
+    # llama.cpp's default (swa_full on): every layer full size, 18 x 65536 x 1024 = 1_207_959_552 (1152 MiB).
+    full = plan(box, q4, replace(LLAMACPP, parallel=8))
+    assert isinstance(full, Plan) and full.swa_full is True
+    assert full.memory[0].kv_cache == 1_207_959_552
 
 
 def test_reason_names_the_rejected_higher_quality_variant() -> None:
@@ -271,7 +278,7 @@ def test_quality_floor_rejects_lower_variants() -> None:
 
 
 def test_context_is_capped_at_the_trained_context() -> None:
-    # qwen2.5-0.5b was trained for 32768; llama.cpp total context is capped at 32768 x 1 slot.
+    # qwen2.5-0.5b was trained for 32768: a request's context is capped there.
     p = plan(machine("cpu_2core_24g"), variants("qwen2.5-0.5b"), replace(LLAMACPP, min_context=65536))
     assert isinstance(p, Plan) and p.context == 32768
     assert "capped at the trained 32k" in p.reason
