@@ -7,6 +7,7 @@ and flushing the ledger last.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import time
@@ -50,12 +51,14 @@ class Services:
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        from appliance.cache import ResponseCache
+        from appliance.embedder import make_embedder
         from appliance.gateway import Gateway
         from appliance.jobs import JobRegistry
         from appliance.metering import Meter
         from appliance.store import ModelStore
 
-        self.jobs = JobRegistry()
+        self.jobs = JobRegistry(self.db)
         self.store = ModelStore(self.settings, self.db, is_loaded=self.is_loaded)
         if self.settings.seed_default_model:
             from appliance.default_model import seed_default_model
@@ -63,14 +66,13 @@ class Services:
             seed_default_model(self.settings, self.store)
         self.meter = Meter(self.settings, self.db)
         await self.meter.start()
-        self.metrics = getattr(self.meter, "metrics", None)
+        self.metrics = self.meter.metrics
+        self.energy = EnergyMeter()
         self.router = Router(self.settings, canonical_name=self.canonical_name, make_plan=self.make_plan,
                              make_engine=self.make_engine, on_loaded=self._after_load)
-        from appliance.cache import ResponseCache
-        from appliance.embedder import make_embedder
-
+        self._register_gauges()
         self.cache = ResponseCache(self.settings, self.db, make_embedder(self.settings))
-        self.gateway = Gateway(self.settings, self.router, self.meter, cache=self.cache, metrics=self.metrics)
+        self.gateway = Gateway(self.settings, self.router, self.meter, cache=self.cache, metrics=self.metrics, energy=self.energy)
         self._start_scheduler()
 
     async def stop(self) -> None:
@@ -82,6 +84,8 @@ class Services:
             await self.meter.stop()
         if self.cache is not None:
             self.cache.close()
+        if self.jobs is not None:
+            await asyncio.to_thread(self.jobs.shutdown)
         self.db.dispose()
 
     def _register_gauges(self) -> None:
@@ -111,8 +115,6 @@ class Services:
         self.scheduler = scheduler
 
     async def _backup(self) -> None:
-        import asyncio
-
         from appliance.backup import scheduled_backup
 
         path = await asyncio.to_thread(scheduled_backup, self.settings.db_path, self.settings.data_dir / "backups")
