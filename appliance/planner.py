@@ -22,7 +22,7 @@ Measured loads (``calibrations``) correct the estimate of the same
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
 from appliance.errors import BadRequest
@@ -205,19 +205,13 @@ def _refusal(model: str, evals: list[_Eval], snapshot: HardwareSnapshot, prefs: 
             needed.append(f"{gib(short.used + prefs.memory_margin)} of free {where} (have {gib(short.free)})")
     ctx = prefs.min_context // 2
     while ctx >= 512:
-        retry = _evaluate(smallest.variant, snapshot, _replace(prefs, min_context=ctx), calibrations)
+        retry = _evaluate(smallest.variant, snapshot, replace(prefs, min_context=ctx), calibrations)
         if _best(retry):
             needed.append(f"a context of {ctx} tokens or less (--ctx {ctx})")
             break
         ctx //= 2
     reason = f"nothing fits; the smallest, {quantization_of(smallest.variant) or smallest.variant.name}, {smallest.attempts[0].summary}"
     return Refusal(model, reason, tuple(needed), rejected)
-
-
-def _replace(prefs: Preferences, **changes: object) -> Preferences:
-    from dataclasses import replace
-
-    return replace(prefs, **changes)  # type: ignore[arg-type]
 
 
 def plan(snapshot: HardwareSnapshot, variants: Sequence[Variant], preferences: Preferences,
