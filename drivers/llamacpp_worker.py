@@ -29,8 +29,9 @@ from typing import Any
 
 from appliance.errors import ApplianceError, BadRequest, EngineUnavailable, NotFound
 
-from .llamacpp_batcher import FINISH_CANCELLED, FINISH_ERROR, EngineFailure
+from .llamacpp_batcher import FINISH_CANCELLED, FINISH_ERROR, FINISH_LENGTH, EngineFailure
 from .llamacpp_model import ModelLoadError
+from .llamacpp_sampling import free_chain
 from .llamacpp_protocol import DONE, Shaper, error_body, parse_chat, parse_completion, sse, usage_dict
 from .llamacpp_service import Engine, EngineConfig
 
@@ -168,7 +169,12 @@ class WorkerApp:
                     return
 
         watcher = asyncio.get_running_loop().create_task(watch_disconnect())
-        batcher.submit(seq)
+        if seq.max_new > 0:
+            batcher.submit(seq)
+        else:  # max_tokens=0: nothing to generate, no slot needed
+            free_chain(seq.chain)
+            seq.chain = None
+            seq._push("", FINISH_LENGTH)
         try:
             if req.stream:
                 await self._stream(req, seq, shaper, send)
