@@ -127,7 +127,21 @@ def build_env(plan: Any, settings: Any, api_key: str) -> dict[str, str]:
         "TRANSFORMERS_OFFLINE": "1",
         # Progress bars redraw one line with \r; the supervisor reads the log by lines.
         "TQDM_DISABLE": "1",
+        # vLLM logs to stdout by default; the supervisor copies stderr into the appliance log
+        # (and quotes its last line when a load fails).
+        "VLLM_LOGGING_STREAM": "ext://sys.stderr",
     }
+    data_dir = getattr(settings, "data_dir", None)
+    if data_dir is not None:
+        # Compiled kernels are cached in the data dir: the service may write nowhere else
+        # (systemd ProtectHome/ProtectSystem), and a warm cache makes the next load faster.
+        cache = Path(data_dir) / "cache"
+        env.update(
+            VLLM_CACHE_ROOT=str(cache / "vllm"),
+            TORCHINDUCTOR_CACHE_DIR=str(cache / "torchinductor"),
+            TRITON_CACHE_DIR=str(cache / "triton"),
+            HF_HOME=str(cache / "huggingface"),
+        )
     ray = getattr(plan, "distributed_executor", None) == "ray"
     if getattr(settings, "ray_address", None):
         env["RAY_ADDRESS"] = str(settings.ray_address)

@@ -256,3 +256,97 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+# --- (b) the whole daemon ---------------------------------------------------------------------
+
+def _wait_job(admin: httpx.Client, job: dict, timeout: float = 120.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = admin.get(f"/admin/jobs/{job['id']}").json()
+        if job["state"] not in ("queued", "running"):
+            return job
+        time.sleep(0.2)
+    raise AssertionError(f"job {job['id']} still {job['state']} after {timeout} s")
+
+
+def test_daemon_serves_an_imported_hf_model_on_vllm(vllm_python: Path, tiny_hf: Path, tmp_path: Path):
+    """Import → request with a key → usage row → unload, all through the real daemon.
+
+    On this CPU box the planner picks vLLM only when asked (``APPLIANCE_BACKEND=vllm``);
+    it computes ``gpu_memory_utilization`` from the machine's RAM.
+    """
+    from tests.daemon import start_daemon
+
+    t0 = time.monotonic()
+    daemon = start_daemon(tmp_path, APPLIANCE_VLLM_PYTHON=str(vllm_python), APPLIANCE_BACKEND="vllm",
+                          APPLIANCE_ENGINE_CONTEXT="1024", APPLIANCE_ENGINE_PARALLEL="4", APPLIANCE_LOAD_TIMEOUT_SECONDS="240")
+    _record("daemon_start_seconds", round(time.monotonic() - t0, 1))
+    try:
+        with daemon.admin() as admin:
+            t0 = time.monotonic()
+            response = admin.post("/admin/models/import", json={"path": str(tiny_hf), "name": MODEL})
+            assert response.status_code == 202, response.text
+            job = _wait_job(admin, response.json())
+            assert job["state"] == "done", job
+            _record("daemon_import_seconds", round(time.monotonic() - t0, 1))
+            listed = {m["name"]: m for m in admin.get("/admin/models/").json()}
+            assert listed[MODEL]["format"] == "safetensors"
+
+        key = daemon.create_key("vllm-e2e")
+        started = time.monotonic()
+        with daemon.client(key) as client:
+            chat = {"model": MODEL, "messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 5, "temperature": 0,
+                    "ignore_eos": True}
+            r = client.post("/v1/chat/completions", json=chat)  # loads on demand
+            assert r.status_code == 200, (r.text, daemon.log()[-3000:])
+            _record("daemon_first_request_seconds", round(time.monotonic() - started, 1))
+            body = r.json()
+            assert body["model"] == MODEL and body["usage"]["completion_tokens"] == 5
+            assert body["usage"]["prompt_tokens"] == 3 + len("Say hi")
+
+            with client.stream("POST", "/v1/chat/completions", json={**chat, "stream": True}) as s:
+                assert s.status_code == 200
+                events = [line[6:] for line in s.iter_lines() if line.startswith("data: ")]
+            assert events[-1] == "[DONE]"
+            chunks = [json.loads(e) for e in events[:-1]]
+            assert any(c["choices"] and c["choices"][0]["delta"].get("content") for c in chunks)
+            # The gateway asks the engine for usage (for the meter) but shows it only to clients that ask.
+            assert not any(c.get("usage") for c in chunks)
+
+            # Routes outside the allow-list never reach the engine.
+            assert client.post("/invocations", json={"prompt": "x"}).status_code in (404, 405)
+            assert client.post("/tokenize", json={"model": MODEL, "prompt": "x"}).status_code in (404, 405)
+
+        with daemon.admin() as admin:
+            instances = {i["model"]: i for i in admin.get("/admin/instances/").json()}
+            assert instances[MODEL]["backend"] == "vllm" and instances[MODEL]["state"] == "ready"
+            pid = instances[MODEL]["pid"]
+            pids = [p.pid for p in _tree(pid)]
+            # The engine's key lives in its environment, not on its command line nor in the log.
+            engine_key = psutil.Process(pid).environ()["VLLM_API_KEY"]
+            assert len(engine_key) >= 32
+            assert not any(engine_key in " ".join(p.cmdline()) for p in _tree(pid))
+            log = daemon.log()
+            assert engine_key not in log
+            assert "non-default args" in log  # vLLM's own log reaches the appliance log
+            _record("daemon_engine_rss_mib", (instances[MODEL]["rss_bytes"] or 0) >> 20)
+
+            deadline = time.monotonic() + 10
+            while True:
+                usage = admin.get("/admin/usage", params={"model": MODEL}).json()["totals"]
+                if usage["requests"] >= 2 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            assert usage["requests"] == 2 and usage["failed"] == 0
+            assert usage["completion_tokens"] == 10 and usage["prompt_tokens"] == 2 * 9
+
+            r = admin.post(f"/admin/instances/{MODEL}/unload")
+            assert r.status_code == 200 and r.json()["unloaded"] is True, r.text
+            assert MODEL not in {i["model"] for i in admin.get("/admin/instances/").json()}
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.1)
+        assert [p for p in pids if _alive(p)] == []
+    finally:
+        daemon.stop()

@@ -37,7 +37,7 @@ class FakePlan:
 
 
 def settings(**kw):
-    return SimpleNamespace(vllm_python=kw.get("vllm_python"), ray_address=kw.get("ray_address"))
+    return SimpleNamespace(vllm_python=kw.get("vllm_python"), ray_address=kw.get("ray_address"), data_dir=kw.get("data_dir"))
 
 
 def opt(argv: list[str], flag: str) -> str | None:
@@ -166,6 +166,14 @@ def test_privacy_environment():
     env = build_env(FakePlan(), settings(), "k")
     assert env["VLLM_NO_USAGE_STATS"] == "1" and env["DO_NOT_TRACK"] == "1"
     assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
+
+
+def test_engine_log_goes_to_stderr_and_caches_to_the_data_dir():
+    env = build_env(FakePlan(), settings(data_dir=Path("/var/lib/appliance")), "k")
+    assert env["VLLM_LOGGING_STREAM"] == "ext://sys.stderr"  # the supervisor reads stderr only
+    for var in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "HF_HOME"):
+        assert env[var].startswith("/var/lib/appliance/cache/"), var
+    assert "VLLM_CACHE_ROOT" not in build_env(FakePlan(), settings(), "k")
 
 
 @pytest.mark.parametrize(("devices", "expected"), [
