@@ -177,12 +177,11 @@ class Services:
 
     async def _after_load(self, instance: Instance) -> None:
         self.audit("system", "model.load", instance.name, f"backend={instance.backend}")
-        try:
-            from appliance.calibration import record_load
+        from appliance.calibration import gpu_bytes_of, process_tree_pids, record_load
 
-            record_load(self.db, instance.plan, instance.engine.rss_bytes())
-        except ImportError:
-            pass
+        pid = getattr(instance.engine, "pid", None)
+        gpu = gpu_bytes_of(process_tree_pids(pid)) if pid and instance.plan.n_gpu_layers else None
+        record_load(self.db, instance.plan, instance.engine.rss_bytes(), gpu)
 
     def after_restore(self) -> None:
         """Forget every in-memory copy of database state after a restore."""

@@ -67,7 +67,7 @@ class Settings(BaseSettings):
     drain_timeout_seconds: float = Field(default=30.0, ge=0, description="On SIGTERM, how long in-flight requests may finish before the daemon exits.")
     engine_threads: int | None = Field(default=None, ge=1, description="CPU threads per llama.cpp engine. Unset: the planner chooses from the core count.")
     engine_parallel: int = Field(default=8, ge=1, le=256, description="Concurrent sequences (slots) per llama.cpp engine.")
-    engine_context: int = Field(default=8192, ge=256, description="Total context tokens per llama.cpp engine, shared by its slots.")
+    engine_context: int = Field(default=4096, ge=256, description="Context tokens each request may use in a llama.cpp engine (the KV cache holds this × engine_parallel).")
     backend: Literal["auto", "llamacpp", "vllm"] = Field(
         default="auto", description="Inference backend: `auto` lets the planner choose (vLLM on capable GPUs), or force one."
     )

@@ -4,6 +4,8 @@
   (b) python -m llama_cpp.server --interrupt_requests False (threads 1 and 2)
   (c) llama.cpp's C++ llama-server -np 8, when --llama-server points at a build
 
+Every server gets 2,048 context tokens per sequence (llama-server: -c 16384 over 8 slots).
+
 Each server is started alone, warmed up, measured at 1 and 8 concurrent streams
 (streaming /v1/completions, greedy, 128 new tokens, 16 different prompts) and
 stopped before the next starts. Then the appliance's prefix cache: TTFT with a
@@ -114,7 +116,7 @@ def main() -> None:
     model_path = ensure_default_gguf()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        daemon = start_daemon(Path(tmp), APPLIANCE_ENGINE_PARALLEL="8", APPLIANCE_ENGINE_CONTEXT="8192", APPLIANCE_CACHE_ENABLED="false")
+        daemon = start_daemon(Path(tmp), APPLIANCE_ENGINE_PARALLEL="8", APPLIANCE_ENGINE_CONTEXT="2048", APPLIANCE_CACHE_ENABLED="false")
         try:
             key = daemon.create_key("bench")
             rows.append(measure("appliance", daemon.url + "/v1", "default", key, args.requests, args.max_tokens))
@@ -126,7 +128,7 @@ def main() -> None:
         for threads in (1, 2):
             port = free_port()
             proc = start_process([sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--port", str(port),
-                                  "--interrupt_requests", "False", "--n_threads", str(threads), "--n_ctx", "8192"],
+                                  "--interrupt_requests", "False", "--n_threads", str(threads), "--n_ctx", "2048"],
                                  f"http://127.0.0.1:{port}/v1/models")
             try:
                 rows.append(measure(f"llama_cpp.server t={threads}", f"http://127.0.0.1:{port}/v1", "x", None, args.requests, args.max_tokens))
@@ -136,7 +138,7 @@ def main() -> None:
         for threads in (2, 1):
             port = free_port()
             env = {**os.environ, "LD_LIBRARY_PATH": str(args.llama_server.parent)}
-            proc = start_process([str(args.llama_server), "-m", str(model_path), "--port", str(port), "-np", "8", "-c", "8192",
+            proc = start_process([str(args.llama_server), "-m", str(model_path), "--port", str(port), "-np", "8", "-c", "16384",
                                   "-t", str(threads), "--no-webui"], f"http://127.0.0.1:{port}/health", env=env)
             try:
                 rows.append(measure(f"llama-server t={threads}", f"http://127.0.0.1:{port}/v1", "x", None, args.requests, args.max_tokens))
