@@ -9,12 +9,12 @@ from typing import Any, AsyncIterator
 from litestar import Litestar
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
-from litestar.openapi.spec import Components, SecurityScheme
+from litestar.openapi.spec import Components, OpenAPIMediaType, OpenAPIResponse, OpenAPIType, Reference, Schema, SecurityScheme
 
 from appliance import __version__
 from appliance.admin_api import AliasesController, InstancesController, KeysController, OpsController
 from appliance.api_v1 import OpenAIController
-from appliance.asgi import ApplianceASGI
+from appliance.asgi import OPEN_PATHS, ApplianceASGI
 from appliance.health import healthz, readyz
 from appliance.http_errors import EXCEPTION_HANDLERS
 from appliance.services import Services
@@ -23,6 +23,13 @@ from appliance.settings import Settings
 log = logging.getLogger("appliance.app")
 
 OPENAPI_PATH = "/openapi"
+_TEXT = Schema(type=OpenAPIType.STRING)
+_TEXT_OR_NULL = Schema(type=[OpenAPIType.STRING, OpenAPIType.NULL])
+ERROR_SCHEMA = Schema(
+    type=OpenAPIType.OBJECT, required=["error"], description="OpenAI's error envelope, for every error of the API.",
+    properties={"error": Schema(type=OpenAPIType.OBJECT, required=["message", "type", "param", "code"], properties={
+        "message": _TEXT, "type": _TEXT, "param": _TEXT_OR_NULL, "code": _TEXT_OR_NULL})},
+)
 
 
 def _route_handlers() -> list[Any]:
@@ -70,7 +77,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Litestar
             if own:
                 await svc.stop()
 
-    return Litestar(
+    app = Litestar(
         route_handlers=_route_handlers(),
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
@@ -86,6 +93,36 @@ def create_app(settings: Settings, services: Services | None = None) -> Litestar
         logging_config=None,
         debug=False,
     )
+    _document_errors(app)
+    return app
+
+
+def _document_errors(app: Litestar) -> None:
+    """Make the OpenAPI document say what the API does on errors.
+
+    Litestar documents its own validation-error shape for 400 and no other error,
+    while every error here is OpenAI's envelope (one handler: appliance.http_errors)
+    with any status from 400 to 503; the health probes need no key.
+    """
+    document = app.openapi_schema
+    if document.components is not None:
+        document.components.schemas = {**(document.components.schemas or {}), "Error": ERROR_SCHEMA}
+    error = OpenAPIResponse(description="Error (OpenAI's envelope)",
+                            content={"application/json": OpenAPIMediaType(schema=Reference(ref="#/components/schemas/Error"))})
+    for path, item in (document.paths or {}).items():
+        for method in ("get", "put", "post", "delete", "patch"):
+            operation = getattr(item, method, None)
+            if operation is None:
+                continue
+            responses = dict(operation.responses or {})
+            if path in OPEN_PATHS:
+                operation.security = []
+                if path == "/readyz" and "200" in responses:
+                    responses["503"] = responses["200"]  # not ready: the same report, with status 503
+            else:
+                responses["400"] = error
+                responses["default"] = error
+            operation.responses = responses
 
 
 def wrap(app: Litestar, settings: Settings, *, local: bool = False) -> ApplianceASGI:
