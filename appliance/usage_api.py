@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, delete, get, post, put
 from litestar.params import Parameter
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from appliance.asgi import PRINCIPAL
 from appliance.errors import BadRequest
@@ -25,10 +25,25 @@ MAX_COUNT = 10**15
 MAX_MONEY = 1e12
 
 
-class QuotaUpdate(BaseModel):
-    """Limits to set. A field given as null removes that limit; a field left out keeps its value."""
+class _Numbers(BaseModel):
+    """A body of numbers or nulls. Litestar validates pydantic models leniently (``true`` → 1,
+    ``"5"`` → 5), so other JSON types are refused here, before any conversion."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_only(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name, value in data.items():
+                if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                    raise ValueError(f"{name} must be a number or null")
+        return data
+
+
+class QuotaUpdate(_Numbers):
+    """Limits to set. A field given as null removes that limit; a field left out keeps its value."""
+
     requests_per_minute: int | None = Field(default=None, ge=0, le=MAX_COUNT)
     tokens_per_minute: int | None = Field(default=None, ge=0, le=MAX_COUNT)
     tokens_per_day: int | None = Field(default=None, ge=0, le=MAX_COUNT)
@@ -37,10 +52,9 @@ class QuotaUpdate(BaseModel):
     max_concurrent: int | None = Field(default=None, ge=0, le=MAX_COUNT)
 
 
-class PriceUpdate(BaseModel):
+class PriceUpdate(_Numbers):
     """Rates per million tokens. Fields left out keep their value (zero for a new price)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     input_per_m: float | None = Field(default=None, ge=0, le=MAX_MONEY)
     output_per_m: float | None = Field(default=None, ge=0, le=MAX_MONEY)
     cached_per_m: float | None = Field(default=None, ge=0, le=MAX_MONEY)
