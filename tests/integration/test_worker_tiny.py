@@ -270,3 +270,31 @@ def test_embedding_mode(tiny_gguf, tmp_path):
     assert emb.status_code == 200 and len(emb.json()["data"]) == 2
     assert isinstance(emb.json()["data"][0]["embedding"], str)  # base64 float32
     assert gen.status_code == 400
+
+
+async def test_prefix_cache_idle_slot_and_busy_donor(worker):
+    prefix = "the people of the water time " * 5
+    async with worker.client() as c:
+        first = await c.post("/v1/completions", json={"prompt": prefix + "one", "max_tokens": 2, "temperature": 0})
+        again = await c.post("/v1/completions", json={"prompt": prefix + "two", "max_tokens": 2, "temperature": 0})
+        n_prefix = first.json()["usage"]["prompt_tokens"] - 2
+        assert again.json()["usage"]["prompt_tokens_details"]["cached_tokens"] >= n_prefix - 1
+        # a busy slot lends its KV to a new request with the same prefix (llama_memory_seq_cp)
+        donor_prefix = "long day back work " * 6
+
+        async def slow():
+            return await c.post("/v1/completions", json={"prompt": donor_prefix + "a", "max_tokens": 190,
+                                                         "temperature": 0, "logit_bias": NO_EOS})
+
+        busy = asyncio.create_task(slow())
+        for _ in range(200):
+            if (await c.get("/stats")).json()["slots_busy"]:
+                break
+            await asyncio.sleep(0.005)
+        borrower = await c.post("/v1/completions", json={"prompt": donor_prefix + "b", "max_tokens": 4,
+                                                          "temperature": 0, "logit_bias": NO_EOS})
+        donor_still_busy = not busy.done()
+        alone_ref = (await busy).json()
+    assert donor_still_busy, "the donor finished too early to test sharing from a busy slot"
+    cached = borrower.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached >= alone_ref["usage"]["prompt_tokens"] - 3
