@@ -1,0 +1,187 @@
+"""The console in-process (SECURITY-TESTS row 16): sign-in, sessions, CSRF, roles, headers, throttling.
+
+The app runs over a migrated database with services that were never started (no
+store, router, meter or cache), which is also how the console must degrade:
+every page still renders.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from litestar.testing import TestClient
+
+from appliance import db as dbmod
+from appliance.app import create_app
+from appliance.services import Services
+from appliance.settings import Settings
+from appliance.users import create_user
+
+PASSWORDS = {"alice": "alice-password-1", "otto": "otto-password-1", "victor": "victor-password-1"}
+PAGES = ["/", "/overview/live", "/models", "/keys", "/usage", "/cache", "/settings", "/audit", "/password"]
+
+
+@pytest.fixture
+def app(tmp_path):
+    settings = Settings(data_dir=tmp_path, seed_default_model=False)
+    dbmod.migrate(settings.db_path)
+    services = Services(settings)
+    for name, role in (("alice", "admin"), ("otto", "operator"), ("victor", "viewer")):
+        create_user(services.db, name, PASSWORDS[name], role=role)
+    yield create_app(settings, services=services)
+    services.db.dispose()
+
+
+def _csrf(html: str) -> str:
+    match = re.search(r'name="csrf_token" value="([^"]+)"', html) or re.search(r'"X-CSRF-Token": "([^"]+)"', html)
+    assert match, html[:500]
+    return match.group(1)
+
+
+def sign_in(client: TestClient, user: str, password: str | None = None):
+    token = _csrf(client.get("/login").text)
+    return client.post("/login", data={"username": user, "password": password or PASSWORDS[user], "csrf_token": token},
+                       follow_redirects=False)
+
+
+def signed_in(app, user: str, base_url: str = "http://testserver.local") -> TestClient:
+    client = TestClient(app, base_url=base_url)
+    client.__enter__()
+    assert sign_in(client, user).status_code == 303
+    return client
+
+
+def test_signed_out_visitors_are_sent_to_login(app):
+    with TestClient(app) as client:
+        for path in PAGES + ["/playground", "/users"]:
+            response = client.get(path, follow_redirects=False)
+            assert response.status_code == 303 and response.headers["location"].startswith("/login"), path
+        response = client.get("/keys", headers={"HX-Request": "true"}, follow_redirects=False)
+        assert response.headers.get("hx-redirect") == "/login"
+        response = client.post("/keys/create", data={"name": "x"}, follow_redirects=False)
+        assert response.status_code == 303 and response.headers["location"] == "/login"
+
+
+def test_every_page_renders_without_the_services_running(app):
+    client = signed_in(app, "alice")
+    for path in PAGES + ["/playground", "/users", "/usage?days=7", "/usage.csv?by=model&days=7"]:
+        response = client.get(path)
+        assert response.status_code == 200, (path, response.text[:300])
+    client.__exit__(None, None, None)
+
+
+def test_session_cookie_flags_and_security_headers(app):
+    with TestClient(app, base_url="https://appliance.example") as client:
+        response = sign_in(client, "alice")
+        cookie = next(c for c in response.headers.get_list("set-cookie") if c.startswith("appliance_session="))
+        flags = [f.strip().lower() for f in cookie.split(";")]
+        assert "httponly" in flags and "samesite=strict" in flags and "secure" in flags and "path=/" in flags
+        page = client.get("/")
+    csp = page.headers["content-security-policy"]
+    assert "unsafe-eval" not in csp and "unsafe-inline" not in csp
+    assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
+    assert page.headers["x-frame-options"] == "DENY"
+    assert page.headers["cache-control"] == "no-store"
+    assert 'name="htmx-config"' in page.text and '"allowEval":false' in page.text and '"includeIndicatorStyles":false' in page.text
+    assert "<script>" not in page.text and " on" + "click=" not in page.text  # no inline script, no inline handlers
+    with TestClient(app, base_url="http://appliance.example") as client:
+        cookie = next(c for c in sign_in(client, "alice").headers.get_list("set-cookie") if c.startswith("appliance_session="))
+        assert "secure" not in cookie.lower()
+
+
+def test_unsafe_requests_need_the_csrf_token(app):
+    client = signed_in(app, "alice")
+    token = _csrf(client.get("/keys").text)
+    assert client.post("/teams/create", data={"name": "no-token"}).status_code == 403
+    assert client.post("/teams/create", data={"name": "bad", "csrf_token": "x" * 43}).status_code == 403
+    assert client.post("/teams/create", data={"name": "cross"}, headers={"X-CSRF-Token": token, "Sec-Fetch-Site": "cross-site"}).status_code == 403
+    assert client.post("/teams/create", data={"name": "evil"}, headers={"X-CSRF-Token": token, "Origin": "http://evil.example"}).status_code == 403
+    assert client.post("/teams/create", data={"name": "research"}, headers={"X-CSRF-Token": token}).status_code == 200
+    assert client.post("/teams/create", data={"name": "research2", "csrf_token": token}).status_code == 200
+    assert client.post("/logout", follow_redirects=False).status_code == 403  # even signing out
+    client.__exit__(None, None, None)
+    other = signed_in(app, "otto")  # a token from one session is worthless in another
+    assert other.post("/playground/clear", headers={"X-CSRF-Token": token}).status_code == 403
+    other.__exit__(None, None, None)
+
+
+def test_sign_in_form_itself_needs_its_token(app):
+    with TestClient(app) as client:
+        client.get("/login")
+        response = client.post("/login", data={"username": "alice", "password": PASSWORDS["alice"]}, follow_redirects=False)
+        assert response.status_code == 403
+
+
+def test_twenty_bad_sign_ins_throttle_with_retry_after(app):
+    with TestClient(app) as client:
+        for _ in range(20):
+            assert sign_in(client, "alice", "wrong-password").status_code == 401
+        response = sign_in(client, "alice")  # even the right password waits now
+        assert response.status_code == 429
+        assert int(response.headers["retry-after"]) > 0
+        assert "appliance_session" not in response.headers.get("set-cookie", "")
+
+
+def test_viewer_gets_no_admin_buttons_and_403_on_admin_actions(app):
+    client = signed_in(app, "victor")
+    keys = client.get("/keys").text
+    token = _csrf(keys)
+    assert "/keys/create" not in keys and "Revoke" not in keys
+    for path, form in (("/keys/create", {"name": "x"}), ("/teams/create", {"name": "t"}), ("/models/load", {"name": "m"}),
+                       ("/models/delete", {"name": "m"}), ("/models/pull", {"url": "https://example.com/x.gguf"}),
+                       ("/users/create", {"username": "eve"}), ("/cache/purge", {}), ("/playground/send", {"prompt": "hi"})):
+        assert client.post(path, data=form, headers={"X-CSRF-Token": token}).status_code == 403, path
+    assert client.get("/playground").status_code == 403
+    assert client.get("/users").status_code == 403
+    client.__exit__(None, None, None)
+
+
+def test_operator_may_operate_but_not_administer(app):
+    client = signed_in(app, "otto")
+    token = _csrf(client.get("/keys").text)
+    assert client.get("/playground").status_code == 200
+    assert client.post("/keys/create", data={"name": "x"}, headers={"X-CSRF-Token": token}).status_code == 403
+    # operators reach the model actions (here the router is not running: a clear 503, not a 403)
+    assert client.post("/models/load", data={"name": "m"}, headers={"X-CSRF-Token": token, "HX-Request": "true"}).status_code == 503
+    client.__exit__(None, None, None)
+
+
+def test_logout_ends_the_session_for_real(app):
+    client = signed_in(app, "alice")
+    cookie = client.cookies.get("appliance_session")
+    token = _csrf(client.get("/").text)
+    assert client.post("/logout", headers={"X-CSRF-Token": token}, follow_redirects=False).status_code == 303
+    with TestClient(app) as replay:
+        replay.cookies.set("appliance_session", cookie)
+        assert replay.get("/", follow_redirects=False).status_code == 303
+    client.__exit__(None, None, None)
+
+
+def test_first_run_password_change_is_forced_and_ends_other_sessions(app):
+    services = app.state.services if hasattr(app.state, "services") else None
+    with TestClient(app) as first:
+        create_user(first.app.state.services.db, "root", "one-time-pass", role="admin", must_change_password=True)
+        response = sign_in(first, "root", "one-time-pass")
+        assert response.headers["location"] == "/password"
+        assert first.get("/keys", follow_redirects=False).headers["location"] == "/password"
+        with TestClient(app) as second:
+            sign_in(second, "root", "one-time-pass")
+            token = _csrf(first.get("/password").text)
+            short = first.post("/password", data={"current": "one-time-pass", "new": "short", "confirm": "short", "csrf_token": token})
+            assert short.status_code == 400
+            done = first.post("/password", data={"current": "one-time-pass", "new": "a-good-password", "confirm": "a-good-password",
+                                                 "csrf_token": token}, follow_redirects=False)
+            assert done.status_code == 303 and done.headers["location"] == "/"
+            assert first.get("/keys").status_code == 200
+            assert second.get("/keys", follow_redirects=False).headers["location"].startswith("/login")
+    assert services is None or services
+
+
+def test_login_next_parameter_stays_on_this_site(app):
+    with TestClient(app) as client:
+        for evil in ("//evil.example/x", "https://evil.example", "/\\evil.example"):
+            token = _csrf(client.get("/login").text)
+            response = client.post("/login", data={"username": "alice", "password": PASSWORDS["alice"], "csrf_token": token,
+                                                   "next": evil}, follow_redirects=False)
+            assert response.headers["location"] == "/", evil
