@@ -75,8 +75,17 @@ else
 fi
 
 if [[ $with_vllm -eq 1 ]]; then
-  say "Preparing the vLLM environment"
-  "$here/tests/vllm_env.sh" "$(dirname "$venv")/vllm-venv"
+  vllm_venv="$(dirname "$venv")/vllm-venv"
+  flavour=()
+  if ls /dev/nvidia0 /dev/kfd >/dev/null 2>&1; then flavour=(--gpu); fi
+  say "Preparing the vLLM environment in $vllm_venv ${flavour[*]:-(CPU build)}"
+  "$here/tests/vllm_env.sh" "${flavour[@]}" "$vllm_venv"
+  export APPLIANCE_VLLM_PYTHON="$vllm_venv/bin/python"
+  if [[ $mode == system ]]; then
+    mkdir -p /etc/appliance
+    touch /etc/appliance/appliance.toml
+    grep -q '^vllm_python' /etc/appliance/appliance.toml || echo "vllm_python = \"$vllm_venv/bin/python\"" >> /etc/appliance/appliance.toml
+  fi
 fi
 
 # 3. Everything else: database, default model, first admin, service.

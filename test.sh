@@ -36,7 +36,7 @@ echo "==> pip install -e .[test] (llama-cpp-python builds once per machine, then
 
 if [[ -x tests/vllm_env.sh ]]; then
   echo "==> preparing the vLLM CPU environment (cached in .venv-vllm)"
-  tests/vllm_env.sh "$here/.venv-vllm"
+  tests/vllm_env.sh "$here/.venv-vllm" || echo "test.sh: the vLLM environment could not be prepared; the vLLM tests will fail and say why" >&2
 fi
 
 echo "==> setup took $(( $(date +%s) - started )) s"

@@ -34,6 +34,7 @@ BACKOFF_MAX_S = 30.0
 MAX_RESTARTS_IN_WINDOW = 5
 RESTART_WINDOW_S = 300.0
 STOP_GRACE_S = 5.0
+ENGINE_LOG_LINE_LIMIT = 1 << 20
 _PR_SET_PDEATHSIG = 1
 
 
@@ -128,7 +129,7 @@ class EngineProcess:
         log.info("starting engine %s", self.name, extra={"fields": {"backend": self.driver.name, "argv": argv[:3]}})
         self._proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True, preexec_fn=_die_with_daemon(os.getpid()),
+            stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True, limit=ENGINE_LOG_LINE_LIMIT, preexec_fn=_die_with_daemon(os.getpid()),
         )
         self.pid = self._proc.pid
         self.started_at = time.time()
@@ -145,7 +146,10 @@ class EngineProcess:
         assert proc.stderr is not None
         engine_log = logging.getLogger(f"appliance.engine.{self.driver.name}")
         while True:
-            line = await proc.stderr.readline()
+            try:
+                line = await proc.stderr.readline()
+            except ValueError:  # a line past the stream's limit: take what is buffered and go on
+                line = await proc.stderr.read(ENGINE_LOG_LINE_LIMIT)
             if not line:
                 return
             text = line.decode("utf-8", "replace").rstrip()
