@@ -37,6 +37,8 @@ FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
 FINISH_CANCELLED = "cancelled"
 FINISH_ERROR = "error"
+#: Speculative drafts are made only while at most this many sequences generate.
+SPEC_MAX_SEQS = 2
 
 
 class EngineFailure(RuntimeError):
@@ -341,6 +343,10 @@ class Batcher:
     def _step(self, active: list[Slot], events: list) -> None:
         tok, pos, sids, lg = self._b_tok, self._b_pos, self._b_sid, self._b_lg
         n = 0
+        # Drafts only pay off while the step is memory-bound: with many sequences
+        # generating, the CPU is already compute-bound and verification costs more
+        # than it saves.
+        spec_ok = self.spec_ngram > 0 and sum(1 for s in active if s.feed >= 0) <= SPEC_MAX_SEQS
         # 1. cancellations, then one token (plus drafts) per generating sequence
         for slot in active:
             seq = slot.seq
@@ -353,7 +359,7 @@ class Batcher:
                 sids[n][0] = slot.id
                 slot.out_idx = n
                 n += 1
-                if seq.spec:
+                if spec_ok and seq.spec:
                     slot.drafts = self._draft(slot)
                     for d in slot.drafts:
                         p += 1

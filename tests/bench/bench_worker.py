@@ -68,11 +68,13 @@ async def run(sock: str, streams: int, tokens: int, rounds: int) -> dict:
             ttfts += [x[0] for x in res]
             total += sum(x[1] for x in res)
         wall = time.perf_counter() - t0
+        stats = (await client.get("http://worker/stats")).json()
     ttfts.sort()
     p95 = ttfts[min(len(ttfts) - 1, int(round(0.95 * (len(ttfts) - 1))))]
     return {"streams": streams, "tokens": total, "wall_s": round(wall, 2), "agg_tok_s": round(total / wall, 1),
             "per_stream_tok_s": round(total / wall / streams, 1),
-            "ttft_p50_s": round(statistics.median(ttfts), 3), "ttft_p95_s": round(p95, 3)}
+            "ttft_p50_s": round(statistics.median(ttfts), 3), "ttft_p95_s": round(p95, 3),
+            "spec_accepted/drafted": f"{stats['spec_accepted_total']}/{stats['spec_drafted_total']}"}
 
 
 def start_worker(model: Path, sock: str, threads: int, parallel: int, extra: list[str]) -> subprocess.Popen:
