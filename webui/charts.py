@@ -60,8 +60,9 @@ def bars(items: Sequence[tuple[str, float]], label: str = "", fmt: str = "{:,.0f
         h = 0 if v <= 0 else max(0.8, v / high * 48)
         rects.append(Markup('<rect x="{x:.2f}" y="{y:.2f}" width="{w:.2f}" height="{h:.2f}"><title>{t}</title></rect>').format(
             x=i * slot + gap / 2, y=50 - h, w=slot - gap, h=h, t=f"{name}: {fmt.format(v)}"))
-    return Markup('<svg class="bars" viewBox="0 0 100 50" preserveAspectRatio="none" role="img" aria-label="{}">{}</svg>').format(
-        label, Markup("").join(rects))
+    axis = Markup('<line class="axis" x1="0" y1="50" x2="100" y2="50" vector-effect="non-scaling-stroke"/>')
+    return Markup('<svg class="bars" viewBox="0 0 100 50" preserveAspectRatio="none" role="img" aria-label="{}">{}{}</svg>').format(
+        label, axis, Markup("").join(rects))
 
 
 def meter(value: float | None, top: float | None) -> Markup:

@@ -96,20 +96,6 @@ def installed_fit(services: Any, name: str) -> Fit:
     return _CACHE.get("installed:" + name, compute)
 
 
-def _facts(variant: Any) -> Any:
-    """Planner facts from a catalog variant's published architecture numbers."""
-    from appliance.modelfacts import ModelFacts
-
-    f = variant.facts
-    swa_layers = 0
-    if f.sliding_window and f.sliding_window_pattern:
-        swa_layers = f.layers - f.layers // f.sliding_window_pattern
-    return ModelFacts(format=variant.format, architecture=f.architecture, n_layer=f.layers, n_embd=f.embedding, n_head=f.heads,
-                      n_head_kv=f.kv_heads, head_dim=f.head_dim, context_length=f.context_length, sliding_window=f.sliding_window,
-                      swa_layers=swa_layers, n_vocab=f.vocab, n_expert=f.experts, n_expert_used=f.experts_used,
-                      file_type=variant.quantization, parameter_count=f.params)
-
-
 def _row_fit(row: Any) -> Fit:
     memory = row.memory or ()
     lines = [row.reason] + [
@@ -122,27 +108,27 @@ def _row_fit(row: Any) -> Fit:
     return Fit("tight" if tight else "fits", f"{row.backend} · {row.placement}", "\n".join(lines))
 
 
-def catalog_fits(services: Any, family: Any) -> dict[str, Fit]:
-    """Fit of every variant of a catalog family on this box (the planner's ``plan_all``)."""
-    key = "catalog:" + family.name
+def catalog_fits(services: Any, catalog: Any) -> dict[str, dict[str, Fit]]:
+    """Fit of every catalog variant on this box: family -> variant -> Fit (the planner's ``plan_all``)."""
     now = time.monotonic()
-    hit = _FAMILY_CACHE.get(key)
+    hit = _TABLE_CACHE.get("table")
     if hit is not None and now - hit[0] < CACHE_S:
         return hit[1]
+    table: dict[str, dict[str, Fit]] = {}
     try:
-        from appliance.load_plan import hardware_snapshot, preferences
         from appliance.planner import plan_all
-        from appliance.planner_types import Variant
+        from appliance.planning_service import live_snapshot, preferences_for, software, variants_from_catalog
 
-        variants = [Variant(family=family.name, name=v.name, format=v.format, quantization=v.quantization,
-                            size_bytes=v.size_bytes, facts=_facts(v)) for v in family.variants if v.facts is not None]
-        rows = plan_all(hardware_snapshot(), variants, preferences(services.settings))
-        fits = {row.variant: _row_fit(row) for row in rows}
-    except Exception:  # no planner, or it failed: badges say "unknown"
-        log.debug("planning catalog family %s failed", family.name, exc_info=True)
-        fits = {}
-    _FAMILY_CACHE[key] = (now, fits)
-    return fits
+        snapshot = live_snapshot()
+        prefs = preferences_for(services.settings, software(services.settings))
+        for name in catalog.families:
+            variants = variants_from_catalog(name, catalog)
+            if variants:
+                table[name] = {row.variant: _row_fit(row) for row in plan_all(snapshot, variants, prefs)}
+    except Exception:  # no planner, or it failed: the badges say "unknown"
+        log.debug("planning the catalog failed", exc_info=True)
+    _TABLE_CACHE["table"] = (now, table)
+    return table
 
 
-_FAMILY_CACHE: dict[str, tuple[float, dict[str, Fit]]] = {}
+_TABLE_CACHE: dict[str, tuple[float, dict[str, dict[str, Fit]]]] = {}

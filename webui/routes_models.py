@@ -62,10 +62,11 @@ def catalog_rows(request: Request) -> list[dict[str, Any]]:
     except Exception as exc:  # a broken catalog file must not hide the installed models
         raise EngineUnavailable(f"The model catalog could not be read: {exc}") from None
     installed = {i.name for i in store.list()} if store is not None else set()
+    table = fit.catalog_fits(svc, catalog)
     families = []
     for family in sorted(catalog.families.values(), key=lambda f: f.name):
         variants = []
-        fits = fit.catalog_fits(svc, family)
+        fits = table.get(family.name, {})
         for variant in family.variants:
             name = f"{family.name}:{variant.name}"
             variants.append({
@@ -73,7 +74,8 @@ def catalog_rows(request: Request) -> list[dict[str, Any]]:
                 "pullable": variant.url is not None and variant.format == "gguf",
                 "fit": fits.get(variant.name, fit.UNKNOWN),
             })
-        families.append({"family": family, "variants": variants})
+        fitting = sum(1 for v in variants if v["fit"].status in ("fits", "tight"))
+        families.append({"family": family, "variants": variants, "fitting": fitting, "known": bool(fits)})
     return families
 
 

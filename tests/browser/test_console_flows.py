@@ -58,6 +58,23 @@ def test_key_created_in_the_console_works_until_revoked(signed_in, console_daemo
     with httpx.Client(base_url=console_daemon.url, headers={"Authorization": f"Bearer {secret}"}, timeout=30) as api:
         assert api.get("/v1/models").status_code == 200
         s.shoot("keys-created")
+        # narrow the key to one model: the API lists only that one (and the alias pointing at it)
+        edit = s.page.locator(f"tr[data-key='{secret[:12]}'] + tr.edit-row")
+        edit.locator("summary").click()
+        edit.locator("input[name=allowed_models][value='gemma-3-270m:q4_k_m']").check()
+        edit.locator("button", has_text="Save access").click()
+        s.page.wait_for_selector("#keys-area .alert-ok")
+        ids = {m["id"] for m in api.get("/v1/models").json()["data"]}
+        assert "gemma-3-270m:q4_k_m" in ids and all(i in ("gemma-3-270m:q4_k_m", "default") for i in ids), ids
+        # a team with a quota
+        s.page.fill("input[placeholder='e.g. research']", "research")
+        s.page.locator("button", has_text="Create team").click()
+        s.page.wait_for_selector("#keys-area td:has-text('research')")
+        team = s.page.locator("section[aria-label=Teams] tr", has_text="research")
+        team.locator("summary").click()
+        team.locator("input[name=requests_per_minute]").fill("100")
+        team.locator("button", has_text="Save quota").click()
+        s.page.wait_for_selector("section[aria-label=Teams] .badge:has-text('requests per minute 100')")
         row = s.page.locator(f"tr[data-key='{secret[:12]}']")
         row.locator("button.danger").click()  # hx-confirm: the dialog is accepted
         s.page.wait_for_selector(f"tr[data-key='{secret[:12]}']", state="detached")
