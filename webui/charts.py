@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from markupsafe import Markup, escape
+from markupsafe import Markup
 
 
 def _clean(values: Iterable[float | None]) -> list[float | None]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.browser.conftest import USERS, _watch, sign_in
+from tests.browser.conftest import _watch, sign_in
 from tests.ggufkit import make_tiny_gguf
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
