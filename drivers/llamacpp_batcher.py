@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import ctypes
 import math
 import threading
 import time
@@ -52,7 +53,7 @@ class Sequence:
     the asyncio side reads them through :meth:`events`.
     """
 
-    __slots__ = ("prompt", "max_new", "chain", "ban_first", "text", "cancelled", "n_gen", "cached",
+    __slots__ = ("prompt", "max_new", "chain", "grammar", "ban_first", "text", "cancelled", "n_gen", "cached",
                  "finish", "error", "outbox", "waiter", "t_submit", "t_first", "spec")
 
     def __init__(self, prompt: list[int], max_new: int, chain, stops: list[str], *, ban_first: bool = False,
@@ -60,6 +61,7 @@ class Sequence:
         self.prompt = prompt
         self.max_new = max_new
         self.chain = chain
+        self.grammar = None  # stand-alone grammar sampler (fast path), if any
         self.ban_first = ban_first
         self.text = TextStream(stops, lstrip=lstrip)
         self.cancelled = False
@@ -152,6 +154,11 @@ class Batcher:
         self._ectx = None
         self._ebatch = None
         self._ectx_size = 0
+        self._one_data = (ll.llama_token_data * 1)()
+        self._one = self._one_data[0]
+        self._one_arr = ll.llama_token_data_array(self._one_data, 1, -1, False)
+        self._one_ref = ctypes.byref(self._one_arr)
+        self._full = None
         self.stats = {"tokens_generated_total": 0, "prompt_tokens_total": 0, "cached_tokens_total": 0,
                       "spec_drafted_total": 0, "spec_accepted_total": 0}
         if not embedding_only:
@@ -292,7 +299,8 @@ class Batcher:
                 seq = self._incoming.popleft()
             if seq.cancelled:
                 free_chain(seq.chain)
-                seq.chain = None
+                free_chain(seq.grammar)
+                seq.chain = seq.grammar = None
                 continue
             slot = self._place(seq, free)
             slot.seq = seq
@@ -405,9 +413,46 @@ class Batcher:
                 slot.tokens.extend(seq.prompt[len(slot.tokens):slot.chunk_end])
                 slot.chunk_end = 0
             if slot.out_idx >= 0:
-                t = ll.llama_sampler_sample(seq.chain, ctx, slot.out_idx)
+                t = self._sample(seq, slot.out_idx)
                 slot.out_idx = -1
                 self._accept(slot, t, events)
+
+    def _sample(self, seq: Sequence, idx: int) -> int:
+        t = ll.llama_sampler_sample(seq.chain, self.ctx, idx)
+        g = seq.grammar
+        if g is None:
+            return t
+        one = self._one
+        one.id, one.logit, one.p = t, 0.0, 0.0
+        arr = self._one_arr
+        arr.size, arr.selected, arr.sorted = 1, -1, False
+        ll.llama_sampler_apply(g, self._one_ref)
+        if one.logit != -math.inf:
+            ll.llama_sampler_accept(g, t)
+            return t
+        # the free choice breaks the grammar: filter the whole vocabulary, then sample
+        n_vocab = self.model.info.n_vocab
+        if self._full is None:
+            import numpy as np
+
+            self._full = (ll.llama_token_data * n_vocab)()
+            self._full_np = np.ctypeslib.as_array(self._full).view(
+                np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")]))
+            self._arange = np.arange(n_vocab, dtype=np.int32)
+            self._full_arr = ll.llama_token_data_array(self._full, n_vocab, -1, False)
+            self._full_ref = ctypes.byref(self._full_arr)
+        import numpy as np
+
+        full = self._full_np
+        full["id"] = self._arange
+        full["logit"] = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, idx), shape=(n_vocab,))
+        fa = self._full_arr
+        fa.size, fa.selected, fa.sorted = n_vocab, -1, False
+        ll.llama_sampler_apply(g, self._full_ref)
+        ll.llama_sampler_apply(seq.chain, self._full_ref)
+        t = self._full[fa.selected].id
+        ll.llama_sampler_accept(g, t)
+        return t
 
     def _accept(self, slot: Slot, t: int, events: list) -> bool:
         """Handle one sampled token; return True if the sequence continues."""
@@ -459,14 +504,14 @@ class Batcher:
 
     def _verify(self, slot: Slot, events: list) -> None:
         """Sample at the fed token and each draft; keep drafts while they match."""
-        seq, ctx = slot.seq, self.ctx
+        seq = slot.seq
         drafts = slot.drafts
         slot.drafts = []
         idx = slot.out_idx
         slot.out_idx = -1
         self.stats["spec_drafted_total"] += len(drafts)
         for j in range(len(drafts) + 1):
-            t = ll.llama_sampler_sample(seq.chain, ctx, idx + j)
+            t = self._sample(seq, idx + j)
             if not self._accept(slot, t, events):
                 break
             if j < len(drafts) and t == drafts[j]:
@@ -481,7 +526,8 @@ class Batcher:
     def _release(self, slot: Slot) -> None:
         seq = slot.seq
         free_chain(seq.chain)
-        seq.chain = None
+        free_chain(seq.grammar)
+        seq.chain = seq.grammar = None
         slot.seq = None
         slot.feed = -1
         slot.out_idx = -1

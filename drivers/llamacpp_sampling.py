@@ -48,7 +48,20 @@ def _bias_sampler(n_vocab: int, bias: dict[int, float]):
     return ll.llama_sampler_init_logit_bias(n_vocab, len(bias), arr)
 
 
-def build_chain(vocab, n_vocab: int, p: SamplingParams, *, ban_first: list[int] | None = None):
+def has_penalties(p: SamplingParams) -> bool:
+    return p.repeat_penalty != 1.0 or bool(p.presence_penalty) or bool(p.frequency_penalty)
+
+
+def build_grammar(vocab, grammar: str):
+    """A stand-alone grammar sampler (the batcher checks sampled tokens against it)."""
+    g = ll.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
+    if not g:
+        raise GrammarError("the grammar for response_format could not be parsed")
+    return g
+
+
+def build_chain(vocab, n_vocab: int, p: SamplingParams, *, ban_first: list[int] | None = None,
+                with_grammar: bool = True):
     """Return a new sampler chain (caller frees it with ``free_chain``).
 
     ``ban_first`` (token ids) are forbidden for the first sampled token only:
@@ -63,9 +76,9 @@ def build_chain(vocab, n_vocab: int, p: SamplingParams, *, ban_first: list[int] 
         add(chain, _bias_sampler(n_vocab, {t: -1000.0 for t in ban_first}))
     if p.logit_bias:
         add(chain, _bias_sampler(n_vocab, p.logit_bias))
-    if p.repeat_penalty != 1.0 or p.presence_penalty or p.frequency_penalty:
-        add(chain, ll.llama_sampler_init_penalties(PENALTY_LAST_N, p.repeat_penalty, p.frequency_penalty, p.presence_penalty))
-    if p.grammar is not None:
+    if has_penalties(p):
+        add(chain, ll.llama_sampler_init_penalties(n_vocab, PENALTY_LAST_N, p.repeat_penalty, p.frequency_penalty, p.presence_penalty))
+    if p.grammar is not None and with_grammar:
         g = ll.llama_sampler_init_grammar(vocab, p.grammar.encode(), b"root")
         if not g:
             ll.llama_sampler_free(chain)
@@ -98,4 +111,5 @@ def free_chain(chain) -> None:
         ll.llama_sampler_free(chain)
 
 
-__all__ = ["SamplingParams", "GrammarError", "build_chain", "drop_first_link", "free_chain"]
+__all__ = ["SamplingParams", "GrammarError", "build_chain", "build_grammar", "drop_first_link", "free_chain",
+           "has_penalties"]

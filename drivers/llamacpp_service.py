@@ -17,7 +17,7 @@ from .llamacpp_batcher import Batcher, Sequence
 from .llamacpp_chat import PLAIN_STOPS, PLAIN_TEMPLATE, ChatRenderer, pick_fallback
 from .llamacpp_model import LoadedModel
 from .llamacpp_protocol import GenRequest
-from .llamacpp_sampling import GrammarError, build_chain
+from .llamacpp_sampling import GrammarError, build_chain, build_grammar, free_chain, has_penalties
 
 
 class ContextLengthExceeded(BadRequest):
@@ -92,14 +92,26 @@ class Engine:
         room = limit - len(tokens)
         max_new = room if req.max_tokens is None else min(req.max_tokens, room)
         ban = self._eog if req.kind == "chat" else None
+        sp = req.sampling
+        # Grammar fast path: sample freely, check the one token against the grammar,
+        # and only filter the whole vocabulary when it was invalid. Needs a chain
+        # whose accept() has no state (no penalties), since a rejected token was
+        # already accepted by it.
+        split = sp.grammar is not None and not has_penalties(sp)
+        grammar = None
         try:
-            chain = build_chain(self.model.vocab, self.model.info.n_vocab, req.sampling, ban_first=ban)
+            if split:
+                grammar = build_grammar(self.model.vocab, sp.grammar)
+            chain = build_chain(self.model.vocab, self.model.info.n_vocab, sp, ban_first=ban, with_grammar=not split)
         except GrammarError as exc:
+            free_chain(grammar)
             raise BadRequest(str(exc), param="response_format") from None
         plain_chat = req.kind == "chat" and bool(self.chat_stops)
         stops = req.stop + self.chat_stops if plain_chat else req.stop
-        return Sequence(tokens, max_new, chain, stops, ban_first=bool(ban), spec=self.cfg.spec_ngram > 0,
-                        lstrip=plain_chat)
+        seq = Sequence(tokens, max_new, chain, stops, ban_first=bool(ban), spec=self.cfg.spec_ngram > 0,
+                       lstrip=plain_chat)
+        seq.grammar = grammar
+        return seq
 
     # -- embeddings -------------------------------------------------------------
     def embedding_inputs(self, body: Any) -> list[list[int]]:

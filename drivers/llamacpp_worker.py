@@ -25,6 +25,7 @@ import socket
 import struct
 import sys
 import time
+import traceback
 from typing import Any
 
 from appliance.errors import ApplianceError, BadRequest, EngineUnavailable, NotFound
@@ -116,6 +117,12 @@ class WorkerApp:
             return
         except ApplianceError as exc:
             await _send_json(send, exc.status, error_body(exc))
+        except Exception:  # a bug: log it, answer in the OpenAI shape, keep serving
+            traceback.print_exc(file=sys.stderr)
+            try:
+                await _send_json(send, 500, error_body(EngineError("internal engine error")))
+            except Exception:
+                pass
 
     # -- routes ------------------------------------------------------------------
     async def models(self, receive, send) -> None:
@@ -173,7 +180,8 @@ class WorkerApp:
             batcher.submit(seq)
         else:  # max_tokens=0: nothing to generate, no slot needed
             free_chain(seq.chain)
-            seq.chain = None
+            free_chain(seq.grammar)
+            seq.chain = seq.grammar = None
             seq._push("", FINISH_LENGTH)
         try:
             if req.stream:
