@@ -42,7 +42,8 @@ class RunningDaemon:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"daemon exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
             try:
-                if httpx.get(self.url + "/readyz", timeout=1.0).status_code == 200:
+                # /readyz can answer before the admin socket is bound: wait for both.
+                if httpx.get(self.url + "/readyz", timeout=1.0).status_code == 200 and self.admin_socket.exists():
                     return self
             except httpx.HTTPError:
                 pass
