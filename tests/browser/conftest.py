@@ -50,10 +50,15 @@ def console_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running
     running.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[object]:
+    """Module-scoped: Playwright's sync API keeps an event loop running in this thread while it
+    is open, which would break every later test that calls asyncio.run()."""
     if not CHROMIUM.exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install -y chromium)")
+        message = f"no Chromium at {CHROMIUM} (./test.sh installs it: apt-get install -y chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
     with playwright_sync.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         yield browser
