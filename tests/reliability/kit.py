@@ -159,16 +159,21 @@ class Outcome:
     cache: str | None = None
     error: str | None = None
     seconds: float = 0.0
+    prompt_tokens: int = 0  # as the response's usage said
+    completion_tokens: int = 0
 
 
 def _plain(client: httpx.Client, op: str, path: str, body: dict[str, Any]) -> Outcome:
     response = client.post(path, json=body)
     ok = response.status_code == 200
+    usage: dict[str, Any] = {}
     if ok:
         payload = response.json()
         ok = bool(payload.get("choices") or payload.get("data"))
+        usage = payload.get("usage") or {}
     return Outcome(op, response.status_code, response.headers.get("x-request-id"), ok, response.headers.get("x-cache"),
-                   None if ok else response.text[:300])
+                   None if ok else response.text[:300], prompt_tokens=int(usage.get("prompt_tokens") or 0),
+                   completion_tokens=int(usage.get("completion_tokens") or 0))
 
 
 def _stream(client: httpx.Client, op: str, body: dict[str, Any]) -> Outcome:
@@ -176,13 +181,16 @@ def _stream(client: httpx.Client, op: str, body: dict[str, Any]) -> Outcome:
         if response.status_code != 200:
             response.read()
             return Outcome(op, response.status_code, response.headers.get("x-request-id"), False, None, response.text[:300])
-        done, error = False, None
+        done, error, usage = False, None, {}
         for event in sse_events(response.iter_lines()):
             if event == "[DONE]":
                 done = True
             elif "error" in event:
                 error = json.dumps(event)[:300]
-        return Outcome(op, 200, response.headers.get("x-request-id"), done and error is None, response.headers.get("x-cache"), error)
+            elif event.get("usage"):
+                usage = event["usage"]
+        return Outcome(op, 200, response.headers.get("x-request-id"), done and error is None, response.headers.get("x-cache"), error,
+                       prompt_tokens=int(usage.get("prompt_tokens") or 0), completion_tokens=int(usage.get("completion_tokens") or 0))
 
 
 def run_op(client: httpx.Client, op: str, n: int, model: str = TINY) -> Outcome:
