@@ -7,18 +7,28 @@ pings keep coming, never further apart than WatchdogSec; when the daemon is
 stopped (SIGSTOP: its event loop cannot run) the pings stop, so systemd would
 kill and restart it after WatchdogSec; after SIGCONT they resume; SIGTERM
 sends ``STOPPING=1``.
+
+A stalled event loop while the process runs: another SQLite writer holds the
+database (an admin's ``sqlite3`` shell, a restore) while a request with a
+quota is admitted. The pings must stop for as long as the loop does not answer
+(today it stalls for up to 10 s there: the quota admission waits for the lock
+on the event loop; the test holds either way, and fails only if a ping is sent
+while the loop cannot answer a request).
 """
 
 from __future__ import annotations
 
 import signal
 import socket
+import sqlite3
 import threading
 import time
 
+import httpx
 import pytest
 
 from tests.daemon import RunningDaemon, daemon_env, free_port
+from tests.reliability.kit import TINY, chat_body, import_model
 
 pytestmark = pytest.mark.slow
 WATCHDOG_SEC = 1.0
@@ -95,3 +105,39 @@ def test_watchdog_pings_while_alive_stop_when_the_daemon_is_stopped_and_resume(t
     assert code == 0
     assert listener.times("STOPPING=1")
 
+
+
+def test_no_ping_while_the_event_loop_is_stalled(tmp_path, tiny_gguf):
+    listener = NotifyListener(str(tmp_path / "notify.sock"))
+    port = free_port()
+    data_dir = tmp_path / "data"
+    env = daemon_env(data_dir, port, NOTIFY_SOCKET=str(tmp_path / "notify.sock"), WATCHDOG_USEC=str(int(WATCHDOG_SEC * 1_000_000)))
+    env.pop("WATCHDOG_PID", None)
+    daemon = RunningDaemon(data_dir, port, env)
+    try:
+        daemon.start()
+        import_model(daemon, tiny_gguf, TINY)
+        key = daemon.create_key("stall")
+        with daemon.admin() as admin:
+            assert admin.put(f"/admin/quotas/key:{key[:12]}", json={"tokens_per_day": 1_000_000}).status_code == 200
+        lock = sqlite3.connect(data_dir / "appliance.db", isolation_level=None, timeout=30)
+        lock.execute("BEGIN EXCLUSIVE")  # another writer holds the database
+        asker = threading.Thread(target=lambda: daemon.client(key, timeout=60).post("/v1/chat/completions", json=chat_body()))
+        asker.start()
+        time.sleep(0.3)
+        probe_sent = time.monotonic()
+        assert httpx.get(daemon.url + "/healthz", timeout=60).status_code == 200
+        probe_answered = time.monotonic()
+        time.sleep(max(0.0, 3.0 - (probe_answered - probe_sent)))
+        lock.execute("COMMIT")
+        lock.close()
+        asker.join(60)
+        time.sleep(1.5)
+        stalled = probe_answered - probe_sent
+        if stalled > WATCHDOG_SEC:  # the loop could not answer: it must not have pinged either
+            during = listener.times("WATCHDOG=1", since=probe_sent + 0.6, until=probe_answered - 0.3)
+            assert during == [], f"pings while the loop was stalled for {stalled:.1f} s"
+        assert listener.times("WATCHDOG=1", since=probe_answered + 0.5)  # and they came back
+    finally:
+        daemon.stop()
+        listener.close()
