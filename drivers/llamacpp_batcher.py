@@ -30,6 +30,7 @@ from typing import Any
 
 import llama_cpp.llama_cpp as ll
 
+from .llamacpp_embed import Embedder
 from .llamacpp_model import LoadedModel
 from .llamacpp_sampling import drop_first_link, free_chain
 from .llamacpp_text import TextStream
@@ -151,9 +152,7 @@ class Batcher:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._ectx = None
-        self._ebatch = None
-        self._ectx_size = 0
+        self._embedder: Embedder | None = None
         self._one_data = (ll.llama_token_data * 1)()
         self._one = self._one_data[0]
         self._one_arr = ll.llama_token_data_array(self._one_data, 1, -1, False)
@@ -542,72 +541,18 @@ class Batcher:
         events.append((seq, "", reason))
         self._release(slot)
 
-    # -- embeddings -------------------------------------------------------------
-    def _ensure_embed_ctx(self, need: int) -> None:
-        size = max(512, self.n_ctx_slot)
-        if need > size:
-            raise EngineFailure(f"input of {need} tokens exceeds the embedding context ({size})")
-        if self._ectx is not None:
-            return
-        for pooling in (ll.LLAMA_POOLING_TYPE_UNSPECIFIED, ll.LLAMA_POOLING_TYPE_MEAN):
-            p = ll.llama_context_default_params()
-            p.n_ctx = size
-            p.n_batch = p.n_ubatch = size
-            p.n_seq_max = min(self.parallel, 16)
-            p.n_threads = p.n_threads_batch = self.threads
-            p.embeddings = True
-            p.pooling_type = pooling
-            p.kv_unified = True
-            p.no_perf = True
-            ectx = ll.llama_init_from_model(self.model.ptr, p)
-            if not ectx:
-                raise EngineFailure("llama.cpp could not create the embedding context")
-            if ll.llama_pooling_type(ectx) != ll.LLAMA_POOLING_TYPE_NONE:
-                break
-            ll.llama_free(ectx)  # model says "no pooling": mean-pool instead
-        self._ectx, self._ectx_size = ectx, size
-        self._ebatch = ll.llama_batch_init(size, 0, 1)
-
+    # -- embeddings (run on the decode thread, between steps) ----------------------
     def _embed_now(self, inputs: list[list[int]]) -> list[list[float]]:
-        self._ensure_embed_ctx(max(len(t) for t in inputs))
-        ectx, b = self._ectx, self._ebatch
-        n_embd = ll.llama_model_n_embd_out(self.model.ptr)
-        n_seq_max = ll.llama_n_seq_max(ectx)
-        mem = ll.llama_get_memory(ectx)
-        out: list[list[float]] = []
-        i = 0
-        while i < len(inputs):
-            group: list[list[int]] = []
-            total = 0
-            while i < len(inputs) and len(group) < n_seq_max and total + len(inputs[i]) <= self._ectx_size:
-                group.append(inputs[i])
-                total += len(inputs[i])
-                i += 1
-            n = 0
-            for sid, toks in enumerate(group):
-                for p, t in enumerate(toks):
-                    b.token[n], b.pos[n], b.n_seq_id[n], b.logits[n] = t, p, 1, 1
-                    b.seq_id[n][0] = sid
-                    n += 1
-            b.n_tokens = n
-            ll.llama_memory_clear(mem, True)
-            if ll.llama_decode(ectx, b) != 0:
-                raise EngineFailure("llama_decode failed while embedding")
-            for sid in range(len(group)):
-                ptr = ll.llama_get_embeddings_seq(ectx, sid)
-                if not ptr:
-                    raise EngineFailure("the model produced no pooled embedding")
-                vec = ptr[:n_embd]
-                norm = math.sqrt(sum(x * x for x in vec)) or 1.0
-                out.append([x / norm for x in vec])
-        return out
+        if self._embedder is None:
+            self._embedder = Embedder(self.model, ctx=max(512, self.n_ctx_slot), n_seq=min(self.parallel, 16),
+                                      threads=self.threads)
+        return self._embedder.embed(inputs)
 
     def close(self) -> None:
         self.stop()
-        if self._ectx is not None:
-            ll.llama_batch_free(self._ebatch)
-            ll.llama_free(self._ectx)
-            self._ectx = None
+        if self._embedder is not None:
+            self._embedder.close()
+            self._embedder = None
         if self.ctx is not None:
             ll.llama_batch_free(self.batch)
             ll.llama_free(self.ctx)

@@ -31,6 +31,7 @@ from typing import Any
 from appliance.errors import ApplianceError, BadRequest, EngineUnavailable, NotFound
 
 from .llamacpp_batcher import FINISH_CANCELLED, FINISH_ERROR, FINISH_LENGTH, EngineFailure
+from .llamacpp_embed import EmbeddingError
 from .llamacpp_model import ModelLoadError
 from .llamacpp_sampling import free_chain
 from .llamacpp_protocol import DONE, Shaper, error_body, parse_chat, parse_completion, sse, usage_dict
@@ -149,7 +150,7 @@ class WorkerApp:
             raise BadRequest("encoding_format must be float or base64", param="encoding_format")
         try:
             vectors = await engine.batcher.embed(inputs)
-        except EngineFailure as exc:
+        except (EngineFailure, EmbeddingError) as exc:
             raise EngineError(str(exc)) from None
         data = []
         for i, vec in enumerate(vectors):
