@@ -181,7 +181,11 @@ class Usage(SQLModel, table=True):
     """The usage ledger: one row per request."""
 
     __tablename__ = "usage"
-    __table_args__ = (Index("ix_usage_created", "created_at"), Index("ix_usage_key_created", "key_id", "created_at"))
+    __table_args__ = (
+        Index("ix_usage_created", "created_at"),
+        Index("ix_usage_key_created", "key_id", "created_at"),
+        Index("ix_usage_team_created", "team_id", "created_at"),
+    )
     id: Optional[int] = Field(default=None, primary_key=True)
     request_id: str = Field(unique=True, max_length=64)
     created_at: float = Field(default_factory=now)
@@ -222,6 +226,7 @@ class CacheEntry(SQLModel, table=True):
     """A cached response. `embedding` holds float32 bytes for the semantic tier."""
 
     __tablename__ = "cache_entries"
+    __table_args__ = (Index("ix_cache_entries_lru", "last_hit_at", "id"),)
     id: Optional[int] = Field(default=None, primary_key=True)
     cache_key: str = Field(unique=True, index=True, max_length=64)
     scope_key: str = Field(index=True, max_length=64)  # model + system prompt + sampling, for semantic matches
