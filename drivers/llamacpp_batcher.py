@@ -153,6 +153,8 @@ class Batcher:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._embedder: Embedder | None = None
+        self._decode_s = 0.0  # time inside llama_decode
+        self._step_s = 0.0  # time of whole steps (decode + Python scheduling and sampling)
         self._one_data = (ll.llama_token_data * 1)()
         self._one = self._one_data[0]
         self._one_arr = ll.llama_token_data_array(self._one_data, 1, -1, False)
@@ -245,6 +247,8 @@ class Batcher:
             "waiting": len(self._incoming),
             "kv_cells_used": sum(len(s.tokens) for s in self.slots),
             **self.stats,
+            "decode_ms_total": int(self._decode_s * 1000),
+            "step_ms_total": int(self._step_s * 1000),
         }
 
     # -- decode thread ----------------------------------------------------------
@@ -267,6 +271,7 @@ class Batcher:
             if not active:
                 continue
             events: list[tuple[Sequence, str, str | None]] = []
+            t0 = time.perf_counter()
             try:
                 self._step(active, events)
             except Exception as exc:  # a failed decode fails the running requests, not the worker
@@ -278,6 +283,7 @@ class Batcher:
             active[:] = [s for s in active if s.seq is not None]
             if events:
                 self._loop.call_soon_threadsafe(self._deliver, events)
+            self._step_s += time.perf_counter() - t0
         for slot in active:
             if slot.seq is not None:
                 free_chain(slot.seq.chain)
@@ -394,7 +400,9 @@ class Batcher:
         if n == 0:
             return
         self.batch.n_tokens = n
+        t0 = time.perf_counter()
         rc = ll.llama_decode(self.ctx, self.batch)
+        self._decode_s += time.perf_counter() - t0
         if rc != 0:
             raise EngineFailure(f"llama_decode failed ({rc}): the KV cache is full or the batch was rejected")
         # 3. commit KV bookkeeping and sample

@@ -59,6 +59,7 @@ async def run(sock: str, streams: int, tokens: int, rounds: int) -> dict:
     transport = httpx.AsyncHTTPTransport(uds=sock)
     async with httpx.AsyncClient(transport=transport, timeout=600) as client:
         await one(client, "warm up", 8)
+        before = (await client.get("http://worker/stats")).json()
         ttfts: list[float] = []
         total = 0
         t0 = time.perf_counter()
@@ -74,7 +75,11 @@ async def run(sock: str, streams: int, tokens: int, rounds: int) -> dict:
     return {"streams": streams, "tokens": total, "wall_s": round(wall, 2), "agg_tok_s": round(total / wall, 1),
             "per_stream_tok_s": round(total / wall / streams, 1),
             "ttft_p50_s": round(statistics.median(ttfts), 3), "ttft_p95_s": round(p95, 3),
-            "spec_accepted/drafted": f"{stats['spec_accepted_total']}/{stats['spec_drafted_total']}"}
+            "spec_accepted/drafted": f"{stats['spec_accepted_total']}/{stats['spec_drafted_total']}",
+            # share of the decode thread's busy time spent inside llama_decode (1.0 = no Python overhead)
+            "decode_share": round((stats["decode_ms_total"] - before["decode_ms_total"])
+                                  / max(1, stats["step_ms_total"] - before["step_ms_total"]), 3),
+            "busy_share_of_wall": round((stats["step_ms_total"] - before["step_ms_total"]) / 1000 / wall, 3)}
 
 
 def start_worker(model: Path, sock: str, threads: int, parallel: int, extra: list[str]) -> subprocess.Popen:
