@@ -13,7 +13,6 @@ per text) can stand in for it; tests and other deployments inject their own.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from pathlib import Path
 from typing import Any, Protocol, Sequence
@@ -41,11 +40,10 @@ def normalize(vectors: np.ndarray) -> np.ndarray:
 
 
 def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    from appliance.jobs import NullContext
+    from appliance.store_import import hash_file
+
+    return hash_file(path, NullContext())
 
 
 class LlamaCppEmbedder:

@@ -50,3 +50,13 @@ def request(ctx: click.Context, method: str, path: str, **kwargs: Any) -> Any:
             return check(client.request(method, path, **kwargs))
     except httpx.TransportError as exc:
         raise click.ClickException(f"cannot reach the appliance: {exc}") from None
+
+
+def subgroup(group: click.Group, name: str, help_text: str) -> click.Group:
+    """The named sub-group of ``group``, created if no module registered it yet."""
+    existing = group.commands.get(name)
+    if existing is None:
+        existing = click.Group(name, help=help_text)
+        group.add_command(existing)
+    assert isinstance(existing, click.Group)
+    return existing

@@ -6,17 +6,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from appliance.cli.client import request
+from appliance.cli.client import request, subgroup
 
 
 def register(group: click.Group) -> None:
-    models = group.commands.get("models")
-    if models is None:
-        @group.group()
-        def models() -> None:  # type: ignore[no-redef]
-            """Manage models."""
-
-    assert isinstance(models, click.Group)
+    models = subgroup(group, "models", "Manage models.")
 
     @models.command("load")
     @click.argument("model")

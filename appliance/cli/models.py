@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 from rich.table import Table
 
-from appliance.cli.client import admin_client, check, request
+from appliance.cli.client import admin_client, check, request, subgroup
 from appliance.pull import human_size
 
 
@@ -64,13 +64,7 @@ def _done(final: dict[str, Any], verb: str) -> None:
 
 
 def register(group: click.Group) -> None:
-    models = group.commands.get("models")
-    if models is None:
-        @group.group()
-        def models() -> None:  # type: ignore[no-redef]
-            """Manage models."""
-
-    assert isinstance(models, click.Group)
+    models = subgroup(group, "models", "Manage models.")
 
     @models.command("ls")
     @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
