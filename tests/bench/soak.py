@@ -6,7 +6,8 @@ Load, all at once, for ``--minutes``:
 
 * ``--threads`` clients on one key cycling through chat, streamed chat (with
   usage), completions, embeddings, and one repeated temperature-0 question
-  (response-cache hits where the cache is on), all on the tiny model;
+  (response-cache hits where the cache is on), all on the tiny model; the
+  response cache is capped at ``--cache-entries`` so that it is full early;
 * a churn client: every few seconds it makes a key, uses it, revokes it and
   checks that the very next request with it is refused (401);
 * a model client: it unloads and reloads a second model through the admin API
@@ -140,9 +141,11 @@ def run(args: argparse.Namespace) -> int:
     base = Path(args.dir or tempfile.mkdtemp(prefix="soak-"))
     base.mkdir(parents=True, exist_ok=True)
     print(f"soak: {args.minutes} min, {args.threads} load threads, data under {base}", flush=True)
-    daemon = start_daemon(base, APPLIANCE_ENGINE_PARALLEL="4", APPLIANCE_QUEUE_SIZE="256")
+    daemon = start_daemon(base, APPLIANCE_ENGINE_PARALLEL="4", APPLIANCE_QUEUE_SIZE="256",
+                          APPLIANCE_CACHE_MAX_ENTRIES=str(args.cache_entries))
     checks: dict[str, tuple[bool, str]] = {}
-    report: dict = {"minutes": args.minutes, "threads": args.threads, "load_avg_start": os.getloadavg()}
+    report: dict = {"minutes": args.minutes, "threads": args.threads, "cache_max_entries": args.cache_entries,
+                    "load_avg_start": os.getloadavg()}
     try:
         import_model(daemon, make_tiny_gguf(base / "tiny.gguf"), TINY)
         import_model(daemon, make_tiny_gguf(base / "tiny-b.gguf", seed=7), SECOND)
@@ -199,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
 
         # -- ledger = client-side counts
         with daemon.admin() as admin:
+            report["cache_stats"] = admin.get("/admin/cache/stats").json()
             mine = admin.get("/admin/usage", params={"key": key[:12], "format": "json"}).json()["totals"]
             everything = admin.get("/admin/usage", params={"format": "json"}).json()["totals"]
         load_key = [o for o in outcomes] + [o for o in churn_outcomes if o.op == "second-model"]
@@ -244,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=10.0, help="how long to load the daemon (default 10)")
     parser.add_argument("--threads", type=int, default=4, help="load clients on the main key (default 4)")
+    parser.add_argument("--cache-entries", type=int, default=2000,
+                        help="APPLIANCE_CACHE_MAX_ENTRIES (default 2000: the response cache, whose semantic index lives in "
+                             "memory, is full within the first minutes, so growth after that is a leak, not the cache filling)")
     parser.add_argument("--dir", help="folder for the daemon's data (default: a new temporary folder)")
     parser.add_argument("--json", help="also write the report and checks to this file")
     return run(parser.parse_args(argv))
