@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from tests.daemon import RunningDaemon, daemon_env, free_port
-from tests.reliability.kit import TINY, chat_body, import_model
+from tests.reliability.kit import TINY, chat_body, import_model, wait_until
 
 pytestmark = pytest.mark.slow
 WATCHDOG_SEC = 1.0
@@ -77,7 +77,7 @@ def test_watchdog_pings_while_alive_stop_when_the_daemon_is_stopped_and_resume(t
     daemon = RunningDaemon(data_dir, port, env)
     try:
         daemon.start()
-        ready = listener.times("READY=1")
+        ready = wait_until(lambda: listener.times("READY=1"), 5, 0.05, "READY=1")  # sent just after the admin socket is bound
         assert len(ready) == 1
 
         time.sleep(3.0)
