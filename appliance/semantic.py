@@ -20,7 +20,6 @@ from __future__ import annotations
 import re
 import threading
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 import numpy as np
@@ -174,11 +173,45 @@ def _in(name: str, words: frozenset[str]) -> bool:
     return all(part in words for part in _words(name))
 
 
-@dataclass
 class _Scope:
-    ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    vectors: np.ndarray | None = None
-    texts: list[str] = field(default_factory=list)
+    """One scope's unit vectors in a buffer that grows by doubling, so an insert is amortised O(1)."""
+
+    def __init__(self, dim: int, ids: list[int], vectors: list[np.ndarray], texts: list[str]):
+        capacity = max(16, len(ids))
+        self.buf = np.zeros((capacity, dim), dtype=np.float32)
+        self.ids = np.zeros(capacity, dtype=np.int64)
+        self.n = len(ids)
+        if vectors:
+            self.buf[: self.n] = np.vstack(vectors)
+            self.ids[: self.n] = ids
+        self.texts = list(texts)
+
+    @property
+    def vectors(self) -> np.ndarray:
+        return self.buf[: self.n]
+
+    def put(self, entry_id: int, vector: np.ndarray, text: str) -> None:
+        found = np.flatnonzero(self.ids[: self.n] == entry_id)
+        if len(found):
+            row = int(found[0])
+            self.buf[row], self.texts[row] = vector, text
+            return
+        if self.n == len(self.ids):
+            self.buf = np.concatenate([self.buf, np.zeros_like(self.buf)])
+            self.ids = np.concatenate([self.ids, np.zeros_like(self.ids)])
+        self.buf[self.n], self.ids[self.n] = vector, entry_id
+        self.texts.append(text)
+        self.n += 1
+
+    def drop(self, entry_ids: np.ndarray) -> None:
+        keep = ~np.isin(self.ids[: self.n], entry_ids)
+        if keep.all():
+            return
+        kept = int(keep.sum())
+        self.buf[:kept] = self.buf[: self.n][keep]
+        self.ids[:kept] = self.ids[: self.n][keep]
+        self.texts = [t for t, k in zip(self.texts, keep) if k]
+        self.n = kept
 
 
 Loader = Callable[[str], Iterable[tuple[int, bytes, str]]]
@@ -204,7 +237,7 @@ class SemanticIndex:
                 ids.append(entry_id)
                 vectors.append(vec)
                 texts.append(text or "")
-            s = _Scope(np.asarray(ids, dtype=np.int64), np.vstack(vectors) if vectors else None, texts)
+            s = _Scope(self.dim, ids, vectors, texts)
             self._scopes[scope] = s
         return s
 
@@ -212,7 +245,7 @@ class SemanticIndex:
         """The best entry at or above ``threshold`` that passes :func:`compatible`, as (id, similarity)."""
         with self._lock:
             s = self._scope(scope)
-            if s.vectors is None or not len(s.ids):
+            if not s.n:
                 return None
             sims = s.vectors @ vector.astype(np.float32)
             order = np.argsort(-sims)[:CANDIDATES]
@@ -228,16 +261,8 @@ class SemanticIndex:
         """Record a stored entry in a loaded scope (unloaded scopes read it from the database later)."""
         with self._lock:
             s = self._scopes.get(scope)
-            if s is None:
-                return
-            keep = s.ids != entry_id
-            vec = vector.astype(np.float32).reshape(1, -1)
-            if s.vectors is None:
-                s.ids, s.vectors, s.texts = np.asarray([entry_id], dtype=np.int64), vec, [text]
-                return
-            s.texts = [t for t, k in zip(s.texts, keep) if k] + [text]
-            s.ids = np.append(s.ids[keep], entry_id)
-            s.vectors = np.vstack([s.vectors[keep], vec])
+            if s is not None:
+                s.put(entry_id, vector.astype(np.float32).reshape(-1), text)
 
     def remove(self, entry_ids: Iterable[int]) -> None:
         drop = np.fromiter(entry_ids, dtype=np.int64)
@@ -245,13 +270,8 @@ class SemanticIndex:
             return
         with self._lock:
             for s in self._scopes.values():
-                if s.vectors is None or not len(s.ids):
-                    continue
-                keep = ~np.isin(s.ids, drop)
-                if keep.all():
-                    continue
-                s.ids, s.vectors = s.ids[keep], s.vectors[keep]
-                s.texts = [t for t, k in zip(s.texts, keep) if k]
+                if s.n:
+                    s.drop(drop)
 
     def clear(self) -> None:
         with self._lock:
@@ -259,4 +279,4 @@ class SemanticIndex:
 
     def vectors_loaded(self) -> int:
         with self._lock:
-            return sum(len(s.ids) for s in self._scopes.values())
+            return sum(s.n for s in self._scopes.values())
