@@ -90,8 +90,11 @@ class LlamaCppEmbedder:
 
 
 def make_embedder(settings: Any) -> Embedder | None:
-    """The embedder the settings ask for, or None when the semantic tier is off."""
-    if not getattr(settings, "cache_enabled", True) or not getattr(settings, "semantic_cache_enabled", True):
+    """The embedder of the semantic tier, or None when the cache is off.
+
+    It is loaded even when the tier is off by default, so that a team or key policy can turn it on.
+    """
+    if not getattr(settings, "cache_enabled", True):
         return None
     path = getattr(settings, "cache_embedding_model", None) or DEFAULT_MODEL
     return LlamaCppEmbedder(Path(path), threads=getattr(settings, "cache_embedding_threads", 1))

@@ -82,7 +82,7 @@ class Settings(BaseSettings):
         default=0.95, gt=0, le=1,
         description="Cosine similarity a semantic cache hit needs (besides equal numbers, negations and names); 0.95 served no wrong answer on the 300 labelled pairs in tests/data.",
     )
-    semantic_cache_enabled: bool = Field(default=True, description="Also answer from the cache when a cached prompt means the same (embedding similarity); keys and teams may opt out.")
+    semantic_cache_enabled: bool = Field(default=False, description="Also answer from the cache when a cached prompt means the same (embedding similarity). Off by default: every cache miss then costs an embedding (about 10 ms of CPU). Policies can turn it on for a team or key.")
     cache_embedding_model: Path | None = Field(default=None, description="GGUF embedding model of the semantic cache. Unset: the shipped all-MiniLM-L6-v2.")
     cache_embedding_threads: int = Field(default=1, ge=1, description="CPU threads that embed prompts for the semantic cache.")
     metrics_public: bool = Field(default=False, description="Serve /metrics without an admin credential (only on trusted networks).")

@@ -19,7 +19,7 @@ MODEL = "tiny:q8_0"
 def make_cache(tmp_path: Path, embedder: Any = None, **settings: Any) -> ResponseCache:
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
-    s = Settings(data_dir=data, seed_default_model=False, **settings)
+    s = Settings(data_dir=data, seed_default_model=False, **{"semantic_cache_enabled": True, **settings})
     if not s.db_path.exists():
         dbmod.migrate(s.db_path)
     return ResponseCache(s, dbmod.make_engine(s.db_path), embedder)

@@ -95,7 +95,10 @@ def prefix_cache_ttft(base_url: str, api_key: str, model: str, rounds: int = 5) 
         started = time.perf_counter()
         with httpx.stream("POST", base_url + "/chat/completions", json=body, headers={**headers, "Cache-Control": "no-store"}, timeout=300) as r:
             for line in r.iter_lines():
-                if line.startswith("data: {") and '"content"' in line:
+                if not line.startswith("data: {"):
+                    continue
+                choices = json.loads(line[6:]).get("choices") or []
+                if any((c.get("delta") or {}).get("content") for c in choices):  # the first generated text, not the role chunk
                     return time.perf_counter() - started
         return time.perf_counter() - started
 

@@ -92,17 +92,18 @@ def test_cli_stats_and_purge(daemon):
         assert ask(client, "Name a fruit.").headers["x-cache"] == "miss"
 
 
-def _gateway_uses_semantic_tier() -> bool:
-    import inspect
+def test_semantic_tier_is_off_by_default(daemon):
+    key = daemon.create_key("cache-e2e-semantic-default")
+    with daemon.client(key) as client:
+        ask(client, "How do I rename my account?")
+        time.sleep(0.5)
+        assert ask(client, "How can I rename my account?").headers["x-cache"] == "miss"
 
-    from appliance.gateway import Gateway
 
-    return "lookup_async" in inspect.getsource(Gateway.handle)
-
-
-@pytest.mark.skipif(not _gateway_uses_semantic_tier(), reason="the gateway still calls the exact-only cache.lookup")
 def test_paraphrase_is_a_semantic_hit_with_its_similarity(daemon):
     key = daemon.create_key("cache-e2e-semantic")
+    with daemon.admin() as admin:  # the tier is opt-in: a key policy turns it on
+        admin.put("/admin/cache/policy", json={"scope": "key", "id": key[:12], "policy": {"semantic": True}}).raise_for_status()
     with daemon.client(key) as client:
         first = ask(client, "How do I reset my password?")
         assert first.headers["x-cache"] == "miss"
