@@ -23,6 +23,7 @@ from appliance.settings import Settings
 log = logging.getLogger("appliance.app")
 
 OPENAPI_PATH = "/openapi"
+STREAMING_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 _TEXT = Schema(type=OpenAPIType.STRING)
 _TEXT_OR_NULL = Schema(type=[OpenAPIType.STRING, OpenAPIType.NULL])
 ERROR_SCHEMA = Schema(
@@ -122,6 +123,12 @@ def _document_errors(app: Litestar) -> None:
             else:
                 responses["400"] = error
                 responses["default"] = error
+            if path in STREAMING_PATHS and "200" in responses:
+                ok = responses["200"]
+                content = dict(getattr(ok, "content", None) or {})
+                content["text/event-stream"] = OpenAPIMediaType(schema=Schema(type=OpenAPIType.STRING,
+                                                                             description="Server-sent events ending with `data: [DONE]` (with `stream: true`)"))
+                ok.content = content
             operation.responses = responses
 
 

@@ -75,6 +75,10 @@ class EngineStats:
     restart_times: list[float] = field(default_factory=list)
 
 
+def _pool_size(plan: Any) -> int:
+    return min(int(getattr(plan, "parallel", 8) or 8), 64) + 4
+
+
 class EngineProcess:
     """One engine child process serving one plan on one Unix socket."""
 
@@ -102,7 +106,9 @@ class EngineProcess:
             base_url="http://engine",
             headers=client_headers(plan) if client_headers else None,
             timeout=httpx.Timeout(settings.request_timeout_seconds, connect=5.0),
-            limits=httpx.Limits(max_connections=512, max_keepalive_connections=128),
+            # The admission queue already bounds requests to the engine's slots. A pool much larger
+            # than that only costs time: httpcore polls every idle connection on each request.
+            limits=httpx.Limits(max_connections=_pool_size(plan), max_keepalive_connections=_pool_size(plan)),
         )
 
     def _set_state(self, state: str) -> None:
