@@ -36,7 +36,7 @@ KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 3
 
 ENGINE_PROCESS_BYTES = 64 * MiB
 """Resident size of an engine process before the model: Python + libllama measured 43 MiB on
-the reference box (FIELD-NOTES machine); the worker's own code and HTTP stack are allowed ~20 MiB."""
+the reference box (a 2-core AVX-512 build machine); the worker's own code and HTTP stack are allowed ~20 MiB."""
 LLAMACPP_MODEL_BASE = 10 * MiB
 """Model/context bookkeeping beside the buffers (measured 9.5 MiB across three models)."""
 VOCAB_BYTES_PER_TOKEN = 160

@@ -1,6 +1,6 @@
 """A bounded GGUF v2/v3 header parser.
 
-The header of a GGUF file is attacker-controlled input (SECURITY-TESTS row 6):
+The header of a GGUF file is attacker-controlled input (reliability-table row 6):
 lengths and counts in it are checked against the bytes that remain in the file
 and against fixed ceilings *before* anything is read or allocated, so a hostile
 file is rejected with :class:`InvalidModelFile` in well under a second whatever

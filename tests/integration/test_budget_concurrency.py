@@ -1,4 +1,4 @@
-"""Budgets under concurrency, group commit, and a kill -9 during settles (SECURITY-TESTS rows 12 and 13)."""
+"""Budgets under concurrency, group commit, and a kill -9 during settles (reliability-table rows 12 and 13)."""
 
 from __future__ import annotations
 

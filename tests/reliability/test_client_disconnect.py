@@ -1,4 +1,4 @@
-"""Clients that hang up mid-stream (SECURITY-TESTS row 14).
+"""Clients that hang up mid-stream (reliability-table row 14).
 
 What must hold within a second of the hang-up: the request is in the ledger
 (status 499) with the tokens produced so far, its quota reservation is

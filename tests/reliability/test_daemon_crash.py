@@ -1,4 +1,4 @@
-"""kill -9 of the daemon during mixed load, then a restart on the same data dir (SECURITY-TESTS row 13).
+"""kill -9 of the daemon during mixed load, then a restart on the same data dir (reliability-table row 13).
 
 What must hold afterwards:
 

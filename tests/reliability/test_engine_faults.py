@@ -1,4 +1,4 @@
-"""kill -9 of an engine mid-request and mid-stream (SECURITY-TESTS row 17).
+"""kill -9 of an engine mid-request and mid-stream (reliability-table row 17).
 
 What must hold afterwards: the client gets a clear answer within seconds (a
 503 with ``Retry-After``, or for a stream one error event then ``[DONE]``),

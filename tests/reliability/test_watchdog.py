@@ -1,4 +1,4 @@
-"""The systemd watchdog, daemon-level (SECURITY-TESTS row 18; the loop itself: tests/unit/test_sdnotify.py).
+"""The systemd watchdog, daemon-level (reliability-table row 18; the loop itself: tests/unit/test_sdnotify.py).
 
 The daemon runs as systemd would start it with ``WatchdogSec=1``: a
 ``NOTIFY_SOCKET`` (a datagram socket this test binds) and ``WATCHDOG_USEC``.

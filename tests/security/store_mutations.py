@@ -1,4 +1,4 @@
-"""Each store safety test, seen failing against a deliberately broken build (SECURITY-TESTS rule).
+"""Each store safety test, seen failing against a deliberately broken build (the reliability table's rule).
 
 Copies the working tree to a temporary folder, applies one break at a time there
 (never in the checkout), runs the safety tests meant to catch it, and prints

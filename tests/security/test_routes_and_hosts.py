@@ -1,4 +1,4 @@
-"""SECURITY-TESTS rows 1 (open routes), 2 (DNS rebinding), 8 (SQL injection at key lookup), 11 (revocation)."""
+"""reliability-table rows 1 (open routes), 2 (DNS rebinding), 8 (SQL injection at key lookup), 11 (revocation)."""
 
 import re
 import statistics

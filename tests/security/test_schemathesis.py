@@ -1,4 +1,4 @@
-"""Malformed API input: schemathesis over the appliance's own OpenAPI document (SECURITY-TESTS row 19).
+"""Malformed API input: schemathesis over the appliance's own OpenAPI document (reliability-table row 19).
 
 The document is fetched from the running daemon (``/openapi/openapi.json``,
 with an admin key). For every operation schemathesis generates valid and

@@ -1,4 +1,4 @@
-"""Secrets in logs and errors (SECURITY-TESTS row 10), and log rotation.
+"""Secrets in logs and errors (reliability-table row 10), and log rotation.
 
 Unit part: :mod:`appliance.logs` masks secrets in messages, arguments,
 tracebacks and structured fields, in both formats, and rotates its file.

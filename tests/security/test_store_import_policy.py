@@ -1,4 +1,4 @@
-"""SECURITY-TESTS rows 5 (import side), 6 and 7: what the store lets in.
+"""reliability-table rows 5 (import side), 6 and 7: what the store lets in.
 
 Row 5: a GGUF whose chat template is an SSTI payload imports fine, is flagged,
 and is never rendered here (no marker file, the template is not in list views).

@@ -1,4 +1,4 @@
-"""SECURITY-TESTS row 15: interrupted or corrupted downloads, and a full disk.
+"""reliability-table row 15: interrupted or corrupted downloads, and a full disk.
 
 * kill -9 of the pulling process mid-download, then pull again: it resumes with
   Range, the hash matches, no ``.partial`` is left;

@@ -1,4 +1,4 @@
-"""SECURITY-TESTS row 9: SSRF through download URLs.
+"""reliability-table row 9: SSRF through download URLs.
 
 Pulls to loopback, link-local (169.254.169.254), private ranges, or through a
 redirect to them are refused unless the host is in allow_private_pull_hosts.

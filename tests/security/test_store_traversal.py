@@ -1,4 +1,4 @@
-"""SECURITY-TESTS row 4: path traversal through every store path that takes a name or a path.
+"""reliability-table row 4: path traversal through every store path that takes a name or a path.
 
 ``../``, ``%2e%2e``, absolute paths, NUL bytes and symlinks, through import,
 delete, verify, inspect, quantize, default and the pull name → 4xx (or a typed

@@ -84,7 +84,7 @@ def test_mi300x_runs_mixtral_bf16_on_one_gpu() -> None:
 def test_vllm_on_the_cpu_box_gets_a_fraction_of_ram() -> None:
     # Only when asked for: backend=vllm. 988_097_824 + KV 24*8192*2*128*2 = 100_663_296 + compute
     # 4096*(3584+9728) + 268_435_456 = 322_961_408 + 2.5 GiB 2_684_354_560 = 4_096_077_088;
-    # / 25_275_990_016 (one NUMA node) = 0.1621 -> 0.17 (FIELD-NOTES: 0.05 failed, 0.2 worked).
+    # / 25_275_990_016 (one NUMA node) = 0.1621 -> 0.17 (measured: 0.05 failed, 0.2 worked).
     box = machine("cpu_2core_24g")
     assert plan(box, variants("qwen2.5-0.5b"), VLLM).backend == "llamacpp"  # auto never picks vLLM without a GPU
     p = plan(box, variants("qwen2.5-0.5b"), replace(VLLM, backend="vllm"))

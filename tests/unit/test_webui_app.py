@@ -1,4 +1,4 @@
-"""The console in-process (SECURITY-TESTS row 16): sign-in, sessions, CSRF, roles, headers, throttling.
+"""The console in-process (reliability-table row 16): sign-in, sessions, CSRF, roles, headers, throttling.
 
 The app runs over a migrated database with services that were never started (no
 store, router, meter or cache), which is also how the console must degrade:
