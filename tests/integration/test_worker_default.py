@@ -67,16 +67,15 @@ async def test_greedy_alone_vs_beside_seven_others(worker):
     Exact equality is asserted on the tiny f32 model (test_worker_tiny). With
     Q4_K weights llama.cpp's CPU kernels round differently for different
     ubatch sizes (the raw low-level loop shows the same: logits move by up to
-    ~0.7), so a greedy near-tie can flip a few tokens in. A mixing bug garbles
-    from the first token; so here every prompt must keep its alone-run's
-    opening, and most must match entirely.
+    ~0.7), so a greedy near-tie can flip a token, once seen as early as the
+    second ("Once upon a time in a small village, a family…" alone, "…, a
+    young man…" in the crowd). A mixing bug garbles every sequence; so here
+    most prompts must match their alone-run entirely.
     """
     async with worker.client() as c:
         alone = [(await complete(c, prompt=p, max_tokens=16, temperature=0))["choices"][0]["text"] for p in PROMPTS]
         crowd = await asyncio.gather(*(complete(c, prompt=p, max_tokens=16, temperature=0) for p in PROMPTS))
     crowd_texts = [r["choices"][0]["text"] for r in crowd]
-    for a, b in zip(alone, crowd_texts):
-        assert a[:12] == b[:12], (a, b)
     assert sum(a == b for a, b in zip(alone, crowd_texts)) >= 5, list(zip(alone, crowd_texts))
 
 

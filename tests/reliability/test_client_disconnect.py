@@ -79,6 +79,9 @@ def test_many_hang_ups_leave_nothing_behind(long_box, quota_key):
                 for n, _ in enumerate(first.iter_lines()):
                     if n > i * 7:
                         break
+        # the server learns of a hang-up asynchronously: the next pair must wait for it, or its
+        # second stream would be refused by the key's max_concurrent quota (a 429, correctly)
+        wait_until(lambda: _all_freed(long_box, quota_key, engine), FREED_WITHIN_S + 2.0, 0.05, f"pair {i} freed")
     wait_until(lambda: _all_freed(long_box, quota_key, engine), FREED_WITHIN_S + 2.0, 0.05, "everything freed")
     after = db_rows(long_box.data_dir, "SELECT count(*) FROM usage WHERE status = 499")[0][0]
     assert after - before == 20
