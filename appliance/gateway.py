@@ -38,6 +38,10 @@ def _new_request_id() -> str:
     return "req_" + secrets.token_hex(12)
 
 
+def _engine_stopped(name: str) -> EngineUnavailable:
+    return EngineUnavailable(f"The engine serving `{name}` stopped; it is being restarted. Retry shortly.", headers={"Retry-After": "2"})
+
+
 def estimate_tokens(body: Any) -> int:
     """Quota reservation: prompt characters / 4 plus the completion budget."""
     prompt = len(prompt_text(body)) // 4 + 1
@@ -167,7 +171,7 @@ class Gateway:
             except httpx.TimeoutException:
                 raise EngineTimeout(f"The model `{name}` did not answer within {self.settings.request_timeout_seconds:.0f} s.") from None
             except httpx.TransportError:
-                raise EngineUnavailable(f"The engine serving `{name}` stopped; it is being restarted. Retry shortly.", headers={"Retry-After": "2"}) from None
+                raise _engine_stopped(name) from None
         if response.status_code != 200:
             raise EngineError(response.status_code, response.content)
         content = response.content
@@ -194,7 +198,7 @@ class Gateway:
                 raise EngineError(upstream.status_code, content)
         except httpx.TransportError:
             await lease.__aexit__(None, None, None)
-            raise EngineUnavailable(f"The engine serving `{name}` stopped; it is being restarted. Retry shortly.", headers={"Retry-After": "2"}) from None
+            raise _engine_stopped(name) from None
         except BaseException as exc:
             await lease.__aexit__(type(exc), exc, exc.__traceback__)
             raise

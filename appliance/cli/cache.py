@@ -9,14 +9,9 @@ from rich.console import Console
 from rich.table import Table
 
 from appliance.cli.client import request
+from appliance.pull import human_size
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return str(n)
 
 
 def register(group: click.Group) -> None:
@@ -36,7 +31,7 @@ def register(group: click.Group) -> None:
         sem = s.get("semantic") or {}
         table = Table("", "", show_header=False, box=None)
         table.add_row("enabled", "yes" if s["enabled"] else "no")
-        table.add_row("entries", f"{s['entries']} of {s['max_entries']} ({_size(s['bytes'])})")
+        table.add_row("entries", f"{s['entries']} of {s['max_entries']} ({human_size(s['bytes'])})")
         table.add_row("lookups", str(s["lookups"]))
         table.add_row("hit rate", f"{s['hit_rate']:.1%}")
         table.add_row("hits", f"{s['hits']} (exact {s['hits_by_tier']['exact']}, semantic {s['hits_by_tier']['semantic']})")
