@@ -100,7 +100,46 @@ def _allowed(host: str, address: ipaddress.IPv4Address | ipaddress.IPv6Address, 
     return False
 
 
+_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+
+
+def embedded_ipv4(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address tunnels to, if it is one of the wrapping forms.
+
+    IPv4-mapped (``::ffff:a.b.c.d``), IPv4-compatible (``::a.b.c.d``), 6to4
+    (``2002:AABB:CCDD::/48``), Teredo (``2001:0::/32``; the client address is the
+    last 32 bits XOR ``0xffffffff``) and NAT64 (``64:ff9b::/96``, and the low 32
+    bits of the local-use ``64:ff9b:1::/48``).
+    """
+    if not isinstance(address, ipaddress.IPv6Address):
+        return None
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]  # (server, client); the client is what a packet would reach
+    low32 = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if any(address in net for net in _NAT64):
+        return low32
+    if address in _IPV4_COMPATIBLE and int(address) > 0xFFFF:  # not ::, ::1 and the like
+        return low32
+    return None
+
+
 def _why_internal(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    inner = embedded_ipv4(address)
+    if inner is not None:
+        why = _why_plain(inner)
+        if why is not None:
+            return f"{why} (tunnelled to {inner})"
+        if any(address in net for net in _NAT64):
+            return None  # a NAT64 gateway's public prefix: the IPv4 address it translates to decides
+    return _why_plain(address)
+
+
+def _why_plain(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
     if address.is_loopback:
         return "loopback"
     if address.is_link_local:
@@ -109,7 +148,8 @@ def _why_internal(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str
         return "a private network"
     if address.is_multicast:
         return "multicast"
-    if address.is_unspecified or address.is_reserved or not address.is_global:
+    if address.is_unspecified or address.is_reserved or not address.is_global or (
+            isinstance(address, ipaddress.IPv6Address) and address.is_site_local):
         return "a non-public network"
     return None
 

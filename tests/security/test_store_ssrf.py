@@ -1,6 +1,7 @@
 """reliability-table row 9: SSRF through download URLs.
 
-Pulls to loopback, link-local (169.254.169.254), private ranges, or through a
+Pulls to loopback, link-local (169.254.169.254), private ranges, IPv6 forms that
+tunnel to them (IPv4-mapped and -compatible, 6to4, Teredo, NAT64), or through a
 redirect to them are refused unless the host is in allow_private_pull_hosts.
 Every address a name resolves to is checked, and the connection goes to the
 address that was checked (a second DNS answer cannot swap in another).
@@ -28,8 +29,18 @@ INTERNAL_URLS = [
     "http://169.254.169.254/latest/meta-data/", "http://[fe80::1]/m.gguf", "http://10.0.0.5/m.gguf",
     "http://172.16.3.4/m.gguf", "http://192.168.1.10/m.gguf", "http://100.64.0.1/m.gguf", "http://0.0.0.0/m.gguf",
     "http://[::ffff:127.0.0.1]/m.gguf", "http://[::ffff:169.254.169.254]/m.gguf", "http://2130706433/m.gguf",
-    "http://0x7f000001/m.gguf", "http://[fd00::1]/m.gguf", "http://224.0.0.1/m.gguf", "https://127.0.0.1/m.gguf",
+    "http://0x7f000001/m.gguf", "http://[fd00::1]/m.gguf", "http://[fec0::1]/m.gguf", "http://224.0.0.1/m.gguf", "https://127.0.0.1/m.gguf",
 ]
+# IPv6 forms that tunnel to an internal IPv4 address: 6to4, Teredo (client = last 32 bits XOR 0xffffffff),
+# NAT64 (well-known and local-use prefixes), IPv4-compatible.
+TUNNELLED_URLS = [
+    "http://[2002:7f00:1::]:8080/m.gguf", "http://[2002:a9fe:a9fe::]/latest/meta-data/", "http://[2002:c0a8:10a::1]/m.gguf",
+    "http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/m.gguf", "http://[2001:0:4136:e378:8000:63bf:f5ff:fffa]/m.gguf",
+    "http://[64:ff9b::7f00:1]/m.gguf", "http://[64:ff9b::a9fe:a9fe]/m.gguf", "http://[64:ff9b:1::a00:5]/m.gguf",
+    "http://[::127.0.0.1]/m.gguf", "http://[::a9fe:a9fe]/m.gguf",
+]
+# The same wrappings around a public address (93.184.216.34) are not refused.
+PUBLIC_TUNNELLED_URLS = ["http://[2002:5db8:d822::1]/m.gguf", "http://[64:ff9b::5db8:d822]/m.gguf"]
 BAD_SCHEMES = ["file:///etc/passwd", "ftp://93.184.216.34/m.gguf", "gopher://127.0.0.1/", "dict://127.0.0.1:11211/",
                "http:///m.gguf", "http://exa mple.com/m.gguf", "javascript:alert(1)"]
 
@@ -43,6 +54,28 @@ def store(tmp_path: Path) -> ModelStore:
 def test_internal_addresses_are_refused(url: str) -> None:
     with pytest.raises(PullNotAllowed, match="allow_private_pull_hosts"):
         check_url(url, [])
+
+
+@pytest.mark.parametrize("url", TUNNELLED_URLS)
+def test_tunnelled_internal_addresses_are_unwrapped_and_refused(url: str) -> None:
+    with pytest.raises(PullNotAllowed, match="tunnelled to"):
+        check_url(url, [])
+
+
+@pytest.mark.parametrize("url", PUBLIC_TUNNELLED_URLS)
+def test_tunnelled_public_addresses_pass(url: str) -> None:
+    target = check_url(url, [])
+    assert target.url.startswith("http://[") and target.url.endswith("/m.gguf")
+
+
+def test_a_name_resolving_to_a_6to4_loopback_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DNS may answer the wrapped form (an AAAA record of 2002:7f00:1::): the check sees through it too."""
+    def fake(host: str, port: int, *args: Any, **kwargs: Any) -> list:
+        return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("2002:7f00:1::", port, 0, 0))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", fake)
+    with pytest.raises(PullNotAllowed, match="127.0.0.1"):
+        check_url("http://models.example/m.gguf", [])
 
 
 @pytest.mark.parametrize("url", BAD_SCHEMES)
@@ -91,7 +124,8 @@ def test_the_connection_goes_to_the_checked_address(monkeypatch: pytest.MonkeyPa
 def test_pull_api_refuses_internal_hosts_at_once(store: ModelStore) -> None:
     jobs = JobRegistry()
     with TestClient(make_app(store, jobs)) as client:
-        for url in ("http://169.254.169.254/latest/meta-data/iam", "http://127.0.0.1:9/m.gguf", "http://[::1]/m.gguf"):
+        for url in ("http://169.254.169.254/latest/meta-data/iam", "http://127.0.0.1:9/m.gguf", "http://[::1]/m.gguf",
+                    "http://[2002:7f00:1::]:9/m.gguf", "http://[64:ff9b::a9fe:a9fe]/latest/meta-data/iam"):
             r = client.post("/admin/models/pull", json={"url": url, "name": "m:f32"})
             assert r.status_code == 403, (url, r.text)
             assert r.json()["error"]["code"] == "pull_not_allowed"
