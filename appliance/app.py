@@ -42,6 +42,7 @@ def _route_handlers() -> list[Any]:
         ("appliance.usage_api", ("UsageController", "QuotaController", "PriceController", "TeamController")),
         ("appliance.metrics_api", ("MetricsController",)),
         ("appliance.cache_api", ("CacheController",)),
+        ("appliance.users_api", ("UsersController",)),
         ("appliance.webui", ("console_handlers",)),
     ):
         try:

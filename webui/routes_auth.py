@@ -10,14 +10,13 @@ from sqlalchemy import select, update
 
 from appliance.db import session
 from appliance.tables import User
-from appliance.users import hash_password, verify_password
+from appliance.users import hash_password, password_problem, verify_password
 from appliance.webui import csrf
 from appliance.webui.context import console, console_user, is_https, require_user, services
 from appliance.webui.gate import SCOPE_PRE_NEW
 from appliance.webui.render import page
 from appliance.webui.sessions import clear_cookie, session_cookie
 
-MIN_PASSWORD = 8
 _DUMMY_HASH: list[str] = []
 
 
@@ -60,19 +59,18 @@ async def login(request: Request) -> Response:
     password = str(form.get("password") or "")[:1024]
     next_url = safe_next(form.get("next"))
     client = request.client.host if request.client else None
-    user_subject, ip_subject = con.throttle.subjects(username, client)
-    wait = con.throttle.retry_after(user_subject, ip_subject)
-    if wait is not None:
-        return _login_page(request, status=429, username=username, next_url=next_url, headers={"Retry-After": str(wait)},
-                           error=f"Too many failed sign-ins. Try again in {max(1, wait // 60)} min.")
+    wait = con.throttle.retry_after(username, client)
+    if wait is not None:  # refused before the password is checked, so a throttled guess learns nothing
+        return _login_page(request, status=429, username=username, next_url=next_url,
+                           headers={"Retry-After": str(wait.seconds)}, error=wait.message)
     with session(services(request).db) as s:
         row = s.execute(select(User).where(User.username == username)).scalars().first()
     ok = verify_password(row.password_hash if row else _dummy_hash(), password)
     if not ok or row is None or row.disabled:
-        con.throttle.failed(user_subject, ip_subject)
+        con.throttle.failed(username, client)
         services(request).audit(f"user:{username or '?'}", "console.login_failed", None, f"client={client}")
         return _login_page(request, status=401, username=username, next_url=next_url, error="Wrong user name or password.")
-    con.throttle.succeeded(user_subject)
+    con.throttle.succeeded(username)
     old = request.cookies.get("appliance_session")
     con.sessions.delete(old)  # never reuse a session id across sign-ins
     con.sessions.prune()
@@ -115,8 +113,8 @@ async def change_password(request: Request) -> Response:
     error = None
     if row is None or not verify_password(row.password_hash, current):
         error = "The current password is wrong."
-    elif len(new) < MIN_PASSWORD:
-        error = f"Choose a password of at least {MIN_PASSWORD} characters."
+    elif (weak := password_problem(new, user.username)) is not None:
+        error = weak
     elif new != confirm:
         error = "The two new passwords differ."
     elif new == current:

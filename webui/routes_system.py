@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 import anyio
@@ -13,7 +12,7 @@ from appliance.db import session
 from appliance.errors import BadRequest, Conflict, EngineUnavailable
 from appliance.settings import Settings
 from appliance.tables import AuditLog, User
-from appliance.users import ROLES, create_user, hash_password
+from appliance.users import ROLES, create_user, generate_password, hash_password
 from appliance.webui import stats
 from appliance.webui.context import audit, console, require_user, services
 from appliance.webui.gate import needs
@@ -131,7 +130,7 @@ async def users_create(request: Request) -> Response:
     form = await request.form()
     username = str(form.get("username") or "").strip()
     role = str(form.get("role") or "viewer")
-    password = secrets.token_urlsafe(12)
+    password = generate_password(username)
     create_user(services(request).db, username, password, role=role, must_change_password=True)
     audit(request, "user.create", username, f"role={role}")
     return partial(request, "_users.html", **_users(request, one_time={"username": username, "password": password}))
@@ -172,7 +171,7 @@ async def users_disable(request: Request, user_id: int) -> Response:
 
 @post("/users/{user_id:int}/reset", guards=[needs("admin")], include_in_schema=False)
 async def users_reset(request: Request, user_id: int) -> Response:
-    password = secrets.token_urlsafe(12)
+    password = generate_password()
     row = _change(request, user_id, password_hash=hash_password(password), must_change_password=True)
     console(request).sessions.delete_for_user(user_id)
     audit(request, "user.password_reset", row.username)

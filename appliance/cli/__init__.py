@@ -18,6 +18,7 @@ SUBCOMMAND_MODULES = (
     "appliance.cli.server",
     "appliance.cli.setup",
     "appliance.cli.keys",
+    "appliance.cli.users",
     "appliance.cli.models",
     "appliance.cli.instances",
     "appliance.cli.planning",

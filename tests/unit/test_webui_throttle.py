@@ -1,8 +1,9 @@
-"""Sign-in throttling: 20 failures per user name or per address, then Retry-After."""
+"""Sign-in throttling: exponential backoff per address (then a refusal), a capped delay per account."""
 
 from __future__ import annotations
 
-from appliance.webui.throttle import LIMIT, WINDOW, LoginThrottle
+from appliance.webui.throttle import (ACCOUNT_FREE, ACCOUNT_MAX_DELAY, ADDRESS_FREE, ADDRESS_LIMIT, ADDRESS_MAX_DELAY, WINDOW,
+                                      MAX_SUBJECTS, LoginThrottle)
 
 
 class Clock:
@@ -12,43 +13,101 @@ class Clock:
         return self.now
 
 
-def test_twenty_failures_throttle_the_user_then_the_window_forgives():
+def _fail_when_allowed(t: LoginThrottle, clock: Clock, user: str, address: str) -> None:
+    """One failed attempt, made as soon as the throttle lets this address try."""
+    wait = t.retry_after(user, address)
+    if wait is not None:
+        clock.now += wait.seconds
+    assert t.retry_after(user, address) is None
+    t.failed(user, address)
+
+
+def test_an_address_is_slowed_with_doubling_delays_then_refused_for_the_window():
     clock = Clock()
     t = LoginThrottle(clock=clock)
-    user, ip = t.subjects("Alice", "10.0.0.1")
-    for _ in range(LIMIT - 1):
-        t.failed(user, ip)
-    assert t.retry_after(user, ip) is None
-    t.failed(user, ip)
-    wait = t.retry_after(user, ip)
-    assert wait is not None and 0 < wait <= WINDOW
-    assert t.retry_after(*t.subjects("alice", "10.9.9.9")) is not None  # same user, other address (names fold case)
+    for _ in range(ADDRESS_FREE):
+        assert t.retry_after("alice", "10.0.0.1") is None
+        t.failed("alice", "10.0.0.1")
+    waits = []
+    for _ in range(6):
+        wait = t.retry_after("alice", "10.0.0.1")
+        assert wait is not None and wait.reason == "address"
+        waits.append(wait.seconds)
+        clock.now += wait.seconds
+        t.failed("alice", "10.0.0.1")
+    assert waits == [1, 2, 4, 8, 16, 32]
+    assert t.retry_after("bob", "10.0.0.1") is not None  # the address, whichever account it tries
+    while len(t._failures["ip:10.0.0.1"]) < ADDRESS_LIMIT:
+        _fail_when_allowed(t, clock, "alice", "10.0.0.1")
+    wait = t.retry_after("alice", "10.0.0.1")
+    assert wait is not None and wait.seconds > ADDRESS_MAX_DELAY  # refused until failures leave the window
+    assert "from this address" in wait.message and f"try again in {wait.seconds} s" in wait.message
     clock.now += WINDOW + 1
-    assert t.retry_after(user, ip) is None
+    assert t.retry_after("alice", "10.0.0.1") is None
 
 
-def test_one_address_guessing_many_users_is_throttled():
-    t = LoginThrottle(clock=Clock())
-    for i in range(LIMIT):
-        t.failed(*t.subjects(f"user{i}", "10.0.0.2"))
-    assert t.retry_after(*t.subjects("someone-else", "10.0.0.2")) is not None
-    assert t.retry_after(*t.subjects("someone-else", "10.0.0.3")) is None
-
-
-def test_success_clears_the_user_but_not_the_address():
-    t = LoginThrottle(clock=Clock())
-    user, ip = t.subjects("bob", "10.0.0.4")
-    for _ in range(LIMIT):
-        t.failed(user, ip)
-    t.succeeded(user)
-    assert t.retry_after(user) is None
-    assert t.retry_after(ip) is not None
-
-
-def test_retry_after_counts_down_to_the_oldest_failure_leaving_the_window():
+def test_failures_from_many_addresses_never_hold_back_a_clean_address():
+    """The lockout the old limit allowed: many failures on `admin`; the admin elsewhere signs in at once."""
     clock = Clock()
-    t = LoginThrottle(limit=3, window=60, clock=clock)
-    for _ in range(3):
-        t.failed("user:x")
-        clock.now += 10
-    assert t.retry_after("user:x") == 60 - 30
+    t = LoginThrottle(clock=clock)
+    for i in range(200):
+        t.failed("admin", f"10.1.{i // 250}.{i % 250}")
+    assert t.retry_after("admin", "192.168.7.7") is None
+    assert t.retry_after("Admin ", "192.168.7.7") is None
+
+
+def test_account_delay_is_capped_and_applies_to_addresses_that_failed_before():
+    clock = Clock()
+    t = LoginThrottle(clock=clock)
+    for i in range(100):
+        t.failed("admin", f"10.2.0.{i}")  # one failure from each of 100 addresses
+    wait = t.retry_after("admin", "10.2.0.5")  # an address with a failure: the account's capped delay
+    assert wait is not None and wait.reason == "account" and 1 <= wait.seconds <= ACCOUNT_MAX_DELAY
+    assert "for this account" in wait.message
+    clock.now += ACCOUNT_MAX_DELAY
+    assert t.retry_after("admin", "10.2.0.5") is None
+    assert t.retry_after("someone", "10.2.0.5") is None  # other accounts from that address: not delayed
+
+
+def test_account_delay_starts_after_the_free_failures():
+    clock = Clock()
+    t = LoginThrottle(clock=clock)
+    for i in range(ACCOUNT_FREE - 1):
+        t.failed("carol", f"10.3.0.{i}")
+    assert t.retry_after("carol", "10.3.0.0") is None
+    t.failed("carol", "10.3.0.9")
+    wait = t.retry_after("carol", "10.3.0.0")
+    assert wait is not None and wait.reason == "account" and wait.seconds == 1
+
+
+def test_success_clears_the_account_but_not_the_address():
+    clock = Clock()
+    t = LoginThrottle(clock=clock)
+    for i in range(ACCOUNT_FREE + 3):
+        t.failed("bob", f"10.4.0.{i}")
+    for _ in range(ADDRESS_FREE + 2):
+        t.failed("x", "10.4.0.200")
+    t.succeeded("bob")
+    assert t.retry_after("bob", "10.4.0.1") is None
+    assert t.retry_after("bob", "10.4.0.200") is not None
+
+
+def test_unlock_forgets_the_account_and_optionally_an_address():
+    clock = Clock()
+    t = LoginThrottle(clock=clock)
+    for _ in range(ADDRESS_LIMIT):
+        t.failed("admin", "10.5.0.1")
+    assert t.retry_after("admin", "10.5.0.1") is not None
+    assert t.unlock("admin") == ADDRESS_LIMIT
+    assert t.retry_after("admin", "10.5.0.1") is not None  # the address is still refused
+    assert t.unlock("admin", "10.5.0.1") == ADDRESS_LIMIT
+    assert t.retry_after("admin", "10.5.0.1") is None
+    assert t.unlock("nobody") == 0
+
+
+def test_the_record_count_is_bounded():
+    clock = Clock()
+    t = LoginThrottle(clock=clock)
+    for i in range(MAX_SUBJECTS + 500):
+        t.failed(f"u{i}", "10.6.0.1")
+    assert len(t._failures) <= MAX_SUBJECTS + 2
