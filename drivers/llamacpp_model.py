@@ -17,6 +17,9 @@ import llama_cpp.llama_cpp as ll
 _LOG_LEVEL_ERROR = 4  # GGML_LOG_LEVEL_ERROR
 _LOG_LEVEL_CONT = 5  # continues the previous message (progress dots)
 _last_level = [0]
+# llama_token_attr bits of the tokens libllama matches as whole tokens in text
+# (llama-vocab.cpp cache_special_tokens): unknown, control, user-defined.
+_ATTR_SPECIAL = (1 << 0) | (1 << 3) | (1 << 4)
 
 
 class ModelLoadError(RuntimeError):
@@ -50,6 +53,7 @@ class ModelInfo:
     arch: str
     name: str
     chat_template: str | None
+    add_eos: bool = False
 
 
 class LoadedModel:
@@ -78,6 +82,7 @@ class LoadedModel:
             arch=self.meta("general.architecture") or "",
             name=self.meta("general.name") or "",
             chat_template=tmpl.decode("utf-8", "replace") if tmpl else None,
+            add_eos=bool(ll.llama_vocab_get_add_eos(self.vocab)),
         )
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
@@ -106,6 +111,61 @@ class LoadedModel:
             buf = (ll.llama_token * cap)()
             n = ll.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
         return list(buf[:n])
+
+    def is_special(self, token: int) -> bool:
+        """True for tokens matched by their text rather than by the tokenizer (``<end_of_turn>``, ``<|im_end|>``)."""
+        return bool(ll.llama_vocab_get_attr(self.vocab, token) & _ATTR_SPECIAL)
+
+    def has_special_text(self, text: str) -> bool:
+        """True when ``text`` holds the text of a control token (parsing specials would change its ids)."""
+        return (self.tokenize(text, add_special=False, parse_special=True)
+                != self.tokenize(text, add_special=False, parse_special=False))
+
+    def tokenize_parts(self, parts: list[tuple[str, bool]], *, add_special: bool = True) -> list[int]:
+        """Tokenise ``(text, is_plain)`` parts: special tokens are parsed only in non-plain parts.
+
+        Gives the ids libllama gives for the concatenated text with ``parse_special``,
+        except that a plain part never yields a control token: the text is cut at the
+        control tokens the non-plain parts hold, and each run of text between them
+        (plain and non-plain text merged, so tokens still form across the seams) is
+        tokenised without special parsing, as libllama does with each fragment.
+        BOS (and EOS, where the vocabulary wants it) is added once.
+        """
+        frags: list[str | int] = []
+        for text, plain in parts:
+            if plain or not text:
+                frags.append(text)
+                continue
+            pos = 0
+            for t in self.tokenize(text, add_special=False, parse_special=True):
+                if not self.is_special(t):
+                    continue
+                s = self.token_text(t)
+                k = text.find(s, pos) if s else -1
+                if k < 0:  # e.g. an unknown token the tokenizer produced for raw text
+                    continue
+                frags.append(text[pos:k])
+                frags.append(t)
+                pos = k + len(s)
+            frags.append(text[pos:])
+        out: list[int] = []
+        run: list[str] = []
+        for f in frags + [-1]:
+            if isinstance(f, str):
+                run.append(f)
+                continue
+            text = "".join(run)
+            run.clear()
+            if text:
+                out.extend(self.tokenize(text, add_special=False, parse_special=False))
+            if f >= 0:
+                out.append(f)
+        info = self.info
+        if add_special and info.add_bos and info.bos >= 0 and (not out or out[0] != info.bos):
+            out.insert(0, info.bos)
+        if add_special and info.add_eos and info.eos >= 0:
+            out.append(info.eos)
+        return out
 
     def single_token(self, text: str) -> int | None:
         """The id of ``text`` if it is exactly one (special) token, else None."""

@@ -14,7 +14,7 @@ from typing import Any
 from appliance.errors import BadRequest
 
 from .llamacpp_batcher import Batcher, Sequence
-from .llamacpp_chat import PLAIN_STOPS, PLAIN_TEMPLATE, ChatRenderer, pick_fallback
+from .llamacpp_chat import PLAIN_STOPS, PLAIN_TEMPLATE, ChatRenderer, pick_fallback, render_chat
 from .llamacpp_model import LoadedModel
 from .llamacpp_protocol import GenRequest
 from .llamacpp_sampling import GrammarError, build_chain, build_grammar, free_chain, has_penalties
@@ -51,7 +51,6 @@ class Engine:
             self.chat = ChatRenderer(template, bos_token=bos, eos_token=eos)
             self.has_template = info.chat_template is not None
             self.chat_stops = PLAIN_STOPS if template is PLAIN_TEMPLATE else []
-            self._bos_text = bos if info.add_bos else ""
             self._eog = self.model.eog_tokens() if not cfg.embedding else []
             self.batcher = Batcher(self.model, ctx=cfg.ctx, parallel=cfg.parallel, threads=cfg.threads,
                                    batch_size=cfg.batch_size, spec_ngram=cfg.spec_ngram,
@@ -70,13 +69,35 @@ class Engine:
     # -- generation -----------------------------------------------------------
     def prompt_tokens(self, req: GenRequest) -> list[int]:
         if req.kind == "chat":
-            text = self.chat.render(req.messages or [], tools=req.tools, extra=req.template_kwargs)
-            if self._bos_text and text.startswith(self._bos_text):
-                text = text[len(self._bos_text):]  # tokenize() adds BOS itself
-            return self.model.tokenize(text, add_special=True, parse_special=True)
+            return self.chat_tokens(req.messages or [], tools=req.tools, extra=req.template_kwargs)
         if req.prompt_tokens is not None:
             return req.prompt_tokens
+        # A raw completion prompt is the key holder's own text, template included
+        # (as in llama-server and vLLM): its special tokens are parsed.
         return self.model.tokenize(req.prompt_text or "", add_special=True, parse_special=True)
+
+    def chat_tokens(self, messages: list[dict[str, Any]], *, tools: Any = None,
+                    extra: dict[str, Any] | None = None) -> list[int]:
+        """A conversation's prompt ids: special tokens only where the chat template wrote them.
+
+        Message contents, reasoning and tool-call arguments are tokenised as plain
+        text; other strings the template receives verbatim (roles, ids, names, tool
+        definitions, chat_template_kwargs) are refused if they hold special-token text.
+        """
+        rendered = render_chat(self.chat, messages, tools=tools, extra=extra)
+        self._refuse_special_text(rendered.verbatim)
+        return self.model.tokenize_parts(rendered.segments, add_special=True)
+
+    def _refuse_special_text(self, strings: list[str]) -> None:
+        unique = [s for s in dict.fromkeys(strings) if s]
+        if not unique or not self.model.has_special_text("\n".join(unique)):
+            return
+        bad = next((s for s in unique if self.model.has_special_text(s)), None)
+        if bad is None:  # only the joined text formed one
+            return
+        shown = (bad[:40] + "…") if bad and len(bad) > 40 else bad
+        raise BadRequest("special-token text is allowed only in message contents (where it is plain text), "
+                         f"not in roles, names, ids, tools or chat_template_kwargs: {shown!r}", param="messages")
 
     def prepare(self, req: GenRequest) -> Sequence:
         if self.cfg.embedding:

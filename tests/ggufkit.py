@@ -33,10 +33,11 @@ _WORDS = (
 ).split()
 
 
-def _vocab(size: int) -> tuple[list[str], list[float], list[int]]:
-    """Build an SPM vocabulary: specials, 256 byte tokens, then word pieces."""
-    tokens = ["<unk>", "<s>", "</s>"]
+def _vocab(size: int, control: tuple[str, ...] = ()) -> tuple[list[str], list[float], list[int]]:
+    """Build an SPM vocabulary: specials (then ``control`` tokens), 256 byte tokens, then word pieces."""
+    tokens = ["<unk>", "<s>", "</s>", *control]
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+    types += [gguf.TokenType.CONTROL] * len(control)
     tokens += [f"<0x{b:02X}>" for b in range(256)]
     types += [gguf.TokenType.BYTE] * 256
     pieces: list[str] = [SPACE]
@@ -62,7 +63,7 @@ def _vocab(size: int) -> tuple[list[str], list[float], list[int]]:
     tokens += normal
     types += [gguf.TokenType.NORMAL] * len(normal)
     # Longer pieces score higher so merges prefer them (SPM uses scores as merge priority).
-    scores = [0.0] * (3 + 256) + [float(len(p)) - i * 1e-4 for i, p in enumerate(normal)]
+    scores = [0.0] * (3 + len(control) + 256) + [float(len(p)) - i * 1e-4 for i, p in enumerate(normal)]
     return tokens, scores, [int(t) for t in types]
 
 
@@ -78,12 +79,14 @@ def make_tiny_gguf(
     chat_template: str | None = None,
     seed: int = 0,
     arch: str = "llama",
+    control_tokens: tuple[str, ...] = (),
 ) -> Path:
     """Write a tiny random-weight llama-architecture GGUF to ``path`` and return it.
 
     Weights are float32 drawn from ``seed``, so two calls with the same arguments
     write byte-identical files. ``chat_template`` (any string, hostile ones
-    included) is stored as ``tokenizer.chat_template``.
+    included) is stored as ``tokenizer.chat_template``. ``control_tokens`` (a chat
+    family's turn markers, say) are added as control tokens with ids 3, 4, …
     """
     if arch != "llama":
         raise ValueError("only arch='llama' is supported")
@@ -98,7 +101,7 @@ def make_tiny_gguf(
     def w(*shape: int, scale: float = 0.08) -> np.ndarray:
         return (rng.standard_normal(shape) * scale).astype(np.float32)
 
-    tokens, scores, types = _vocab(vocab)
+    tokens, scores, types = _vocab(vocab, tuple(control_tokens))
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_name("tiny-test-llama")
     writer.add_context_length(ctx)
