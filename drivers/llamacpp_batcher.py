@@ -7,6 +7,24 @@ budget, chunks of pending prompts (so long prefills interleave with running
 streams). New requests join between steps. Each step's results reach the
 asyncio loop in ONE ``call_soon_threadsafe``.
 
+Fairness: no request holds the decode thread for long.
+
+- Prefill budget is shared max-min fairly among the prompts still being read
+  (each step, the shortest remainders are served whole and the rest split
+  what is left), so a short prompt joining beside a long one is read in its
+  first step instead of after the long one.
+- Grammar sampling that needs the whole vocabulary filtered (a free choice
+  broke the grammar, or a chain with penalties holds the grammar) runs in a
+  helper thread on a copy of the logits row: libllama's grammar check costs
+  milliseconds to seconds per token with large grammars and releases the GIL.
+  The sequence skips steps until its token is back; the others keep decoding.
+- While any other sequence is generating or reading its prompt, prompts are
+  read at most :data:`BUSY_PREFILL_TOKENS` per step (all of ``n_batch`` for a
+  lone prompt), so a long prefill adds a bounded time to each of their tokens.
+- Embedding requests are embedded a bounded group at a time between decode
+  steps (see :mod:`.llamacpp_embed`); while generation runs, embedding gets
+  at most as much of the thread's time as decoding does.
+
 Prefix cache: a slot keeps the tokens of its last request in KV after it
 finishes. A new prompt takes the free slot sharing the longest prefix with it
 and only prefills the rest; if a busy slot shares a longer prefix, its cells
@@ -26,11 +44,12 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import llama_cpp.llama_cpp as ll
 
-from .llamacpp_embed import Embedder
+from .llamacpp_embed import EMBED_STEP_TOKENS, EmbedJob, Embedder
 from .llamacpp_model import LoadedModel
 from .llamacpp_sampling import drop_first_link, free_chain
 from .llamacpp_text import TextStream
@@ -41,6 +60,9 @@ FINISH_CANCELLED = "cancelled"
 FINISH_ERROR = "error"
 #: Speculative drafts are made only while at most this many sequences generate.
 SPEC_MAX_SEQS = 2
+#: Most prompt tokens read in a step while other sequences are generating: a step's
+#: time is every generating sequence's time per token (32 tokens beside a 2k-token KV ≈ 0.1–0.3 s on two cores).
+BUSY_PREFILL_TOKENS = 32
 
 
 class EngineFailure(RuntimeError):
@@ -54,8 +76,8 @@ class Sequence:
     the asyncio side reads them through :meth:`events`.
     """
 
-    __slots__ = ("prompt", "max_new", "chain", "grammar", "ban_first", "text", "cancelled", "n_gen", "cached",
-                 "finish", "error", "outbox", "waiter", "t_submit", "t_first", "spec")
+    __slots__ = ("prompt", "max_new", "chain", "grammar", "chain_grammar", "ban_first", "text", "cancelled", "n_gen",
+                 "cached", "finish", "error", "outbox", "waiter", "t_submit", "t_first", "spec")
 
     def __init__(self, prompt: list[int], max_new: int, chain, stops: list[str], *, ban_first: bool = False,
                  spec: bool = False, lstrip: bool = False) -> None:
@@ -63,6 +85,7 @@ class Sequence:
         self.max_new = max_new
         self.chain = chain
         self.grammar = None  # stand-alone grammar sampler (fast path), if any
+        self.chain_grammar = False  # the chain itself holds a grammar (sampled in a helper thread)
         self.ban_first = ban_first
         self.text = TextStream(stops, lstrip=lstrip)
         self.cancelled = False
@@ -111,7 +134,7 @@ class Sequence:
 
 
 class Slot:
-    __slots__ = ("id", "tokens", "seq", "feed", "out_idx", "chunk_end", "last_used", "drafts")
+    __slots__ = ("id", "tokens", "seq", "feed", "out_idx", "chunk_end", "last_used", "drafts", "job")
 
     def __init__(self, sid: int) -> None:
         self.id = sid
@@ -122,6 +145,27 @@ class Slot:
         self.chunk_end = 0
         self.last_used = 0.0
         self.drafts: list[int] = []
+        self.job: Future | None = None  # a token being sampled in a helper thread
+
+
+def fair_shares(wants: list[int], budget: int) -> list[int]:
+    """Max-min fair split of ``budget`` tokens among requests wanting ``wants`` tokens.
+
+    Smaller wants are served whole; the rest share what remains equally (the
+    first ones get the remainder of the division). Never more than wanted.
+    """
+    shares = [0] * len(wants)
+    order = sorted(range(len(wants)), key=lambda i: wants[i])
+    left = len(wants)
+    for i in order:
+        fair = budget // left if left else 0
+        if budget % left:
+            fair += 1
+        give = min(wants[i], fair, budget)
+        shares[i] = give
+        budget -= give
+        left -= 1
+    return shares
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -148,6 +192,10 @@ class Batcher:
         self.slots = [Slot(i) for i in range(parallel)]
         self._incoming: collections.deque[Sequence] = collections.deque()
         self._embed_jobs: collections.deque[tuple[list[list[int]], Callable[[Any], None]]] = collections.deque()
+        self._embedding: tuple[EmbedJob, Callable[[Any], None]] | None = None  # the job being embedded
+        self._sampled: collections.deque[tuple[Slot, Any]] = collections.deque()  # helper-thread results
+        self._sampler_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama-grammar")
+        self._embed_debt = 0.0  # seconds embedding ran ahead of decoding (time share while both run)
         self._cv = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -252,41 +300,59 @@ class Batcher:
         }
 
     # -- decode thread ----------------------------------------------------------
+    def _runnable(self, active: list[Slot]) -> bool:
+        return any(s.job is None for s in active)
+
     def _run(self) -> None:
         active: list[Slot] = []
         while True:
             with self._cv:
-                while not self._stopping and not active and not self._embed_jobs and not self._incoming:
+                while (not self._stopping and not self._runnable(active) and not self._embed_jobs
+                       and self._embedding is None and not self._incoming and not self._sampled):
                     self._cv.wait()
                 if self._stopping:
                     break
-                jobs = list(self._embed_jobs)
-                self._embed_jobs.clear()
-            for inputs, done in jobs:
-                try:
-                    done(self._embed_now(inputs))
-                except BaseException as exc:  # handed to the waiting request
-                    done(exc)
-            self._admit(active)
-            if not active:
-                continue
+                if self._embedding is None and self._embed_jobs:
+                    inputs, done = self._embed_jobs.popleft()
+                    self._embedding = (EmbedJob(inputs), done)
+                sampled = list(self._sampled)
+                self._sampled.clear()
+            if self._embedding is not None:
+                if not self._runnable(active) or self._embed_debt <= 0.0:
+                    t_e = time.perf_counter()
+                    self._embed_step()
+                    self._embed_debt = self._embed_debt + time.perf_counter() - t_e if active else 0.0
+            else:
+                self._embed_debt = 0.0
             events: list[tuple[Sequence, str, str | None]] = []
+            for slot, result in sampled:
+                self._sampled_back(slot, result, events)
+            self._admit(active)
             t0 = time.perf_counter()
             try:
                 self._step(active, events)
             except Exception as exc:  # a failed decode fails the running requests, not the worker
                 for slot in list(active):
+                    if slot.job is not None:
+                        slot.job.exception()  # let the helper thread finish with the chain before freeing it
+                        slot.job = None
                     self._finish(slot, FINISH_ERROR, events, error=str(exc))
                     ll.llama_memory_seq_rm(self.mem, slot.id, -1, -1)
                     slot.tokens = []
                 active.clear()
+                with self._cv:
+                    self._sampled.clear()
             active[:] = [s for s in active if s.seq is not None]
             if events:
                 self._loop.call_soon_threadsafe(self._deliver, events)
-            self._step_s += time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            self._step_s += dt
+            self._embed_debt = max(0.0, self._embed_debt - dt)
+        self._sampler_pool.shutdown(wait=True)
         for slot in active:
             if slot.seq is not None:
                 free_chain(slot.seq.chain)
+                free_chain(slot.seq.grammar)
 
     @staticmethod
     def _deliver(events: list[tuple[Sequence, str, str | None]]) -> None:
@@ -363,6 +429,8 @@ class Batcher:
         # 1. cancellations, then one token (plus drafts) per generating sequence
         for slot in active:
             seq = slot.seq
+            if seq is None or slot.job is not None:
+                continue  # its token is being sampled in the helper thread
             if seq.cancelled:
                 self._finish(slot, FINISH_CANCELLED, events)
                 continue
@@ -379,21 +447,24 @@ class Batcher:
                         tok[n], pos[n], lg[n] = d, p, 1
                         sids[n][0] = slot.id
                         n += 1
-        # 2. prompt chunks within the remaining budget, oldest first
+        # 2. prompt chunks within the remaining budget, shared max-min fairly
         budget = self.n_batch - n
-        for slot in active:
-            seq = slot.seq
-            if seq is None or slot.feed >= 0 or budget <= 0:
+        reading = [s for s in active if s.seq is not None and s.job is None and s.feed < 0]
+        if n or len(reading) > 1:  # others wait on this step: keep it short
+            budget = min(budget, BUSY_PREFILL_TOKENS)
+        shares = fair_shares([len(s.seq.prompt) - len(s.tokens) for s in reading], budget) if budget > 0 else []
+        for slot, share in zip(reading, shares):
+            if share <= 0:
                 continue
+            seq = slot.seq
             start = len(slot.tokens)
-            end = min(len(seq.prompt), start + budget)
+            end = start + share
             prompt, sid = seq.prompt, slot.id
             for i in range(start, end):
                 tok[n], pos[n], lg[n] = prompt[i], i, 0
                 sids[n][0] = sid
                 n += 1
             slot.chunk_end = end
-            budget -= end - start
             if end == len(prompt):
                 lg[n - 1] = 1
                 slot.out_idx = n - 1
@@ -409,7 +480,7 @@ class Batcher:
         ctx = self.ctx
         for slot in active:
             seq = slot.seq
-            if seq is None:
+            if seq is None or slot.job is not None:
                 continue
             if slot.feed >= 0:
                 slot.tokens.append(slot.feed)
@@ -420,11 +491,17 @@ class Batcher:
                 slot.tokens.extend(seq.prompt[len(slot.tokens):slot.chunk_end])
                 slot.chunk_end = 0
             if slot.out_idx >= 0:
-                t = self._sample(seq, slot.out_idx)
+                t = self._sample(slot, slot.out_idx)
                 slot.out_idx = -1
-                self._accept(slot, t, events)
+                if t >= 0:
+                    self._accept(slot, t, events)
 
-    def _sample(self, seq: Sequence, idx: int) -> int:
+    def _sample(self, slot: Slot, idx: int) -> int:
+        """The sampled token, or -1 when it is being sampled in the helper thread."""
+        seq = slot.seq
+        if seq.chain_grammar:
+            self._defer(slot, idx, None)
+            return -1
         t = ll.llama_sampler_sample(seq.chain, self.ctx, idx)
         g = seq.grammar
         if g is None:
@@ -438,28 +515,61 @@ class Batcher:
             ll.llama_sampler_accept(g, t)
             return t
         # the free choice breaks the grammar: filter the whole vocabulary, then sample
-        n_vocab = self.model.info.n_vocab
-        if self._full is None:
-            import numpy as np
+        self._defer(slot, idx, g)
+        return -1
 
-            self._full = (ll.llama_token_data * n_vocab)()
-            self._full_np = np.ctypeslib.as_array(self._full).view(
-                np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")]))
-            self._arange = np.arange(n_vocab, dtype=np.int32)
-            self._full_arr = ll.llama_token_data_array(self._full, n_vocab, -1, False)
-            self._full_ref = ctypes.byref(self._full_arr)
+    def _defer(self, slot: Slot, idx: int, grammar) -> None:
+        """Sample ``slot``'s token from a copy of logits row ``idx`` in the helper thread.
+
+        With ``grammar`` (stand-alone), the grammar filters the vocabulary, the
+        chain picks, and the grammar accepts the pick; without, the chain holds
+        the grammar and does all three. The slot takes no part in steps until
+        the token is back (:meth:`_sampled_back`).
+        """
         import numpy as np
 
-        full = self._full_np
-        full["id"] = self._arange
-        full["logit"] = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, idx), shape=(n_vocab,))
-        fa = self._full_arr
-        fa.size, fa.selected, fa.sorted = n_vocab, -1, False
-        ll.llama_sampler_apply(g, self._full_ref)
-        ll.llama_sampler_apply(seq.chain, self._full_ref)
-        t = self._full[fa.selected].id
-        ll.llama_sampler_accept(g, t)
-        return t
+        n_vocab = self.model.info.n_vocab
+        logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, idx), shape=(n_vocab,)).copy()
+        chain = slot.seq.chain
+
+        def work() -> int:
+            data = (ll.llama_token_data * n_vocab)()
+            view = np.ctypeslib.as_array(data).view(np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")]))
+            view["id"] = np.arange(n_vocab, dtype=np.int32)
+            view["logit"] = logits
+            arr = ll.llama_token_data_array(data, n_vocab, -1, False)
+            ref = ctypes.byref(arr)
+            if grammar is not None:
+                ll.llama_sampler_apply(grammar, ref)
+            ll.llama_sampler_apply(chain, ref)
+            if arr.selected < 0 or arr.selected >= arr.size:
+                raise EngineFailure("the grammar allows no token here")
+            t = int(data[arr.selected].id)
+            ll.llama_sampler_accept(grammar if grammar is not None else chain, t)
+            return t
+
+        fut = self._sampler_pool.submit(work)
+        slot.job = fut
+
+        def back(f: Future) -> None:
+            with self._cv:
+                self._sampled.append((slot, f))
+                self._cv.notify()
+
+        fut.add_done_callback(back)
+
+    def _sampled_back(self, slot: Slot, fut: Future, events: list) -> None:
+        slot.job = None
+        if slot.seq is None:
+            return
+        exc = fut.exception()
+        if exc is not None:
+            self._finish(slot, FINISH_ERROR, events, error=str(exc))
+            return
+        if slot.seq.cancelled:
+            self._finish(slot, FINISH_CANCELLED, events)
+            return
+        self._accept(slot, fut.result(), events)
 
     def _accept(self, slot: Slot, t: int, events: list) -> bool:
         """Handle one sampled token; return True if the sequence continues."""
@@ -518,7 +628,7 @@ class Batcher:
         slot.out_idx = -1
         self.stats["spec_drafted_total"] += len(drafts)
         for j in range(len(drafts) + 1):
-            t = self._sample(seq, idx + j)
+            t = self._sample(slot, idx + j)
             if not self._accept(slot, t, events):
                 break
             if j < len(drafts) and t == drafts[j]:
@@ -549,12 +659,19 @@ class Batcher:
         events.append((seq, "", reason))
         self._release(slot)
 
-    # -- embeddings (run on the decode thread, between steps) ----------------------
-    def _embed_now(self, inputs: list[list[int]]) -> list[list[float]]:
-        if self._embedder is None:
-            self._embedder = Embedder(self.model, ctx=max(512, self.n_ctx_slot), n_seq=min(self.parallel, 16),
-                                      threads=self.threads)
-        return self._embedder.embed(inputs)
+    # -- embeddings (run on the decode thread, one bounded group between steps) -----
+    def _embed_step(self) -> None:
+        job, done = self._embedding
+        try:
+            if self._embedder is None:
+                self._embedder = Embedder(self.model, ctx=max(512, self.n_ctx_slot), n_seq=min(self.parallel, 16),
+                                          threads=self.threads)
+            if self._embedder.step(job, EMBED_STEP_TOKENS):
+                self._embedding = None
+                done(job.out)
+        except BaseException as exc:  # handed to the waiting request
+            self._embedding = None
+            done(exc)
 
     def close(self) -> None:
         self.stop()

@@ -26,6 +26,28 @@ class ContextLengthExceeded(BadRequest):
     code = "context_length_exceeded"
 
 
+#: Most inputs in one /v1/embeddings request (OpenAI allows 2048; each input is a pooled
+#: sequence, and 512 short inputs take seconds of engine time on two cores).
+MAX_EMBEDDING_INPUTS = 512
+
+
+def _text_bytes(req: GenRequest) -> int:
+    """UTF-8 bytes of the user-supplied text a prompt is made of (stripped: templates may trim)."""
+    if req.kind != "chat":
+        return len((req.prompt_text or "").strip().encode("utf-8", "replace"))
+    n = 0
+    for m in req.messages or []:
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, str):
+            n += len(content.strip().encode("utf-8", "replace"))
+        elif isinstance(content, list):
+            for part in content:
+                text = part.get("text") if isinstance(part, dict) else None
+                if isinstance(text, str):
+                    n += len(text.strip().encode("utf-8", "replace"))
+    return n
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     model_path: str
@@ -52,6 +74,7 @@ class Engine:
             self.has_template = info.chat_template is not None
             self.chat_stops = PLAIN_STOPS if template is PLAIN_TEMPLATE else []
             self._eog = self.model.eog_tokens() if not cfg.embedding else []
+            self.max_token_bytes = self._longest_token()
             self.batcher = Batcher(self.model, ctx=cfg.ctx, parallel=cfg.parallel, threads=cfg.threads,
                                    batch_size=cfg.batch_size, spec_ngram=cfg.spec_ngram,
                                    embedding_only=cfg.embedding)
@@ -65,6 +88,31 @@ class Engine:
     def close(self) -> None:
         self.batcher.close()
         self.model.close()
+
+    def _longest_token(self) -> int:
+        """Bytes of the longest token text in the vocabulary (an upper bound on bytes per token)."""
+        import llama_cpp.llama_cpp as ll
+
+        vocab, longest = self.model.vocab, 1
+        for t in range(self.model.info.n_vocab):
+            raw = ll.llama_vocab_get_text(vocab, t)
+            if raw and len(raw) > longest:
+                longest = len(raw)
+        return longest
+
+    def _precheck(self, req: GenRequest) -> None:
+        """Refuse a prompt whose text alone cannot fit the context, before rendering or tokenising it.
+
+        A token's text is at most :attr:`max_token_bytes` long, so text of more than
+        ``ctx × max_token_bytes`` bytes needs more than ``ctx`` tokens.
+        """
+        limit = self.cfg.ctx * self.max_token_bytes
+        n = _text_bytes(req)
+        if n > limit:
+            raise ContextLengthExceeded(
+                f"the prompt has {n} bytes of text, more than {self.cfg.ctx} tokens can hold;"
+                f" this model's context per request is {self.cfg.ctx} tokens",
+                param="messages" if req.kind == "chat" else "prompt")
 
     # -- generation -----------------------------------------------------------
     def prompt_tokens(self, req: GenRequest) -> list[int]:
@@ -102,6 +150,7 @@ class Engine:
     def prepare(self, req: GenRequest) -> Sequence:
         if self.cfg.embedding:
             raise BadRequest("this model is served for embeddings only", param="model")
+        self._precheck(req)
         tokens = self.prompt_tokens(req)
         if not tokens:
             raise BadRequest("the prompt is empty", param="prompt")
@@ -129,9 +178,11 @@ class Engine:
             raise BadRequest(str(exc), param="response_format") from None
         plain_chat = req.kind == "chat" and bool(self.chat_stops)
         stops = req.stop + self.chat_stops if plain_chat else req.stop
-        seq = Sequence(tokens, max_new, chain, stops, ban_first=bool(ban), spec=self.cfg.spec_ngram > 0,
-                       lstrip=plain_chat)
+        # Speculative drafts are verified inline; grammar sequences may sample in a helper thread.
+        seq = Sequence(tokens, max_new, chain, stops, ban_first=bool(ban),
+                       spec=self.cfg.spec_ngram > 0 and sp.grammar is None, lstrip=plain_chat)
         seq.grammar = grammar
+        seq.chain_grammar = sp.grammar is not None and not split
         return seq
 
     # -- embeddings -------------------------------------------------------------
@@ -147,12 +198,16 @@ class Engine:
             items = inp
         else:
             raise BadRequest("input must be a non-empty string, list of strings, or token ids", param="input")
-        if len(items) > 2048:
-            raise BadRequest("at most 2048 inputs per request", param="input")
+        if len(items) > MAX_EMBEDDING_INPUTS:
+            raise BadRequest(f"at most {MAX_EMBEDDING_INPUTS} inputs per request (this request has {len(items)})",
+                             param="input")
         n_vocab = self.model.info.n_vocab
         out: list[list[int]] = []
         for it in items:
             if isinstance(it, str):
+                if len(it.encode("utf-8", "replace")) > max(512, self.cfg.ctx) * self.max_token_bytes:
+                    raise ContextLengthExceeded(f"an input is longer than {max(512, self.cfg.ctx)} tokens can hold",
+                                                param="input")
                 toks = self.model.tokenize(it, add_special=True, parse_special=False)
             elif isinstance(it, list) and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab
                                               for t in it):

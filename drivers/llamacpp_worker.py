@@ -30,7 +30,7 @@ from typing import Any
 
 from appliance.errors import ApplianceError, BadRequest, EngineUnavailable, NotFound
 
-from .llamacpp_batcher import FINISH_CANCELLED, FINISH_ERROR, FINISH_LENGTH, EngineFailure
+from .llamacpp_batcher import FINISH_CANCELLED, FINISH_ERROR, FINISH_LENGTH, EngineFailure, Sequence
 from .llamacpp_embed import EmbeddingError
 from .llamacpp_model import ModelLoadError
 from .llamacpp_sampling import free_chain
@@ -38,6 +38,8 @@ from .llamacpp_protocol import DONE, Shaper, error_body, parse_chat, parse_compl
 from .llamacpp_service import Engine, EngineConfig
 
 MAX_BODY = 32 * 1024 * 1024
+#: Longest a request's preparation (grammar conversion, template, tokenising) may take, in seconds.
+PREPARE_TIMEOUT = 10.0
 _JSON = [(b"content-type", b"application/json")]
 _SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 
@@ -64,6 +66,33 @@ async def _send_json(send, status: int, obj: Any, headers: list | None = None) -
     body = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
     await send({"type": "http.response.start", "status": status, "headers": (headers or _JSON)})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _off_loop(fn, *args, param: str | None = None):
+    """Run request preparation in a thread so the HTTP loop keeps serving others.
+
+    libllama's tokenizer and grammar parser release the GIL (ctypes), so a 10 MB
+    prompt or a large grammar costs its own request time, not everyone's. Past
+    :data:`PREPARE_TIMEOUT` the request gets a 400 (the thread finishes on its own).
+    """
+    loop = asyncio.get_running_loop()
+    fut = loop.run_in_executor(None, fn, *args)
+    try:
+        return await asyncio.wait_for(asyncio.shield(fut), PREPARE_TIMEOUT)
+    except asyncio.TimeoutError:
+        fut.add_done_callback(_discard)
+        raise BadRequest(f"the request took more than {PREPARE_TIMEOUT:g} s to prepare", param=param) from None
+
+
+def _discard(fut: asyncio.Future) -> None:
+    """Free the samplers of a sequence prepared after its request gave up."""
+    if fut.cancelled() or fut.exception() is not None:
+        return
+    seq = fut.result()
+    if isinstance(seq, Sequence):
+        free_chain(seq.chain)
+        free_chain(seq.grammar)
+        seq.chain = seq.grammar = None
 
 
 async def _read_json(receive) -> Any:
@@ -135,16 +164,18 @@ class WorkerApp:
 
     async def completions(self, receive, send) -> None:
         body = await _read_json(receive)
-        await self._generate(parse_completion(body, self.engine.model.info.n_vocab), receive, send)
+        req = await _off_loop(parse_completion, body, self.engine.model.info.n_vocab, param="response_format")
+        await self._generate(req, receive, send)
 
     async def chat_completions(self, receive, send) -> None:
         body = await _read_json(receive)
-        await self._generate(parse_chat(body, self.engine.model.info.n_vocab), receive, send)
+        req = await _off_loop(parse_chat, body, self.engine.model.info.n_vocab, param="response_format")
+        await self._generate(req, receive, send)
 
     async def embeddings(self, receive, send) -> None:
         body = await _read_json(receive)
         engine = self.engine
-        inputs = engine.embedding_inputs(body)
+        inputs = await _off_loop(engine.embedding_inputs, body, param="input")
         fmt = body.get("encoding_format", "float")
         if fmt not in ("float", "base64"):
             raise BadRequest("encoding_format must be float or base64", param="encoding_format")
@@ -164,7 +195,7 @@ class WorkerApp:
 
     async def _generate(self, req, receive, send) -> None:
         engine = self.engine
-        seq = engine.prepare(req)  # BadRequest → 400 before anything is sent
+        seq = await _off_loop(engine.prepare, req, param="prompt")  # BadRequest → 400 before anything is sent
         shaper = Shaper(req.kind, self.served_name)
         batcher = engine.batcher
 
