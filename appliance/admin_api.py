@@ -10,9 +10,9 @@ from litestar import Controller, Request, delete, get, post, put
 from sqlalchemy import delete as sql_delete
 
 from appliance import db as dbmod
-from appliance.asgi import PRINCIPAL
 from appliance.errors import BadRequest
 from appliance.tables import Alias
+from appliance.access import Access, audit_actor, requires
 
 
 class KeyCreate(msgspec.Struct, kw_only=True):
@@ -44,13 +44,11 @@ def _key_view(row: Any) -> dict[str, Any]:
     }
 
 
-def actor(request: Request) -> str:
-    principal = request.scope.get(PRINCIPAL)
-    return f"{principal.kind}:{principal.name}" if principal else "unknown"
 
 
 class InstancesController(Controller):
     path = "/admin/instances"
+    opt = requires(Access.ADMIN)
     tags = ["admin: instances"]
 
     @get("/")
@@ -61,26 +59,27 @@ class InstancesController(Controller):
     async def load(self, request: Request, model: str, pin: bool = False) -> dict[str, Any]:
         services = request.app.state.services
         instance = await services.router.load(model, pin=pin or None)
-        services.audit(actor(request), "model.load", instance.name, f"pin={pin}")
+        services.audit(audit_actor(request), "model.load", instance.name, f"pin={pin}")
         return instance.summary()
 
     @post("/{model:str}/unload", status_code=200)
     async def unload(self, request: Request, model: str) -> dict[str, Any]:
         services = request.app.state.services
         unloaded = await services.router.unload(model)
-        services.audit(actor(request), "model.unload", model)
+        services.audit(audit_actor(request), "model.unload", model)
         return {"model": model, "unloaded": unloaded}
 
     @post("/{model:str}/pin", status_code=200)
     async def pin(self, request: Request, model: str, pinned: bool = True) -> dict[str, Any]:
         services = request.app.state.services
         instance = services.router.pin(model, pinned)
-        services.audit(actor(request), "model.pin" if pinned else "model.unpin", instance.name)
+        services.audit(audit_actor(request), "model.pin" if pinned else "model.unpin", instance.name)
         return instance.summary()
 
 
 class KeysController(Controller):
     path = "/admin/keys"
+    opt = requires(Access.ADMIN)
     tags = ["admin: keys"]
 
     @get("/")
@@ -93,7 +92,7 @@ class KeysController(Controller):
         expires = time.time() + data.expires_in_days * 86400 if data.expires_in_days else None
         row, secret = services.keyring.create(data.name, role=data.role, team_id=data.team_id, priority=data.priority,
                                               allowed_models=data.allowed_models, expires_at=expires)
-        services.audit(actor(request), "key.create", row.prefix, f"name={row.name} role={row.role}")
+        services.audit(audit_actor(request), "key.create", row.prefix, f"name={row.name} role={row.role}")
         return {**_key_view(row), "secret": secret}
 
     @put("/{key:str}", status_code=200)
@@ -105,19 +104,20 @@ class KeysController(Controller):
         if data.expires_in_days is not None:
             changes["expires_at"] = time.time() + data.expires_in_days * 86400
         row = services.keyring.update(key, **changes)
-        services.audit(actor(request), "key.update", row.prefix, ",".join(sorted(changes)))
+        services.audit(audit_actor(request), "key.update", row.prefix, ",".join(sorted(changes)))
         return _key_view(row)
 
     @delete("/{key:str}", status_code=200)
     async def revoke_key(self, request: Request, key: str) -> dict[str, Any]:
         services = request.app.state.services
         row = services.keyring.revoke(key)
-        services.audit(actor(request), "key.revoke", row.prefix)
+        services.audit(audit_actor(request), "key.revoke", row.prefix)
         return _key_view(row)
 
 
 class AliasesController(Controller):
     path = "/admin/aliases"
+    opt = requires(Access.ADMIN)
     tags = ["admin: aliases"]
 
     @get("/")
@@ -136,7 +136,7 @@ class AliasesController(Controller):
             s.merge(Alias(name=name, target=target))
             s.commit()
         services.names_changed()
-        services.audit(actor(request), "alias.set", name, target)
+        services.audit(audit_actor(request), "alias.set", name, target)
         return {"name": name, "target": target}
 
     @delete("/{name:str}", status_code=200)
@@ -146,7 +146,7 @@ class AliasesController(Controller):
             s.execute(sql_delete(Alias).where(Alias.name == name))  # type: ignore[arg-type]
             s.commit()
         services.names_changed()
-        services.audit(actor(request), "alias.delete", name)
+        services.audit(audit_actor(request), "alias.delete", name)
         return {"name": name, "deleted": "true"}
 
 
@@ -156,6 +156,7 @@ class BackupRequest(msgspec.Struct, kw_only=True):
 
 class OpsController(Controller):
     path = "/admin/ops"
+    opt = requires(Access.ADMIN)
     tags = ["admin: operations"]
 
     @post("/backup", status_code=200)
@@ -167,7 +168,7 @@ class OpsController(Controller):
 
         services = request.app.state.services
         result = await asyncio.to_thread(backup, services.settings.db_path, Path(data.path))
-        services.audit(actor(request), "db.backup", result["path"])
+        services.audit(audit_actor(request), "db.backup", result["path"])
         return result
 
     @post("/restore", status_code=200)
@@ -180,5 +181,5 @@ class OpsController(Controller):
         services = request.app.state.services
         result = await asyncio.to_thread(restore, services.settings.db_path, Path(data.path))
         services.after_restore()
-        services.audit(actor(request), "db.restore", result["path"])
+        services.audit(audit_actor(request), "db.restore", result["path"])
         return result

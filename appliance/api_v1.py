@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 from litestar import Controller, Request, Response, get, post
 
-from appliance.asgi import PRINCIPAL
+from appliance.access import Access, principal_of, requires
 from appliance.errors import BadRequest
 from appliance.openai_schema import ChatCompletionRequest, ChatMessage, CompletionRequest, EmbeddingRequest, ResponsesRequest
 
@@ -19,11 +19,12 @@ def _services(request: Request) -> Any:
 
 class OpenAIController(Controller):
     path = "/v1"
+    opt = requires(Access.KEY)
     tags = ["OpenAI-compatible API"]
 
     @get("/models", summary="List models")
     async def list_models(self, request: Request) -> dict[str, Any]:
-        principal = request.scope[PRINCIPAL]
+        principal = principal_of(request)
         data = []
         for entry in _services(request).model_names():
             if principal.may_use(entry["id"]) or entry.get("target") and principal.may_use(entry["target"]):

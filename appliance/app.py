@@ -6,23 +6,27 @@ import contextlib
 import logging
 from typing import Any, AsyncIterator
 
-from litestar import Litestar
+from litestar import Litestar, Router
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import SwaggerRenderPlugin
+from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Components, OpenAPIMediaType, OpenAPIResponse, OpenAPIType, Reference, Schema, SecurityScheme
 
 from appliance import __version__
 from appliance.admin_api import AliasesController, InstancesController, KeysController, OpsController
 from appliance.api_v1 import OpenAIController
-from appliance.asgi import OPEN_PATHS, ApplianceASGI
+from appliance.access import Access, AccessGuard, requires
+from appliance.asgi import ApplianceASGI
 from appliance.health import healthz, readyz
 from appliance.http_errors import EXCEPTION_HANDLERS
+from appliance.auth import KeyRing
+from appliance.request import ApplianceRequest
 from appliance.services import Services
 from appliance.settings import Settings
 
 log = logging.getLogger("appliance.app")
 
 OPENAPI_PATH = "/openapi"
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 STREAMING_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 _TEXT = Schema(type=OpenAPIType.STRING)
 _TEXT_OR_NULL = Schema(type=[OpenAPIType.STRING, OpenAPIType.NULL])
@@ -79,18 +83,25 @@ def create_app(settings: Settings, services: Services | None = None) -> Litestar
             if own:
                 await svc.stop()
 
+    def keyring() -> KeyRing | None:
+        running = getattr(app.state, "services", None)
+        return running.keyring if running is not None else None
+
     app = Litestar(
         route_handlers=_route_handlers(),
+        guards=[AccessGuard(keyring, metrics_public=settings.metrics_public)],
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         openapi_config=OpenAPIConfig(
             title="LLM appliance",
             version=__version__,
-            path=OPENAPI_PATH,
-            render_plugins=[SwaggerRenderPlugin()],
+            # The document only: a viewer page would load scripts from a CDN.
+            render_plugins=[JsonRenderPlugin()],
+            openapi_router=Router(path=OPENAPI_PATH, route_handlers=[], opt=requires(Access.KEY), include_in_schema=False),
             components=Components(security_schemes={"apiKey": SecurityScheme(type="http", scheme="bearer")}),
             security=[{"apiKey": []}],
         ),
+        request_class=ApplianceRequest,
         request_max_body_size=16 * 1024 * 1024,
         logging_config=None,
         debug=False,
@@ -134,10 +145,5 @@ def _document_errors(app: Litestar) -> None:
 
 
 def wrap(app: Litestar, settings: Settings, *, local: bool = False) -> ApplianceASGI:
-    """The served ASGI app: Host check and API-key authentication in front of Litestar."""
-
-    def keyring() -> Any:
-        services = getattr(app.state, "services", None)
-        return services.keyring if services else None
-
-    return ApplianceASGI(app, keyring, settings.allowed_hosts, local=local)
+    """The served ASGI app: the HTTP edge (Host, canonical path, body deadline) in front of Litestar."""
+    return ApplianceASGI(app, settings.allowed_hosts, local=local, body_timeout=settings.body_timeout_seconds)

@@ -1,34 +1,48 @@
-"""The outermost ASGI layer: Host check, then authentication of API routes.
+"""The outermost ASGI layer: the HTTP edge, before any routing.
 
-It wraps the whole Litestar app, so it sees every request, including ones
-that match no route. API routes (`/v1/*`, `/admin/*`, `/metrics`) need an API
-key; the console authenticates with its own session cookie, and health probes
-are open. Requests that arrive on the admin Unix socket are the local admin:
-only the appliance's user and group can open that socket (mode 0660).
+It wraps the whole Litestar app, so it sees every request, including ones that
+match no route, and refuses what no route should ever see:
+
+- a Host header that is missing, repeated, malformed or not allowed (DNS
+  rebinding), on the public listener;
+- a path that is not in canonical form (``//``, ``/./``, ``/../``, encoded
+  slashes, dots, backslashes, semicolons or NUL bytes), so that no spelling of
+  a path can be routed one way and read another;
+- a request body that stalls: each chunk must arrive within
+  ``body_timeout_seconds``.
+
+Authentication is not done here: each route declares who may call it and one
+guard checks that after routing (``appliance.access``). Requests that arrive on
+the admin Unix socket are marked as the local admin: only the appliance's user
+and group can open that socket (mode 0660).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 from typing import Any, Awaitable, Callable
 
-from appliance.auth import LOCAL_ADMIN, KeyRing, token_from_headers
-from appliance.errors import ApplianceError, AuthenticationFailed, HostNotAllowed, PermissionDenied
+from appliance.access import LOCAL_MARK
+from appliance.errors import ApplianceError, BadRequest, HostNotAllowed, RequestTimeout
 
 Scope = dict[str, Any]
-ASGIApp = Callable[[Scope, Callable[..., Awaitable[Any]], Callable[..., Awaitable[Any]]], Awaitable[None]]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-PRINCIPAL = "appliance.principal"
-LOCAL_MARK = "appliance.local"
-API_PREFIXES = ("/v1/", "/admin/", "/metrics", "/openapi")
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+# A reg-name or IPv4 address, or a bracketed IPv6 address, then an optional numeric port.
+_HOST = re.compile(r"^(?P<name>[a-z0-9](?:[a-z0-9.\-]*[a-z0-9])?|\[[0-9a-f:.]+\])(?::(?P<port>[0-9]{1,5}))?$", re.IGNORECASE)
+# Encoded '/', '\', '.', ';', '%' and NUL, raw backslashes, semicolons and NULs, empty or dot segments.
+_NON_CANONICAL = re.compile(rb"%(?:2f|5c|2e|3b|25|00)|[\\;\x00]|//|/\.\.?(?:/|$)", re.IGNORECASE)
 
 
 def error_body(exc: ApplianceError) -> bytes:
     return json.dumps({"error": {"message": exc.message, "type": exc.type, "param": exc.param, "code": exc.code}}).encode()
 
 
-async def send_error(send: Callable[..., Awaitable[Any]], exc: ApplianceError) -> None:
+async def send_error(send: Send, exc: ApplianceError) -> None:
     body = error_body(exc)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.lower().encode(), v.encode()) for k, v in exc.headers.items()]
@@ -36,55 +50,74 @@ async def send_error(send: Callable[..., Awaitable[Any]], exc: ApplianceError) -
     await send({"type": "http.response.body", "body": body})
 
 
-def _host_allowed(host: str, allowed: frozenset[str]) -> bool:
+def host_allowed(values: list[bytes], allowed: frozenset[str]) -> bool:
+    """One Host header, well formed, whose name (and port, where the entry names one) is allowed."""
     if "*" in allowed:
         return True
-    if not host:
+    if len(values) != 1:
         return False
-    if host.startswith("["):  # [::1]:8080
-        name = host.split("]", 1)[0] + "]"
-    else:
-        name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-    return bool(name) and name.lower() in allowed
+    try:
+        host = values[0].decode("ascii").lower()
+    except UnicodeDecodeError:
+        return False
+    match = _HOST.match(host)
+    if match is None:
+        return False
+    return match["name"] in allowed or host in allowed
+
+
+def canonical(raw_path: bytes) -> bool:
+    """True when the path as sent needs no normalising: routing and every check read it the same way."""
+    return raw_path.startswith(b"/") and _NON_CANONICAL.search(raw_path) is None
 
 
 class ApplianceASGI:
-    """Host check and API authentication in front of the Litestar app."""
+    """Host check, canonical paths and body read deadlines in front of the Litestar app."""
 
-    def __init__(self, app: ASGIApp, keyring_getter: Callable[[], KeyRing | None], allowed_hosts: list[str], local: bool = False):
+    def __init__(self, app: ASGIApp, allowed_hosts: list[str], *, local: bool = False, body_timeout: float = 30.0):
         self.app = app
-        self._keyring = keyring_getter
         self._allowed = frozenset(h.lower() for h in allowed_hosts)
         self._local = local
+        self._body_timeout = body_timeout
 
-    async def __call__(self, scope: Scope, receive: Callable[..., Awaitable[Any]], send: Callable[..., Awaitable[Any]]) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         if self._local:
             scope[LOCAL_MARK] = True
-            scope[PRINCIPAL] = LOCAL_ADMIN
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope.get("headers") or ())
-        host = headers.get(b"host", b"").decode("latin-1")
-        if not _host_allowed(host, self._allowed):
-            await send_error(send, HostNotAllowed(f"Host {host!r} is not allowed. Add it to APPLIANCE_ALLOWED_HOSTS."))
-            return
-        path: str = scope["path"]
-        if path.startswith(API_PREFIXES) and path not in OPEN_PATHS:
-            keyring = self._keyring()
-            try:
-                if keyring is None:
-                    raise AuthenticationFailed("The appliance is starting.")
-                auth = headers.get(b"authorization")
-                xkey = headers.get(b"x-api-key")
-                token = token_from_headers(auth.decode("latin-1") if auth else None, xkey.decode("latin-1") if xkey else None)
-                principal = keyring.authenticate(token)
-                if path.startswith("/admin/") and not principal.is_admin:
-                    raise PermissionDenied("This route needs an admin key.")
-                scope[PRINCIPAL] = principal
-            except ApplianceError as exc:
-                await send_error(send, exc)
+        else:
+            hosts = [value for key, value in scope.get("headers") or () if key == b"host"]
+            if not host_allowed(hosts, self._allowed):
+                shown = b", ".join(hosts).decode("latin-1")[:200]
+                await send_error(send, HostNotAllowed(f"Host {shown!r} is not allowed. Add it to APPLIANCE_ALLOWED_HOSTS."))
                 return
+        raw_path = scope.get("raw_path") or scope["path"].encode("utf-8", "surrogateescape")
+        if not canonical(raw_path):
+            await send_error(send, BadRequest("The request path is not in canonical form (no '//', '.' or '..' "
+                                              "segments, encoded '/', '.', ';', '%' or NUL bytes).", code="non_canonical_path"))
+            return
+        if scope["type"] == "http":
+            receive = _deadline_receive(receive, self._body_timeout)
         await self.app(scope, receive, send)
+
+
+def _deadline_receive(receive: Receive, seconds: float) -> Receive:
+    """``receive`` whose body chunks must each arrive within ``seconds`` (then 408)."""
+    body_done = False
+
+    async def timed() -> dict[str, Any]:
+        nonlocal body_done
+        if body_done:
+            return await receive()  # after the body: waits for a disconnect, as long as the response runs
+        try:
+            async with asyncio.timeout(seconds):
+                message = await receive()
+        except TimeoutError:
+            body_done = True
+            raise RequestTimeout(f"The request body did not arrive within {seconds:g} s.") from None
+        if message["type"] != "http.request" or not message.get("more_body"):
+            body_done = True
+        return message
+
+    return timed

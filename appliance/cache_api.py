@@ -14,6 +14,7 @@ from litestar.params import Parameter
 from appliance import db as dbmod
 from appliance.cache_keys import validate_policy
 from appliance.errors import ApplianceError, BadRequest, ModelNotFound, NotFound
+from appliance.access import Access, audit_actor, requires
 
 
 class CachePurge(msgspec.Struct, kw_only=True):
@@ -42,12 +43,6 @@ def _cache(request: Request) -> Any:
     return cache
 
 
-def _actor(request: Request) -> str:
-    from appliance.admin_api import actor
-
-    return actor(request)
-
-
 def _team_exists(services: Any, team_id: int) -> None:
     from appliance.tables import Team
 
@@ -58,6 +53,7 @@ def _team_exists(services: Any, team_id: int) -> None:
 
 class CacheController(Controller):
     path = "/admin/cache"
+    opt = requires(Access.ADMIN)
     tags = ["admin: cache"]
 
     @get("/stats")
@@ -80,7 +76,7 @@ class CacheController(Controller):
             key_id = services.keyring.get(data.key).id
         purged = await asyncio.to_thread(cache.purge, model, key_id)
         target = "all" if data.all else ",".join(x for x in (model and f"model={model}", key_id and f"key={key_id}") if x)
-        services.audit(_actor(request), "cache.purge", target, f"purged={purged}")
+        services.audit(audit_actor(request), "cache.purge", target, f"purged={purged}")
         return {"purged": purged, "model": model, "key_id": key_id}
 
     @get("/policy")
@@ -127,6 +123,6 @@ class CacheController(Controller):
         else:
             ident = None
             cache.set_policy("global", None, clean)
-        services.audit(_actor(request), "cache.policy", f"{data.scope}:{ident}" if ident is not None else data.scope,
+        services.audit(audit_actor(request), "cache.policy", f"{data.scope}:{ident}" if ident is not None else data.scope,
                        json.dumps(clean, sort_keys=True) if clean is not None else "removed")
         return {"scope": data.scope, "id": ident, "policy": clean}

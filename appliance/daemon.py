@@ -23,6 +23,7 @@ import uvicorn
 from appliance import db as dbmod
 from appliance.app import create_app, wrap
 from appliance.errors import ApplianceError, ConfigError
+from appliance.http_protocol import header_deadline_protocol
 from appliance.lockfile import DataDirLock
 from appliance.logs import setup_logging
 from appliance.sdnotify import notify, watchdog_interval, watchdog_loop
@@ -54,8 +55,12 @@ def check_data_dir(settings: Settings) -> None:
 async def serve(settings: Settings) -> None:
     app = create_app(settings)
     common = dict(log_config=None, access_log=False, timeout_graceful_shutdown=settings.drain_timeout_seconds,
-                  timeout_keep_alive=30, loop="uvloop", http="httptools")
-    public = _Server(uvicorn.Config(wrap(app, settings), host=settings.host, port=settings.port, lifespan="on", **common))  # type: ignore[arg-type]
+                  timeout_keep_alive=30, loop="uvloop", http=header_deadline_protocol(settings.header_timeout_seconds))
+    # X-Forwarded-For is believed only from the configured reverse proxies (uvicorn would trust any local peer).
+    edge = dict(proxy_headers=bool(settings.trusted_proxies), forwarded_allow_ips=settings.trusted_proxies or None,
+                limit_concurrency=settings.max_connections)
+    public = _Server(uvicorn.Config(wrap(app, settings), host=settings.host, port=settings.port, lifespan="on",  # type: ignore[arg-type]
+                                    **edge, **common))
     settings.admin_socket.unlink(missing_ok=True)
     admin = _Server(uvicorn.Config(wrap(app, settings, local=True), uds=str(settings.admin_socket), lifespan="off", **common))  # type: ignore[arg-type]
 

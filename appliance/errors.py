@@ -60,6 +60,14 @@ class HostNotAllowed(PermissionDenied):
     code = "host_not_allowed"
 
 
+class RequestTimeout(ApplianceError):
+    """The client did not send its request (headers or body) in time."""
+
+    status = 408
+    type = "invalid_request_error"
+    code = "request_timeout"
+
+
 class NotFound(ApplianceError):
     """The thing named does not exist."""
 

@@ -21,7 +21,7 @@ import msgspec
 from litestar import Request, Response
 from litestar.response import Stream
 
-from appliance.asgi import PRINCIPAL
+from appliance.access import principal_of
 from appliance.auth import Principal
 from appliance.errors import ApplianceError, EngineTimeout, EngineUnavailable, PermissionDenied
 from appliance.openai_schema import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, prompt_text
@@ -106,7 +106,7 @@ class Gateway:
 
     # ------------------------------------------------------------------ entry
     async def handle(self, request: Request, endpoint: str, body: Any) -> Response:
-        principal: Principal = request.scope[PRINCIPAL]
+        principal: Principal = principal_of(request)
         name = self.router.resolve(body.model)
         if not principal.may_use(name):
             raise PermissionDenied(f"This key may not use the model `{body.model}`.", param="model", code="model_not_allowed")

@@ -7,14 +7,15 @@ from typing import Any
 from litestar import Request, Response, get
 
 from appliance import db as dbmod
+from appliance.access import Access, requires
 
 
-@get("/healthz", summary="Liveness", tags=["health"], sync_to_thread=False)
+@get("/healthz", summary="Liveness", tags=["health"], sync_to_thread=False, opt=requires(Access.PUBLIC))
 def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@get("/readyz", summary="Readiness: database reachable and default model installed", tags=["health"])
+@get("/readyz", summary="Readiness: database reachable and default model installed", tags=["health"], opt=requires(Access.PUBLIC))
 async def readyz(request: Request) -> Response[dict[str, Any]]:
     services = getattr(request.app.state, "services", None)
     checks: dict[str, str] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from litestar import Controller, Request, Response, get
+from appliance.access import Access, requires
 
 # Litestar appends the charset to text/* media types itself.
 MEDIA_TYPE = "text/plain; version=0.0.4"
@@ -10,6 +11,7 @@ MEDIA_TYPE = "text/plain; version=0.0.4"
 
 class MetricsController(Controller):
     path = "/metrics"
+    opt = requires(Access.METRICS)
     tags = ["metrics"]
 
     @get(media_type=MEDIA_TYPE)

@@ -15,6 +15,7 @@ from litestar.concurrency import sync_to_thread
 
 from appliance.errors import BadRequest
 from appliance.planning_service import hardware_report, live_snapshot, plan_report, preferences_for, resolve_variants, software
+from appliance.access import Access, requires
 
 MAX_CONTEXT = 1 << 22
 MAX_PARALLEL = 4096
@@ -47,6 +48,7 @@ class PlanningController(Controller):
     """Hardware report and fit plans."""
 
     path = "/admin"
+    opt = requires(Access.ADMIN)
     tags = ["admin: planner"]
 
     @get("/hardware")

@@ -86,6 +86,13 @@ class Settings(BaseSettings):
     cache_embedding_model: Path | None = Field(default=None, description="GGUF embedding model of the semantic cache. Unset: the shipped all-MiniLM-L6-v2.")
     cache_embedding_threads: int = Field(default=1, ge=1, description="CPU threads that embed prompts for the semantic cache.")
     metrics_public: bool = Field(default=False, description="Serve /metrics without an admin credential (only on trusted networks).")
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="Addresses or CIDR ranges of reverse proxies whose X-Forwarded-For and X-Forwarded-Proto are believed. Empty: none; the peer address is the client.",
+    )
+    max_connections: int = Field(default=512, ge=1, description="Most concurrent connections and requests the HTTP listener holds; more get 503 at once.")
+    header_timeout_seconds: float = Field(default=10.0, gt=0, description="Longest a client may take to send a request's headers before the connection is closed.")
+    body_timeout_seconds: float = Field(default=30.0, gt=0, description="Longest the daemon waits for each chunk of a request body before answering 408.")
     allow_private_pull_hosts: list[str] = Field(
         default_factory=list,
         description="Hosts on loopback or private networks that model pulls may reach (SSRF defence). Empty: none.",

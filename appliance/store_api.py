@@ -20,9 +20,9 @@ import msgspec
 from litestar import Controller, Request, delete, get, post
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
-from appliance.admin_api import actor
 from appliance.jobs import Job, JobContext, JobRegistry
 from appliance.store import ModelStore, VariantInfo
+from appliance.access import Access, audit_actor, requires
 
 # Facts fields too large or too sensitive for list views (the template is untrusted text).
 _HEAVY_FACTS = ("chat_template",)
@@ -59,7 +59,7 @@ def _changed(request: Request, action: str, target: str | None, detail: str | No
     if services is None:
         return
     services.names_changed()
-    services.audit(actor(request), action, target, detail)
+    services.audit(audit_actor(request), action, target, detail)
 
 
 def _start(request: Request, kind: str, target: str, work: Callable[[JobContext], VariantInfo | None]) -> dict[str, Any]:
@@ -81,6 +81,7 @@ def _start(request: Request, kind: str, target: str, work: Callable[[JobContext]
 
 class ModelsController(Controller):
     path = "/admin/models"
+    opt = requires(Access.ADMIN)
     tags = ["admin: models"]
 
     @get("/", sync_to_thread=True)
@@ -141,6 +142,7 @@ class ModelsController(Controller):
 
 class JobsController(Controller):
     path = "/admin/jobs"
+    opt = requires(Access.ADMIN)
     tags = ["admin: jobs"]
 
     @get("/")

@@ -16,7 +16,7 @@ from litestar import Controller, Request, Response, delete, get, post, put
 from litestar.params import Parameter
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from appliance.asgi import PRINCIPAL
+from appliance.access import Access, audit_actor, requires
 from appliance.errors import BadRequest
 from appliance.quota_service import QuotaService
 from appliance.usage_query import parse_by, parse_time, query_usage, to_csv
@@ -65,16 +65,6 @@ class TeamCreate(BaseModel):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
-def actor_of(request: Request) -> str:
-    """The audit log's name for the caller: ``key:<prefix>``, ``user:<name>`` or ``local-admin``."""
-    principal = request.scope.get(PRINCIPAL)  # type: ignore[call-overload]
-    if principal is None:
-        return "unknown"
-    if principal.kind == "local":
-        return principal.name
-    return f"{principal.kind}:{principal.name}"
-
-
 def _service(request: Request) -> QuotaService:
     state = request.app.state
     return QuotaService(state.db, getattr(state, "meter", None))
@@ -82,6 +72,7 @@ def _service(request: Request) -> QuotaService:
 
 class UsageController(Controller):
     path = "/admin/usage"
+    opt = requires(Access.ADMIN)
     tags = ["admin"]
 
     @get(sync_to_thread=True)
@@ -120,6 +111,7 @@ class UsageController(Controller):
 
 class QuotaController(Controller):
     path = "/admin/quotas"
+    opt = requires(Access.ADMIN)
     tags = ["admin"]
 
     @get("/{subject:str}", sync_to_thread=True)
@@ -131,16 +123,17 @@ class QuotaController(Controller):
     def set_quota(self, request: Request, subject: str, data: QuotaUpdate) -> dict[str, Any]:
         """Set limits; null removes one, a field left out keeps its value."""
         changes = data.model_dump(include=data.model_fields_set)
-        return _service(request).set_quota(subject, changes, actor_of(request))
+        return _service(request).set_quota(subject, changes, audit_actor(request))
 
     @delete("/{subject:str}", sync_to_thread=True)
     def remove_quota(self, request: Request, subject: str) -> None:
         """Remove every limit of a key or team."""
-        _service(request).delete_quota(subject, actor_of(request))
+        _service(request).delete_quota(subject, audit_actor(request))
 
 
 class PriceController(Controller):
     path = "/admin/prices"
+    opt = requires(Access.ADMIN)
     tags = ["admin"]
 
     @get(sync_to_thread=True)
@@ -157,15 +150,16 @@ class PriceController(Controller):
     def set_price(self, request: Request, model: str, data: PriceUpdate) -> dict[str, Any]:
         """Set rates per million tokens (input, output, cached)."""
         changes = {k: v for k, v in data.model_dump(include=data.model_fields_set).items() if v is not None}
-        return _service(request).set_price(model, changes, actor_of(request))
+        return _service(request).set_price(model, changes, audit_actor(request))
 
     @delete("/{model:str}", sync_to_thread=True)
     def remove_price(self, request: Request, model: str) -> None:
-        _service(request).delete_price(model, actor_of(request))
+        _service(request).delete_price(model, audit_actor(request))
 
 
 class TeamController(Controller):
     path = "/admin/teams"
+    opt = requires(Access.ADMIN)
     tags = ["admin"]
 
     @get(sync_to_thread=True)
@@ -175,7 +169,7 @@ class TeamController(Controller):
 
     @post(sync_to_thread=True)
     def create_team(self, request: Request, data: TeamCreate) -> dict[str, Any]:
-        return _service(request).create_team(data.name, actor_of(request))
+        return _service(request).create_team(data.name, audit_actor(request))
 
 
 CONTROLLERS = [UsageController, QuotaController, PriceController, TeamController]

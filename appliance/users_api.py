@@ -59,8 +59,8 @@ class UsersController(Controller):
         return {"username": user.username, "sessions_ended": ended}
 
     @post("/{username:str}/unlock", status_code=200)
-    async def unlock(self, request: Request, username: str, data: UnlockRequest | None = None) -> dict[str, Any]:
-        address = data.address if data else None
+    async def unlock(self, request: Request, username: str, data: UnlockRequest) -> dict[str, Any]:
+        address = data.address
         forgotten = _console(request).throttle.unlock(username, address)
         request.app.state.services.audit(audit_actor(request), "user.unlock", username, f"address={address} failures_forgotten={forgotten}")
         return {"username": username, "address": address, "failures_forgotten": forgotten}

@@ -22,6 +22,7 @@ def console_handlers() -> list[Any]:
     from litestar.static_files import create_static_files_router
     from litestar_htmx import HTMXRequest
 
+    from appliance.access import Access, requires
     from appliance.webui import (
         routes_auth,
         routes_keys,
@@ -35,7 +36,7 @@ def console_handlers() -> list[Any]:
 
     static = create_static_files_router(
         path="/static", directories=[STATIC], name="console-static", include_in_schema=False,
-        cache_control=CacheControlHeader(max_age=3600),
+        cache_control=CacheControlHeader(max_age=3600), opt=requires(Access.PUBLIC),
     )
     handlers: list[Any] = []
     for module in (routes_auth, routes_overview, routes_models, routes_playground, routes_keys, routes_usage, routes_system):
@@ -44,6 +45,7 @@ def console_handlers() -> list[Any]:
         path="/",
         route_handlers=handlers,
         guards=[gate],
+        opt=requires(Access.CONSOLE),
         exception_handlers=EXCEPTION_HANDLERS,
         response_headers=SECURITY_HEADERS,
         request_class=HTMXRequest,

@@ -20,7 +20,7 @@ from litestar import Request, Response, get, post
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 from markupsafe import escape
 
-from appliance.asgi import PRINCIPAL
+from appliance.access import PRINCIPAL
 from appliance.auth import Principal
 from appliance.errors import ApplianceError, BadRequest
 from appliance.openai_schema import ChatCompletionRequest, CompletionRequest

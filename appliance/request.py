@@ -1,0 +1,46 @@
+"""The API's request class: JSON bodies nested past a fixed depth are refused with a clear 400.
+
+msgspec decodes recursively, so a body nested 10,000 levels deep raised
+RecursionError (a 500), and one nested a few hundred levels deep reached the
+recursive code behind it (schema-to-grammar conversion, cache keys). The depth
+is measured on the raw bytes before decoding: strings are cut out, the rest is
+reduced to its brackets, and the scan stops at the first level past the limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from itertools import accumulate
+from typing import Any
+
+from litestar import Request
+from litestar.types import Empty
+
+from appliance.errors import BadRequest
+
+MAX_JSON_DEPTH = 64
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+_THREAD_ABOVE = 1 << 20
+
+
+def json_too_deep(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """True when the JSON text ``body`` nests arrays/objects more than ``limit`` levels."""
+    if body.count(b"[") + body.count(b"{") <= limit:
+        return False
+    brackets = _STRING.sub(b"", body).translate(None, _NOT_BRACKET)
+    return any(depth > limit for depth in accumulate(map(_STEP.__getitem__, brackets)))
+
+
+class ApplianceRequest(Request[Any, Any, Any]):
+    """Litestar's request, with the JSON depth limit applied before decoding."""
+
+    async def json(self) -> Any:
+        if self._json is Empty and self._connection_state.json is Empty:
+            body = await self.body()
+            deep = await asyncio.to_thread(json_too_deep, body) if len(body) > _THREAD_ABOVE else json_too_deep(body)
+            if deep:
+                raise BadRequest(f"The JSON body is nested more than {MAX_JSON_DEPTH} levels deep.", code="json_too_deep")
+        return await super().json()
