@@ -41,6 +41,8 @@ fi
 
 echo "==> setup took $(( $(date +%s) - started )) s"
 set +e
+# Strict mode: a skip fails the run unless the test says why it cannot run on this machine.
+export APPLIANCE_STRICT_SKIPS=1
 .venv/bin/python -m pytest -p no:cacheprovider "$@"
 rc=$?
 set -e

@@ -15,6 +15,7 @@ from appliance.hardware.amd import detect_amd
 from appliance.hardware.cpu import cgroup_memory_limit, detect_cpu, parse_cpuinfo
 from appliance.hardware.nvidia import detect_nvidia
 from appliance.hardware.software import SoftwareInfo, software_findings
+from tests.strict_skips import impossible_here
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hardware"
 MiB = 1 << 20
@@ -31,7 +32,7 @@ def test_nvidia_library_not_found_is_a_finding_not_a_crash(tmp_path: Path) -> No
         pass
     else:  # pragma: no cover - a box with a driver
         pynvml.nvmlShutdown()
-        pytest.skip("this box has an NVIDIA driver")
+        impossible_here("this box has an NVIDIA driver, so the no-driver path cannot be exercised")
     result = detect_nvidia(sys_root=tmp_path, dev_root=tmp_path)  # real pynvml, empty PCI tree
     assert result.gpus == []
     [finding] = result.findings
@@ -108,7 +109,7 @@ def test_nvidia_devices_mig_and_unsupported_fields(tmp_path: Path) -> None:
 
 def test_nvidia_no_permission_on_device_nodes(tmp_path: Path) -> None:
     if os.geteuid() == 0:
-        pytest.skip("root can open any device node")
+        impossible_here("the suite runs as root, and root can open any device node")
     node = tmp_path / "nvidia0"
     node.write_text("")
     node.chmod(0)
