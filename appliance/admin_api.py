@@ -151,7 +151,8 @@ class AliasesController(Controller):
 
 
 class BackupRequest(msgspec.Struct, kw_only=True):
-    path: str
+    name: str | None = None  # a plain file name in <data dir>/backups
+    path: str | None = None  # backup: only a file directly in that folder; restore: any file from the local socket
 
 
 class OpsController(Controller):
@@ -162,24 +163,32 @@ class OpsController(Controller):
     @post("/backup", status_code=200)
     async def backup(self, request: Request, data: BackupRequest) -> dict[str, Any]:
         import asyncio
-        from pathlib import Path
 
-        from appliance.backup import backup
+        from appliance import backup as backups
 
         services = request.app.state.services
-        result = await asyncio.to_thread(backup, services.settings.db_path, Path(data.path))
+        folder = backups.backups_dir(services.settings.data_dir)
+        name = data.name
+        if data.path is not None:
+            if name is not None:
+                raise BadRequest("give `name` or `path`, not both", param="path")
+            name = backups.name_from_path(data.path, folder)
+        result = await asyncio.to_thread(backups.backup, services.settings.db_path, folder, name)
         services.audit(audit_actor(request), "db.backup", result["path"])
         return result
 
     @post("/restore", status_code=200)
     async def restore(self, request: Request, data: BackupRequest) -> dict[str, Any]:
         import asyncio
-        from pathlib import Path
 
-        from appliance.backup import restore
+        from appliance import backup as backups
+        from appliance.access import LOCAL_MARK
 
         services = request.app.state.services
-        result = await asyncio.to_thread(restore, services.settings.db_path, Path(data.path))
+        folder = backups.backups_dir(services.settings.data_dir)
+        source, in_backups = backups.restore_source(folder, name=data.name, path=data.path,
+                                                    local=bool(request.scope.get(LOCAL_MARK)))  # type: ignore[call-overload]
+        result = await asyncio.to_thread(backups.restore, services.settings.db_path, source, in_backups=in_backups)
         services.after_restore()
         services.audit(audit_actor(request), "db.restore", result["path"])
         return result

@@ -391,6 +391,26 @@ class ResponseCache:
             },
         }
 
+    def clear_memory(self) -> None:
+        """Forget every in-memory copy of cache rows (hot entries, semantic vectors, policies, pending touches).
+
+        Called after a database restore: the rows those copies came from may be gone or different."""
+        with self._hot_lock:
+            self._hot.clear()
+            self._hot_bytes = 0
+        with self._memo_lock:
+            self._memo.clear()
+        with self._touch_lock:
+            self._touches = {}
+        self._policies.clear()
+        if self.index is not None:
+            self.index.clear()
+        conn = self._connect()
+        try:
+            self._count = conn.execute("SELECT count(*) FROM cache_entries").fetchone()[0]
+        finally:
+            conn.close()
+
     def close(self) -> None:
         """Write what is queued, stop the writer and the embedding thread."""
         if self._closed:

@@ -187,9 +187,9 @@ class Services:
         """Forget every in-memory copy of database state after a restore."""
         self.keyring.forget_all()
         self.names_changed()
-        if self.meter is not None and hasattr(self.meter, "invalidate_quotas"):
+        if self.meter is not None:
             self.meter.invalidate_quotas()
-        if self.cache is not None and hasattr(self.cache, "clear_memory"):
+        if self.cache is not None:
             self.cache.clear_memory()
 
     # ------------------------------------------------------------ audit

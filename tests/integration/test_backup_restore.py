@@ -22,9 +22,10 @@ def models_status(daemon, key: str) -> int:
 
 def test_backup_then_restore_brings_back_keys(daemon, tmp_path):
     before = daemon.create_key("before-backup")
-    target = tmp_path / "snapshot.db"
-    result = ctl(daemon, "backup", str(target))
+    result = ctl(daemon, "backup", "snapshot.db")
     assert result.returncode == 0, result.stderr
+    target = daemon.data_dir / "backups" / "snapshot.db"
+    assert str(target) in result.stdout
     conn = sqlite3.connect(target)
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert conn.execute("SELECT count(*) FROM api_keys WHERE prefix = ?", (before[:12],)).fetchone()[0] == 1
@@ -35,7 +36,7 @@ def test_backup_then_restore_brings_back_keys(daemon, tmp_path):
         admin.delete(f"/admin/keys/{before[:12]}").raise_for_status()
     assert models_status(daemon, before) == 401
 
-    result = ctl(daemon, "restore", "--yes", str(target))
+    result = ctl(daemon, "restore", "--yes", "snapshot.db")  # a name in the backups folder
     assert result.returncode == 0, result.stderr
     assert models_status(daemon, before) == 200  # revocation made after the backup is undone
     assert models_status(daemon, after) == 401  # the key created after the backup is gone
@@ -49,6 +50,21 @@ def test_restore_refuses_a_file_that_is_not_a_backup(daemon, tmp_path):
     assert "not an SQLite database" in result.stderr
 
 
-def test_backup_path_must_be_a_file_in_an_existing_folder(daemon, tmp_path):
-    result = ctl(daemon, "backup", str(tmp_path / "missing" / "x.db"))
-    assert result.returncode != 0 and "does not exist" in result.stderr
+def test_cli_restores_a_file_outside_the_backups_folder_after_checking_it(daemon, tmp_path):
+    result = ctl(daemon, "backup", "outside-source.db")
+    assert result.returncode == 0, result.stderr
+    outside = tmp_path / "copied-elsewhere.db"
+    outside.write_bytes((daemon.data_dir / "backups" / "outside-source.db").read_bytes())
+    later = daemon.create_key("after-outside-backup")
+    result = ctl(daemon, "restore", "--yes", str(outside))  # the local admin socket may name any readable file
+    assert result.returncode == 0, result.stderr
+    assert models_status(daemon, later) == 401
+
+
+def test_cli_backup_refuses_a_path_and_an_existing_name(daemon, tmp_path):
+    result = ctl(daemon, "backup", str(tmp_path / "x.db"))
+    assert result.returncode != 0 and "backups are kept only in" in result.stderr
+    assert not (tmp_path / "x.db").exists()
+    assert ctl(daemon, "backup", "once.db").returncode == 0
+    result = ctl(daemon, "backup", "once.db")
+    assert result.returncode != 0 and "already exists" in result.stderr
