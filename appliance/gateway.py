@@ -43,12 +43,52 @@ def _engine_stopped(name: str) -> EngineUnavailable:
 
 
 def estimate_tokens(body: Any) -> int:
-    """Quota reservation: prompt characters / 4 plus the completion budget."""
+    """Quota reservation of a request whose completion is not capped: prompt characters / 4 plus the completion budget."""
     prompt = len(prompt_text(body)) // 4 + 1
     if isinstance(body, EmbeddingRequest):
         return prompt
-    limit = getattr(body, "max_completion_tokens", None) or getattr(body, "max_tokens", None) or DEFAULT_MAX_TOKENS_ESTIMATE
-    return prompt + limit
+    return prompt + (requested_tokens(body) or DEFAULT_MAX_TOKENS_ESTIMATE)
+
+
+# A prompt's tokens never outnumber its UTF-8 bytes (every non-special token of a
+# byte-level or byte-fallback vocabulary covers at least one byte); the chat template
+# adds its own markers and text, bounded here per message and per request.
+PROMPT_OVERHEAD_TOKENS = 64
+MESSAGE_OVERHEAD_TOKENS = 16
+
+
+def prompt_bound(body: Any) -> int:
+    """An upper bound of the prompt tokens a completion or chat request can be billed."""
+    if isinstance(body, ChatCompletionRequest):
+        size = 0
+        for message in body.messages:
+            size += MESSAGE_OVERHEAD_TOKENS + len(message.role) + len((message.name or "").encode())
+            if message.content is not None:
+                size += len(message.content.encode() if isinstance(message.content, str) else _encoder.encode(message.content))
+            if message.tool_calls:
+                size += len(_encoder.encode(message.tool_calls))
+            size += len((message.tool_call_id or "").encode())
+        if body.tools:
+            size += len(_encoder.encode(body.tools))
+        if body.response_format is not None:
+            size += len(_encoder.encode(body.response_format))
+        return size + PROMPT_OVERHEAD_TOKENS
+    return len(prompt_text(body).encode()) + PROMPT_OVERHEAD_TOKENS
+
+
+def requested_tokens(body: Any) -> int | None:
+    """The completion tokens a request asks for (``None``: as many as the engine gives)."""
+    return getattr(body, "max_completion_tokens", None) or getattr(body, "max_tokens", None)
+
+
+def with_cap(body: Any, cap: int | None) -> Any:
+    """``body`` asking for at most ``cap`` completion tokens (unchanged if it already asks for no more)."""
+    requested = requested_tokens(body)
+    if cap is None or (requested is not None and requested <= cap):
+        return body
+    if isinstance(body, ChatCompletionRequest) and body.max_completion_tokens is not None:
+        return msgspec.structs.replace(body, max_tokens=cap, max_completion_tokens=cap)
+    return msgspec.structs.replace(body, max_tokens=cap)
 
 
 class EngineError(ApplianceError):
@@ -119,7 +159,14 @@ class Gateway:
             if hit is not None:
                 return await self._serve_cached(principal, request_id, endpoint, name, body, hit, started, stream)
 
-        admission = self.meter.admit(principal, request_id=request_id, endpoint=endpoint, model=name, estimated_tokens=estimate_tokens(body))
+        if endpoint == "embeddings":
+            admission = self.meter.admit(principal, request_id=request_id, endpoint=endpoint, model=name, estimated_tokens=estimate_tokens(body))
+        else:
+            # reserve the prompt, then cap the completion to what the key's and team's budgets have left
+            admission = self.meter.admit(principal, request_id=request_id, endpoint=endpoint, model=name,
+                                         estimated_tokens=prompt_bound(body), cap=True,
+                                         max_tokens=requested_tokens(body) or self._context(name))
+            body = with_cap(body, admission.max_tokens)
         forward = msgspec.structs.replace(body, model=name)
         if stream:
             forward = msgspec.structs.replace(forward, stream_options={"include_usage": True})  # type: ignore[arg-type]
@@ -133,6 +180,12 @@ class Gateway:
         except BaseException as exc:
             await self._fail(admission, name, exc.status if isinstance(exc, ApplianceError) else 499, 0, started, mark)
             raise
+
+    def _context(self, name: str) -> int | None:
+        """The loaded model's context, the most a request without max_tokens can generate (None if unknown)."""
+        instance = getattr(self.router, "instances", {}).get(name)
+        context = getattr(getattr(instance, "plan", None), "context", None)
+        return context if isinstance(context, int) and context > 0 else None
 
     # ------------------------------------------------------------ accounting
     def _energy(self, mark: Any) -> float | None:

@@ -40,7 +40,7 @@ import math
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from sqlalchemy import Engine
@@ -57,6 +57,7 @@ from appliance.quotas import (
     CounterState,
     Dimension,
     Windows,
+    completion_cap,
     ratelimit_headers,
     refusal_message,
     retry_after,
@@ -122,6 +123,7 @@ class Admission:
     headers: dict[str, str] = field(default_factory=dict)
     finished: bool = False
     cost: float | None = None
+    max_tokens: int | None = None  # the completion cap the engine must be given (None: no budget bounds it)
 
 
 @dataclass(slots=True)
@@ -280,8 +282,17 @@ class Meter:
         model: str,
         estimated_tokens: int,
         cached: bool = False,
+        cap: bool = False,
+        max_tokens: int | None = None,
     ) -> Admission:
-        """Reserve on every quota of the key and its team, or raise 429 (QuotaExceeded/RateLimited)."""
+        """Reserve on every quota of the key and its team, or raise 429 (QuotaExceeded/RateLimited).
+
+        With ``cap``, ``estimated_tokens`` is an upper bound of the prompt and ``max_tokens``
+        the completion asked for (``None``: as much as the engine will give). In the same
+        transaction as the reservation, the completion is capped to the allowance left on
+        every token and cost counter of the key and its team; the reservation is prompt +
+        cap and ``admission.max_tokens`` is the cap to send to the engine. A prompt that
+        alone does not fit is refused (429) before any engine work."""
         key_id = principal.id if principal.kind == "key" else None
         team_id = principal.team_id
         now = self._clock()
@@ -291,8 +302,16 @@ class Meter:
         if not key_limits and not team_limits:
             return admission
         plans = self._plan(now, model, estimated_tokens, cached, (("key", key_id, key_limits), ("team", team_id, team_limits)))
+        capped: list[int | None] = [None]
+
+        def work():
+            todo = plans
+            if cap and not cached:
+                todo = self._cap(plans, model, max(0, estimated_tokens), max_tokens, capped)
+            return self._reserve(request_id, now, todo)
+
         try:
-            holds, states = transaction(self._conn, self._lock, lambda: self._reserve(request_id, now, plans))
+            holds, states = transaction(self._conn, self._lock, work)
         except _Refused as refused:
             self._refuse(refused.plan, plans, now, model)
         except sqlite3.IntegrityError:
@@ -302,7 +321,36 @@ class Meter:
             raise EngineUnavailable("The metering database is busy; retry shortly.", headers={"Retry-After": "1"}) from None
         admission.holds = holds
         admission.headers = ratelimit_headers(states, now)
+        if capped[0] is not None:
+            admission.max_tokens = capped[0]
+            admission.estimated_tokens = max(0, estimated_tokens) + capped[0]
         return admission
+
+    def _cap(self, plans: list[_Plan], model: str, prompt: int, requested: int | None, out: list[int | None]) -> list[_Plan]:
+        """Inside the admission transaction: cap the completion to what every token and cost counter has left.
+
+        Returns the plans with token and cost amounts set to prompt + cap; raises
+        :class:`_Refused` if the prompt alone does not fit."""
+        per_cost_token = self.prices.highest_rate(model) / PER
+        budgeted = []
+        for p in plans:
+            if p.dimension.unit not in ("tokens", "cost"):
+                continue
+            per_token = 1.0 if p.dimension.unit == "tokens" else per_cost_token
+            row = self._conn.execute(_PEEK, (p.subject, p.subject_id, p.dimension.name, p.window_start)).fetchone()
+            limit, spent, reserved = row if row is not None else (p.limit, 0.0, 0.0)
+            budgeted.append((p, limit - spent - reserved, per_token))
+        cap = completion_cap(prompt, requested, [(remaining, per) for _, remaining, per in budgeted])
+        if cap is None:
+            return plans
+        if cap < 1:
+            # the tightest counter: the one the prompt plus one token overruns by most
+            worst = max((b for b in budgeted if b[2] > 0), key=lambda b: ((prompt + 1) * b[2] - b[1]) / max(b[2], 1e-300))
+            raise _Refused(replace(worst[0], amount=(prompt + 1) * worst[2]))
+        out[0] = cap
+        total = prompt + cap
+        return [replace(p, amount=float(total) if p.dimension.unit == "tokens" else total * per_cost_token)
+                if p.dimension.unit in ("tokens", "cost") else p for p in plans]
 
     def _plan(self, now: float, model: str, estimated_tokens: int, cached: bool, subjects) -> list[_Plan]:
         tokens = 0 if cached and not self.settings.cache_counts_against_quota else max(0, estimated_tokens)
@@ -344,7 +392,7 @@ class Meter:
                 limit, spent, reserved = row if row is not None else (p.limit, 0.0, 0.0)
                 state = CounterState(p.dimension, p.subject, limit, spent, reserved, p.window_end)
                 states.append(state)
-                if p is refused:
+                if (p.subject, p.subject_id, p.dimension) == (refused.subject, refused.subject_id, refused.dimension):
                     refused_state = state
         assert refused_state is not None
         headers = ratelimit_headers(states, now)

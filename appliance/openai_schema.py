@@ -20,6 +20,9 @@ ModelName = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 Stop = Union[Annotated[str, msgspec.Meta(max_length=500)], Annotated[list[Annotated[str, msgspec.Meta(max_length=500)]], msgspec.Meta(max_length=16)], None]
 
 
+COMPLETION_DEFAULT_MAX_TOKENS = 16  # /v1/completions without max_tokens, as OpenAI and vLLM
+
+
 class _Base(msgspec.Struct, kw_only=True, omit_defaults=True):
     pass
 
@@ -86,6 +89,11 @@ class CompletionRequest(_Base):
     min_p: Probability | None = None
     repeat_penalty: Annotated[float, msgspec.Meta(ge=0.0, le=10.0)] | None = None
     response_format: ResponseFormat | None = None
+
+    def __post_init__(self) -> None:
+        # OpenAI and vLLM default a completion to 16 tokens; set it here so it is forwarded and reserved
+        if self.max_tokens is None:
+            self.max_tokens = COMPLETION_DEFAULT_MAX_TOKENS
 
 
 class EmbeddingRequest(_Base):

@@ -141,3 +141,31 @@ def refusal_message(state: CounterState, amount: float) -> str:
     if state.dimension.budget:
         return f"The {what} budget of {owner} is spent ({_number(state.spent)} of {_number(state.limit)} used)."
     return f"Rate limit reached for {owner}: {what} limit {_number(state.limit)}."
+
+
+def completion_cap(prompt_tokens: int, requested: int | None, allowances: "list[tuple[float, float]]") -> int | None:
+    """The most completion tokens a request may generate within what is left.
+
+    ``allowances`` holds, for each token or cost counter of the key and its team,
+    ``(remaining, per_token)``: what is left of the limit and what one token takes
+    from it (1 for a token counter, the price of one token for a cost counter; a
+    free model takes nothing from a cost counter). The answer is the largest ``c``
+    no greater than ``requested`` such that ``(prompt_tokens + c) * per_token <=
+    remaining`` on every counter; ``None`` when nothing bounds it. Below 1 the
+    prompt alone does not fit.
+    """
+    cap = requested
+    for remaining, per_token in allowances:
+        if per_token <= 0:
+            continue
+        room = remaining / per_token - prompt_tokens
+        most = math.floor(room) if math.isfinite(room) else None
+        if most is None:
+            continue
+        # float rounding: never more than fits, never less
+        while most > 0 and (prompt_tokens + most) * per_token > remaining:
+            most -= 1
+        while (prompt_tokens + most + 1) * per_token <= remaining:
+            most += 1
+        cap = most if cap is None else min(cap, most)
+    return cap

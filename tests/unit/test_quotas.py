@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from appliance.auth import Principal
 from appliance.errors import QuotaExceeded, RateLimited
 from appliance.metering import Meter
 from appliance.pricing import PriceBook, Rate, cost_of
 from appliance.quota_service import QuotaService
-from appliance.quotas import format_duration, month_bounds
+from appliance.quotas import completion_cap, format_duration, month_bounds
 from tests.meterkit import T0, Clock, add_key, add_team, new_db, rows, set_price, set_quota, settings
 
 SETTLE = dict(variant=None, backend="llamacpp", cached_tokens=0, ttft_ms=5.0, latency_ms=20.0, status=200)
@@ -283,3 +285,76 @@ async def test_settle_after_stop_is_still_written(tmp_path, db, clock):
     await settle(meter, a)
     assert rows(db, "SELECT request_id FROM usage") == [("late",)]
     meter.close()
+
+
+# -- the completion cap: one request cannot overrun a token or cost budget -------------------------------
+
+allowance = st.tuples(st.floats(-1e3, 1e7, allow_nan=False), st.one_of(st.just(1.0), st.just(0.0), st.floats(1e-9, 1e-3)))
+
+
+@given(st.integers(0, 10**6), st.one_of(st.none(), st.integers(1, 10**6)), st.lists(allowance, max_size=5))
+def test_completion_cap_is_the_largest_that_fits_every_counter(prompt, requested, allowances):
+    cap = completion_cap(prompt, requested, allowances)
+    bounded = [(r, per) for r, per in allowances if per > 0]
+    if not bounded:
+        assert cap == requested
+        return
+    assert cap is not None
+    if requested is not None:
+        assert cap <= requested
+    if cap >= 1:
+        assert all((prompt + cap) * per <= r for r, per in bounded)  # never more than what is left
+        if cap != requested:  # and not smaller than it must be
+            assert any((prompt + cap + 1) * per > r for r, per in bounded)
+    else:  # the prompt plus one token does not fit some counter
+        assert any((prompt + 1) * per > r for r, per in bounded)
+
+
+def capped(meter, principal, rid, prompt=10, max_tokens=None, model="m"):
+    return meter.admit(principal, request_id=rid, endpoint="chat", model=model, estimated_tokens=prompt, cap=True, max_tokens=max_tokens)
+
+
+async def test_cap_reserves_prompt_plus_the_allowance_left_and_shares_it_exactly(meter, db):
+    key = add_key(db)
+    set_quota(db, "key", key.id, tokens_per_day=1000)
+    a = capped(meter, key, "a", prompt=100)
+    assert (a.max_tokens, a.estimated_tokens) == (900, 1000)
+    with pytest.raises(QuotaExceeded):  # nothing left for anyone else while it runs
+        capped(meter, key, "b", prompt=10)
+    await settle(meter, a, prompt=40, completion=60)
+    b = capped(meter, key, "b", prompt=10, max_tokens=50)
+    assert b.max_tokens == 50  # asked for less than is left: unchanged
+    c = capped(meter, key, "c", prompt=10, max_tokens=100000)
+    assert c.max_tokens == 1000 - 100 - 60 - 10
+    assert counter(db, "key", key.id, "tokens_per_day") == (1000.0, 100.0, 900.0)
+
+
+async def test_cap_takes_the_tightest_of_key_and_team_tokens_and_cost(meter, db):
+    team = add_team(db, "t")
+    key = add_key(db, "k", team)
+    set_price(db, "m", input_per_m=1000.0, output_per_m=2000.0)  # 0.002 per token at the highest rate
+    set_quota(db, "key", key.id, tokens_per_month=5000)
+    set_quota(db, "team", team, tokens_per_day=3000, cost_per_month=1.0)  # 1.0 / 0.002 = 500 tokens
+    a = capped(meter, key, "a", prompt=100)
+    assert a.max_tokens == 400
+    assert counter(db, "team", team, "cost_per_month")[2] == pytest.approx(0.002 * 500)
+    cost = await settle(meter, a, prompt=100, completion=400)
+    assert cost <= 1.0
+    assert counter(db, "team", team, "cost_per_month")[1] <= 1.0
+
+
+async def test_a_prompt_that_does_not_fit_is_refused_and_holds_nothing(meter, db):
+    key = add_key(db)
+    set_quota(db, "key", key.id, tokens_per_day=100)
+    with pytest.raises(QuotaExceeded, match="needs 101, limit 100"):
+        capped(meter, key, "a", prompt=100)
+    assert rows(db, "SELECT count(*) FROM reservations") == [(0,)]
+    a = capped(meter, key, "b", prompt=99)
+    assert a.max_tokens == 1
+
+
+async def test_no_budget_no_cap(meter, db):
+    key = add_key(db)
+    set_quota(db, "key", key.id, requests_per_minute=10)
+    assert capped(meter, key, "a", prompt=10).max_tokens is None
+    assert capped(meter, key, "b", prompt=10, max_tokens=7).max_tokens == 7  # the engine gets what was asked
