@@ -36,14 +36,20 @@ def systemd_is_init() -> bool:
         return False
 
 
-def unit_source() -> Path:
-    """The unit file shipped in the source tree (install.sh runs from it)."""
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        candidate = parent / "systemd" / UNIT_NAME
-        if candidate.exists():
+def unit_source(package_dir: Path | None = None, prefix: Path = SYSTEM_PREFIX) -> Path:
+    """The hardened unit file: package data of the installed `appliance` package.
+
+    It ships inside the package (``appliance/systemd/appliance.service``), so an
+    installed, non-editable venv such as /opt/appliance/venv finds it beside its
+    own modules; the copy of the sources install.sh leaves in ``<prefix>/src`` is
+    the fallback for venvs installed before the unit was package data.
+    """
+    package_dir = package_dir or Path(__file__).resolve().parents[1]
+    candidates = [package_dir / "systemd" / UNIT_NAME, prefix / "src" / "appliance" / "systemd" / UNIT_NAME]
+    for candidate in candidates:
+        if candidate.is_file():
             return candidate
-    raise click.ClickException("systemd/appliance.service not found next to the sources")
+    raise click.ClickException(f"{UNIT_NAME} not found (looked in {', '.join(str(c.parent) for c in candidates)})")
 
 
 def prepare_data(settings, echo=click.echo) -> str | None:  # type: ignore[no-untyped-def]

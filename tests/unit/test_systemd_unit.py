@@ -1,15 +1,17 @@
-"""The unit file passes systemd's own verifier and scores 2.5 or better on exposure."""
+"""The unit file passes systemd's own verifier, scores 2.5 or better on exposure, and ships with the package."""
 
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
+import click
 import pytest
 
-UNIT = Path(__file__).resolve().parents[2] / "systemd" / "appliance.service"
+UNIT = Path(__file__).resolve().parents[2] / "appliance" / "systemd" / "appliance.service"
 
-pytestmark = pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze missing (test.sh installs it)")
+needs_analyze = pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze missing (test.sh installs it)")
 
 
 def _unit_with_real_binary(tmp_path: Path) -> Path:
@@ -20,12 +22,14 @@ def _unit_with_real_binary(tmp_path: Path) -> Path:
     return out
 
 
+@needs_analyze
 def test_unit_verifies(tmp_path):
     result = subprocess.run(["systemd-analyze", "verify", str(_unit_with_real_binary(tmp_path))], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "appliance.service" not in result.stderr, result.stderr
 
 
+@needs_analyze
 def test_unit_security_score(tmp_path):
     unit = _unit_with_real_binary(tmp_path)
     # systemd 252 takes the threshold in tenths: 25 means an exposure of 2.5.
@@ -40,3 +44,51 @@ def test_unit_shape():
     for line in ("Type=notify", "WatchdogSec=", "Restart=on-failure", "User=appliance", "DevicePolicy=closed",
                  "DeviceAllow=/dev/nvidiactl rw", "DeviceAllow=char-nvidia-frontend rw", "DeviceAllow=/dev/kfd rw", "DeviceAllow=char-drm rw"):
         assert line in text, line
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _installed_copy(site_packages: Path) -> None:
+    """Lay out the `appliance` package as a non-editable install does: its modules plus its declared package data."""
+    import tomllib
+
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["appliance"]
+    source = ROOT / "appliance"
+    files = {p for p in source.rglob("*.py") if "__pycache__" not in p.parts}
+    for pattern in patterns:
+        files |= set(source.glob(pattern))
+    for path in files:
+        target = site_packages / "appliance" / path.relative_to(source)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+
+
+def test_unit_is_found_from_an_installed_layout(tmp_path):
+    # The tree install.sh --system leaves: /opt/appliance/src (a copy of the sources) and a venv
+    # with the package installed into site-packages, far from any systemd/ folder.
+    prefix = tmp_path / "opt" / "appliance"
+    site = prefix / "venv" / "lib" / "python3.11" / "site-packages"
+    _installed_copy(site)
+    # no <prefix>/src here: the installed package alone must carry the unit
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site), "HOME": str(tmp_path)}
+    probe = "import appliance.cli.setup as s; print(s.__file__); print(s.unit_source())"
+    result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    module, unit = result.stdout.split()
+    assert module == str(site / "appliance" / "cli" / "setup.py")  # the copy, not the editable checkout
+    assert unit == str(site / "appliance" / "systemd" / "appliance.service")
+    assert Path(unit).read_text() == UNIT.read_text()
+
+
+def test_unit_lookup_falls_back_to_the_copied_sources(tmp_path):
+    from appliance.cli.setup import unit_source
+
+    prefix = tmp_path / "opt" / "appliance"
+    package = prefix / "venv" / "lib" / "python3.11" / "site-packages" / "appliance"
+    package.mkdir(parents=True)
+    shutil.copytree(ROOT / "appliance" / "systemd", prefix / "src" / "appliance" / "systemd")
+    assert unit_source(package, prefix) == prefix / "src" / "appliance" / "systemd" / "appliance.service"
+    shutil.rmtree(prefix / "src")
+    with pytest.raises(click.ClickException, match="appliance.service not found"):
+        unit_source(package, prefix)
