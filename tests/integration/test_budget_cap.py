@@ -11,8 +11,9 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import pytest
 
-from tests.daemon import RunningDaemon
+from tests.daemon import RunningDaemon, start_daemon
 
 LIMIT = 1000
 PROMPT = "Chapter 1.\n\nThe dragon"
@@ -105,3 +106,25 @@ def test_completions_default_to_16_tokens(daemon: RunningDaemon):
         response = client.post("/v1/completions", json={"model": "default", "prompt": PROMPT, "temperature": 1.0, "seed": 7})
     assert response.status_code == 200, response.text
     assert response.json()["usage"]["completion_tokens"] <= 16
+
+
+def test_chat_without_max_tokens_cannot_overrun_a_cost_budget(tmp_path):
+    """cost_per_month 0.5 at 0.001 per token (input and output): room for 500 tokens in all."""
+    own = start_daemon(tmp_path)
+    try:
+        with own.admin() as admin:
+            admin.put("/admin/prices/*", json={"input_per_m": 1000.0, "output_per_m": 1000.0}).raise_for_status()
+        secret = _limited_key(own, "cap-cost", cost_per_month=0.5)
+        body = {"model": "default", "messages": [{"role": "user", "content": PROMPT}], "temperature": 1.0}
+        responses = _concurrently(own, secret, "/v1/chat/completions", body)
+        answered = _check_answers(responses, lambda c: c["message"]["content"])
+        assert answered, [r.text for r in responses]
+        with own.admin() as admin:
+            counter = admin.get(f"/admin/quotas/key:{secret[:12]}").json()["usage"]["cost_per_month"]
+        billed = sum(r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"] for r in answered) * 0.001
+        print(f"answered {len(answered)}, cost settled {counter['spent']:.4f} of 0.5, reserved {counter['reserved']}")
+        assert counter["reserved"] == 0
+        assert counter["spent"] == pytest.approx(billed)
+        assert counter["spent"] <= 0.5 + 1e-9
+    finally:
+        own.stop()
