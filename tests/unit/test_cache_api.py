@@ -7,7 +7,6 @@ from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
-from litestar import Litestar
 from litestar.testing import TestClient
 
 from appliance.auth import KeyRing
@@ -15,6 +14,7 @@ from appliance.cache_api import CacheController
 from appliance.db import make_engine
 from appliance.cli.client import check
 from appliance.http_errors import EXCEPTION_HANDLERS
+from tests.appkit import local_admin_app
 from tests.cachekit import MODEL, chat, chat_result, make_cache, principal
 
 
@@ -26,7 +26,7 @@ def env(tmp_path):
     audits = []
     services = SimpleNamespace(cache=cache, keyring=keyring, db=db, canonical_name=lambda name: {"tiny": MODEL}.get(name, name),
                                audit=lambda *args: audits.append(args))
-    app = Litestar(route_handlers=[CacheController], exception_handlers=EXCEPTION_HANDLERS)
+    app = local_admin_app([CacheController], exception_handlers=EXCEPTION_HANDLERS)
     app.state.services = services
     with TestClient(app) as client:
         yield SimpleNamespace(client=client, cache=cache, keyring=keyring, audits=audits)

@@ -10,7 +10,6 @@ import sqlite3
 import click
 import pytest
 from click.testing import CliRunner
-from litestar import Litestar
 from litestar.datastructures import State
 from litestar.testing import TestClient
 
@@ -22,6 +21,7 @@ from appliance.metrics_api import MetricsController
 from appliance.rollups import rollup
 from appliance.usage_api import CONTROLLERS
 from appliance.usage_query import parse_time, query_usage
+from tests.appkit import local_admin_app
 from tests.meterkit import T0, Clock, add_key, add_team, new_db, rows, settings
 
 HOUR, DAY = 3600, 86400
@@ -94,7 +94,7 @@ def test_parse_time():
 @pytest.fixture
 def app(tmp_path, db):
     meter = Meter(settings(tmp_path), db, clock=Clock())
-    application = Litestar(route_handlers=[*CONTROLLERS, MetricsController], exception_handlers=EXCEPTION_HANDLERS,
+    application = local_admin_app([*CONTROLLERS, MetricsController], exception_handlers=EXCEPTION_HANDLERS,
                            state=State({"db": db, "meter": meter, "metrics": meter.metrics}))
     with TestClient(application) as client:
         yield client, meter

@@ -1,0 +1,29 @@
+"""In-process apps for controller tests, called as the local admin.
+
+The daemon marks requests from its admin Unix socket as the local admin
+(``appliance.asgi``) and the access guard (``appliance.access``) turns that
+mark into the caller. These apps do the same, so a controller test exercises
+the real guard and the audit actor it derives, not a shortcut around them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Litestar
+
+from appliance.access import LOCAL_MARK, AccessGuard
+
+
+def _from_admin_socket(app: Any) -> Any:
+    async def marked(scope: Any, receive: Any, send: Any) -> None:
+        scope[LOCAL_MARK] = True
+        await app(scope, receive, send)
+
+    return marked
+
+
+def local_admin_app(route_handlers: list[Any], **kwargs: Any) -> Litestar:
+    """A Litestar app whose every request arrives as if on the admin socket."""
+    return Litestar(route_handlers=route_handlers, guards=[AccessGuard(lambda: None)],
+                    middleware=[_from_admin_socket], **kwargs)
