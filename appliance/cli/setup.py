@@ -27,6 +27,7 @@ SYSTEM_PREFIX = Path("/opt/appliance")
 UNIT_NAME = "appliance.service"
 UNIT_PATH = Path("/etc/systemd/system") / UNIT_NAME
 SERVICE_USER = "appliance"
+INITIAL_PASSWORD_FILE = "initial-admin-password"
 
 
 def systemd_is_init() -> bool:
@@ -57,7 +58,6 @@ def prepare_data(settings, echo=click.echo) -> str | None:  # type: ignore[no-un
     from appliance.daemon import check_data_dir
     from appliance.default_model import seed_default_model
     from appliance.store import ModelStore
-    from appliance.users import ensure_initial_admin
 
     check_data_dir(settings)
     dbmod.migrate(settings.db_path)
@@ -68,9 +68,56 @@ def prepare_data(settings, echo=click.echo) -> str | None:  # type: ignore[no-un
         seed_default_model(settings, store)
         variant = store.resolve(settings.default_model)
         echo(f"Default model ready: {variant.name} (sha256 verified).")
-        return ensure_initial_admin(engine)
+        return initial_admin_password(settings, engine)
     finally:
         engine.dispose()
+
+
+def password_file(settings) -> Path:  # type: ignore[no-untyped-def]
+    return Path(settings.data_dir) / INITIAL_PASSWORD_FILE
+
+
+def initial_admin_password(settings, engine) -> str | None:  # type: ignore[no-untyped-def]
+    """The first admin's one-time password while it is still the one to sign in with, else None.
+
+    A new password is kept in ``<data dir>/initial-admin-password`` (mode 0600)
+    until the admin has changed it, so a later step that fails (the service not
+    starting, say) or a re-run still shows it; once it no longer signs in, or
+    the admin no longer must change it, the file is removed.
+    """
+    from sqlalchemy import select
+
+    from appliance.db import session
+    from appliance.tables import User
+    from appliance.users import ensure_initial_admin, verify_password
+
+    path = password_file(settings)
+    password = ensure_initial_admin(engine)
+    if password is not None:
+        try:
+            _write_private(path, password)
+        except OSError:
+            click.echo(f"First sign-in: user `admin`, one-time password `{password}` (it could not be saved to {path}).")
+            raise
+        return password
+    if not path.is_file():
+        return None
+    kept = path.read_text().strip()
+    with session(engine) as s:
+        admin = s.execute(select(User).where(User.username == "admin")).scalars().first()
+        still_valid = admin is not None and admin.must_change_password and verify_password(admin.password_hash, kept)
+    if still_valid:
+        return kept
+    path.unlink(missing_ok=True)
+    return None
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text + "\n")
+    os.chmod(path, 0o600)
 
 
 def wait_ready(url: str, timeout: float = 180.0) -> bool:
@@ -85,12 +132,14 @@ def wait_ready(url: str, timeout: float = 180.0) -> bool:
     return False
 
 
-def announce(url: str, password: str | None) -> None:
+def announce(url: str, password: str | None, saved: Path | None = None) -> None:
     click.echo("")
     click.echo(f"Console: {url}/")
     click.echo(f"API:     {url}/v1  (OpenAI-compatible; create a key with `appliancectl keys create NAME`)")
     if password:
         click.echo(f"First sign-in: user `admin`, one-time password `{password}` (you will be asked to change it).")
+        if saved is not None:
+            click.echo(f"Until it is changed it is also kept in {saved} (mode 0600) and shown again on each re-run.")
     else:
         click.echo("An admin user already exists; its password was kept.")
 
@@ -117,6 +166,8 @@ def install_system(settings_overrides: dict) -> None:  # type: ignore[type-arg]
     settings = load_settings(**settings_overrides)
     password = prepare_data(settings)
     _run("chown", "-R", f"{SERVICE_USER}:{SERVICE_USER}", str(settings.data_dir))
+    if password_file(settings).is_file():
+        os.chown(password_file(settings), 0, 0)  # root's alone, not the service's
     _run("chgrp", SERVICE_USER, str(SYSTEM_CONFIG_PATH))
     shutil.copyfile(unit_source(), UNIT_PATH)
     _run("systemctl", "daemon-reload")
@@ -125,8 +176,9 @@ def install_system(settings_overrides: dict) -> None:  # type: ignore[type-arg]
     url = f"http://127.0.0.1:{settings.port}"
     click.echo("Waiting for the appliance to become ready ...")
     if not wait_ready(url):
-        raise click.ClickException(f"the service did not become ready; see `journalctl -u {UNIT_NAME}`")
-    announce(url, password)
+        hint = f"; the first admin's one-time password is kept in {password_file(settings)}" if password else ""
+        raise click.ClickException(f"the service did not become ready; see `journalctl -u {UNIT_NAME}`{hint}")
+    announce(url, password, password_file(settings) if password else None)
 
 
 def register(group: click.Group) -> None:
@@ -147,7 +199,7 @@ def register(group: click.Group) -> None:
         settings = load_settings(**overrides)
         password = prepare_data(settings)
         url = f"http://{settings.host}:{settings.port}"
-        announce(url, password)
+        announce(url, password, password_file(settings) if password else None)
         if no_serve:
             return
         from appliance.daemon import run
