@@ -12,14 +12,14 @@ from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Components, OpenAPIMediaType, OpenAPIResponse, OpenAPIType, Reference, Schema, SecurityScheme
 
 from appliance import __version__
-from appliance.admin_api import AliasesController, InstancesController, KeysController, OpsController
-from appliance.api_v1 import OpenAIController
-from appliance.access import Access, AccessGuard, requires
-from appliance.asgi import ApplianceASGI
-from appliance.health import healthz, readyz
-from appliance.http_errors import EXCEPTION_HANDLERS
-from appliance.auth import KeyRing
-from appliance.request import ApplianceRequest
+from appliance.api.admin import AliasesController, InstancesController, KeysController, OpsController
+from appliance.api.openai import OpenAIController
+from appliance.api.access import Access, AccessGuard, requires
+from appliance.api.edge import ApplianceASGI
+from appliance.api.health import healthz, readyz
+from appliance.api.errors import EXCEPTION_HANDLERS
+from appliance.accounts.keys import KeyRing
+from appliance.api.request import ApplianceRequest
 from appliance.services import Services
 from appliance.settings import Settings
 
@@ -41,12 +41,12 @@ def _route_handlers() -> list[Any]:
     handlers: list[Any] = [healthz, readyz, OpenAIController, InstancesController, KeysController, AliasesController, OpsController]
     # Optional surfaces contributed by their own modules (store, planner, metering, console).
     for module, names in (
-        ("appliance.store_api", ("ModelsController", "JobsController")),
-        ("appliance.planning_api", ("PlanningController",)),
-        ("appliance.usage_api", ("UsageController", "QuotaController", "PriceController", "TeamController")),
-        ("appliance.metrics_api", ("MetricsController",)),
-        ("appliance.cache_api", ("CacheController",)),
-        ("appliance.users_api", ("UsersController",)),
+        ("appliance.api.models", ("ModelsController", "JobsController")),
+        ("appliance.api.planning", ("PlanningController",)),
+        ("appliance.api.usage", ("UsageController", "QuotaController", "PriceController", "TeamController")),
+        ("appliance.api.metrics", ("MetricsController",)),
+        ("appliance.api.cache", ("CacheController",)),
+        ("appliance.api.users", ("UsersController",)),
         ("appliance.webui", ("console_handlers",)),
     ):
         try:
@@ -114,7 +114,7 @@ def _document_errors(app: Litestar) -> None:
     """Make the OpenAPI document say what the API does on errors.
 
     Litestar documents its own validation-error shape for 400 and no other error,
-    while every error here is OpenAI's envelope (one handler: appliance.http_errors)
+    while every error here is OpenAI's envelope (one handler: appliance.api.errors)
     with any status from 400 to 503; the health probes need no key.
     """
     document = app.openapi_schema

@@ -20,10 +20,10 @@ from typing import Iterator
 
 import uvicorn
 
-from appliance import db as dbmod
+from appliance.db import engine as dbmod
 from appliance.app import create_app, wrap
 from appliance.errors import ApplianceError, ConfigError
-from appliance.http_protocol import header_deadline_protocol
+from appliance.api.http_protocol import header_deadline_protocol
 from appliance.lockfile import DataDirLock
 from appliance.logs import setup_logging
 from appliance.sdnotify import notify, watchdog_interval, watchdog_loop

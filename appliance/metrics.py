@@ -5,7 +5,7 @@ outcome (the meter does not, so nothing is counted twice): a few dict updates
 under a lock. The meter adds quota refusals by dimension. Gauges that belong to other parts (queue depth, loaded instances,
 KV slots) are *pulled* at scrape time from callables registered with
 :meth:`Metrics.set_gauge_source`, so their owners need not push anything.
-Telemetry samples (:func:`appliance.telemetry.sample_telemetry`) go into a small
+Telemetry samples (:func:`appliance.hardware.telemetry.sample_telemetry`) go into a small
 ring buffer the console charts, and the newest one is exposed as gauges.
 """
 
@@ -104,7 +104,7 @@ class Metrics:
         self._latency = _Histogram(LATENCY_BUCKETS)
         self._sources: dict[str, tuple[str, tuple[str, ...], GaugeSource]] = {}
         self._telemetry: deque[dict] = deque(maxlen=telemetry_samples)
-        self.telemetry_probe: Any = None  # set by appliance.telemetry on first sample
+        self.telemetry_probe: Any = None  # set by appliance.hardware.telemetry on first sample
 
     # -- what the gateway and the meter call ---------------------------------------
     def observe_request(

@@ -15,15 +15,15 @@ from typing import Any
 
 from sqlalchemy import select
 
-from appliance import db as dbmod
-from appliance.auth import KeyRing
+from appliance.db import engine as dbmod
+from appliance.accounts.keys import KeyRing
 from appliance.drivers import get_driver
-from appliance.energy import EnergyMeter
-from appliance.engines import EngineProcess
+from appliance.hardware.energy import EnergyMeter
+from appliance.serving.engines import EngineProcess
 from appliance.errors import ModelNotFound
-from appliance.router import Instance, Router
+from appliance.serving.router import Instance, Router
 from appliance.settings import Settings
-from appliance.tables import Alias, AuditLog
+from appliance.db.tables import Alias, AuditLog
 
 log = logging.getLogger("appliance.services")
 
@@ -51,17 +51,17 @@ class Services:
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        from appliance.cache import ResponseCache
-        from appliance.embedder import make_embedder
-        from appliance.gateway import Gateway
-        from appliance.jobs import JobRegistry
-        from appliance.metering import Meter
-        from appliance.store import ModelStore
+        from appliance.cache.responses import ResponseCache
+        from appliance.cache.embedder import make_embedder
+        from appliance.serving.gateway import Gateway
+        from appliance.store.jobs import JobRegistry
+        from appliance.metering.meter import Meter
+        from appliance.store.store import ModelStore
 
         self.jobs = JobRegistry(self.db)
         self.store = ModelStore(self.settings, self.db, is_loaded=self.is_loaded)
         if self.settings.seed_default_model:
-            from appliance.default_model import seed_default_model
+            from appliance.store.default_model import seed_default_model
 
             seed_default_model(self.settings, self.store)
         self.meter = Meter(self.settings, self.db)
@@ -99,8 +99,8 @@ class Services:
     def _start_scheduler(self) -> None:
         from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-        from appliance.rollups import rollup
-        from appliance.telemetry import sample_telemetry
+        from appliance.metering.rollups import rollup
+        from appliance.hardware.telemetry import sample_telemetry
 
         scheduler = AsyncIOScheduler(timezone="UTC")
         scheduler.add_job(rollup, "interval", minutes=5, args=[self.db], id="usage-rollup", coalesce=True, max_instances=1)
@@ -115,7 +115,7 @@ class Services:
         self.scheduler = scheduler
 
     async def _backup(self) -> None:
-        from appliance.backup import scheduled_backup
+        from appliance.db.backup import scheduled_backup
 
         path = await asyncio.to_thread(scheduled_backup, self.settings.db_path, self.settings.data_dir / "backups")
         log.info("daily backup written", extra={"fields": {"path": str(path)}})
@@ -166,7 +166,7 @@ class Services:
         return entries
 
     def make_plan(self, name: str) -> Any:
-        from appliance.load_plan import plan_for_load
+        from appliance.serving.load_plan import plan_for_load
 
         return plan_for_load(self, name)
 
@@ -177,7 +177,7 @@ class Services:
 
     async def _after_load(self, instance: Instance) -> None:
         self.audit("system", "model.load", instance.name, f"backend={instance.backend}")
-        from appliance.calibration import gpu_bytes_of, process_tree_pids, record_load
+        from appliance.planner.calibration import gpu_bytes_of, process_tree_pids, record_load
 
         pid = getattr(instance.engine, "pid", None)
         gpu = gpu_bytes_of(process_tree_pids(pid)) if pid and instance.plan.n_gpu_layers else None

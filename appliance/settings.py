@@ -118,7 +118,7 @@ class Settings(BaseSettings):
     # Paths derived from data_dir: one place names them all.
     @property
     def db_path(self) -> Path:
-        return self.data_dir / "appliance.db"
+        return self.data_dir / "appliance.db.engine"
 
     @property
     def store_dir(self) -> Path:

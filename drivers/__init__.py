@@ -2,7 +2,7 @@
 
 A driver turns a plan into the command line of an engine process that serves
 OpenAI-shaped HTTP on a private Unix socket. The supervisor
-(``appliance.engines``) owns the process; drivers stay pure functions of the
+(``appliance.serving.engines``) owns the process; drivers stay pure functions of the
 plan, so every argument list is testable without starting anything.
 """
 
@@ -33,7 +33,7 @@ class Driver(Protocol):
 def get_driver(backend: str) -> Driver:
     """The driver for a plan's backend name."""
     if backend == "llamacpp":
-        from appliance.drivers.llamacpp import LlamaCppDriver
+        from appliance.drivers.llamacpp.driver import LlamaCppDriver
 
         return LlamaCppDriver()
     if backend == "vllm":

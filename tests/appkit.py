@@ -1,7 +1,7 @@
 """In-process apps for controller tests, called as the local admin.
 
 The daemon marks requests from its admin Unix socket as the local admin
-(``appliance.asgi``) and the access guard (``appliance.access``) turns that
+(``appliance.api.edge``) and the access guard (``appliance.api.access``) turns that
 mark into the caller. These apps do the same, so a controller test exercises
 the real guard and the audit actor it derives, not a shortcut around them.
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 from litestar import Litestar
 
-from appliance.access import LOCAL_MARK, AccessGuard
+from appliance.api.access import LOCAL_MARK, AccessGuard
 
 
 def _from_admin_socket(app: Any) -> Any:

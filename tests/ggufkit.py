@@ -154,7 +154,7 @@ def make_tiny_gguf(
 # -- running the engine worker in tests ------------------------------------------
 
 class WorkerProcess:
-    """A real ``appliance.drivers.llamacpp_worker`` subprocess on a Unix socket.
+    """A real ``appliance.drivers.llamacpp.worker`` subprocess on a Unix socket.
 
     ``with WorkerProcess(model, tmp_path / "w.sock", parallel=4) as w:`` waits
     until /health is 200 (or raises with the worker's stderr), and stops the
@@ -166,7 +166,7 @@ class WorkerProcess:
         import sys
 
         self.socket = str(socket_path)
-        self.argv = [sys.executable, "-m", "appliance.drivers.llamacpp_worker", "--model", str(model),
+        self.argv = [sys.executable, "-m", "appliance.drivers.llamacpp.worker", "--model", str(model),
                      "--socket", self.socket, "--served-name", served_name, "--ctx", str(ctx),
                      "--parallel", str(parallel), "--threads", str(threads), "--n-gpu-layers", "0", *extra]
         self.timeout = timeout

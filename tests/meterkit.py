@@ -10,10 +10,10 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
-from appliance.auth import Principal
-from appliance.db import make_engine, migrate, session
+from appliance.accounts.keys import Principal
+from appliance.db.engine import make_engine, migrate, session
 from appliance.settings import Settings
-from appliance.tables import ApiKey, Price, Quota, Team
+from appliance.db.tables import ApiKey, Price, Quota, Team
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
@@ -93,7 +93,7 @@ def admit_in_threads(db_path: str, principal: Principal, count: int, tag: str, b
     import threading
 
     from appliance.errors import RateLimited
-    from appliance.metering import Meter
+    from appliance.metering.meter import Meter
 
     engine = make_engine(Path(db_path))
     meters = [Meter(settings(Path(db_path).parent), engine) for _ in range(count)]
@@ -124,7 +124,7 @@ def hammer(db_path: str, key_id: int, tasks: int = 32) -> None:
     import asyncio
     import sys
 
-    from appliance.metering import Meter
+    from appliance.metering.meter import Meter
 
     async def main() -> None:
         engine = make_engine(Path(db_path))

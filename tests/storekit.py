@@ -19,12 +19,12 @@ from urllib.parse import parse_qs, urlsplit
 
 from litestar import Litestar
 
-from appliance import db as dbmod
-from appliance.http_errors import EXCEPTION_HANDLERS
-from appliance.jobs import JobRegistry
+from appliance.db import engine as dbmod
+from appliance.api.errors import EXCEPTION_HANDLERS
+from appliance.store.jobs import JobRegistry
 from appliance.settings import Settings
-from appliance.store import ModelStore
-from appliance.store_api import JobsController, ModelsController
+from appliance.store.store import ModelStore
+from appliance.api.models import JobsController, ModelsController
 
 
 def make_settings(data_dir: Path, **overrides: Any) -> Settings:

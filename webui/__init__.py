@@ -22,7 +22,7 @@ def console_handlers() -> list[Any]:
     from litestar.static_files import create_static_files_router
     from litestar_htmx import HTMXRequest
 
-    from appliance.access import Access, requires
+    from appliance.api.access import Access, requires
     from appliance.webui import (
         routes_auth,
         routes_keys,

@@ -116,8 +116,8 @@ def catalog_fits(services: Any, catalog: Any) -> dict[str, dict[str, Fit]]:
         return hit[1]
     table: dict[str, dict[str, Fit]] = {}
     try:
-        from appliance.planner import plan_all
-        from appliance.planning_service import live_snapshot, preferences_for, software, variants_from_catalog
+        from appliance.planner.plan import plan_all
+        from appliance.planner.service import live_snapshot, preferences_for, software, variants_from_catalog
 
         snapshot = live_snapshot()
         prefs = preferences_for(services.settings, software(services.settings))

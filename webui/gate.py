@@ -19,9 +19,9 @@ from litestar.datastructures import ResponseHeader
 from litestar.exceptions import HTTPException
 from sqlalchemy import Engine
 
-from appliance.db import session
+from appliance.db.engine import session
 from appliance.errors import ApplianceError, PermissionDenied
-from appliance.tables import User
+from appliance.db.tables import User
 from appliance.webui import csrf
 from appliance.webui.context import SCOPE_CSRF, SCOPE_USER, ConsoleUser, console, console_user, services
 from appliance.webui.sessions import COOKIE

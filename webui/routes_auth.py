@@ -8,9 +8,9 @@ from litestar import Request, Response, get, post
 from litestar.datastructures import Cookie
 from sqlalchemy import select, update
 
-from appliance.db import session
-from appliance.tables import User
-from appliance.users import hash_password, password_problem, verify_password
+from appliance.db.engine import session
+from appliance.db.tables import User
+from appliance.accounts.users import hash_password, password_problem, verify_password
 from appliance.webui import csrf
 from appliance.webui.context import console, console_user, is_https, require_user, services
 from appliance.webui.gate import SCOPE_PRE_NEW

@@ -28,7 +28,7 @@ def quota_service(request: Request) -> Any:
     found = getattr(svc, "quotas", None)
     if found is not None:
         return found
-    from appliance.quota_service import QuotaService
+    from appliance.metering.admin import QuotaService
 
     return QuotaService(svc.db, getattr(svc, "meter", None))
 

@@ -20,10 +20,10 @@ from litestar import Request, Response, get, post
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 from markupsafe import escape
 
-from appliance.access import PRINCIPAL
-from appliance.auth import Principal
+from appliance.api.access import PRINCIPAL
+from appliance.accounts.keys import Principal
 from appliance.errors import ApplianceError, BadRequest
-from appliance.openai_schema import ChatCompletionRequest, CompletionRequest
+from appliance.api.openai_schema import ChatCompletionRequest, CompletionRequest
 from appliance.webui.chat import PendingTurn
 from appliance.webui.context import console, require_user, services
 from appliance.webui.gate import needs

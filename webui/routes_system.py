@@ -8,11 +8,11 @@ import anyio
 from litestar import Request, Response, get, post
 from sqlalchemy import or_, select, update
 
-from appliance.db import session
+from appliance.db.engine import session
 from appliance.errors import BadRequest, Conflict, EngineUnavailable
 from appliance.settings import Settings
-from appliance.tables import AuditLog, User
-from appliance.users import ROLES, create_user, generate_password, hash_password
+from appliance.db.tables import AuditLog, User
+from appliance.accounts.users import ROLES, create_user, generate_password, hash_password
 from appliance.webui import stats
 from appliance.webui.context import audit, console, require_user, services
 from appliance.webui.gate import needs

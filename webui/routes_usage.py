@@ -24,7 +24,7 @@ def _days(request: Request) -> int:
 
 
 def _query(request: Request, by: str, days: int, now: float) -> dict[str, Any]:
-    from appliance.usage_query import query_usage
+    from appliance.metering.reports import query_usage
 
     return query_usage(services(request).db, since=now - days * 86400, until=now + 1, by=(by,), now=now)
 
@@ -67,7 +67,7 @@ def usage_page(request: Request) -> Response:
 
 @get("/usage.csv", include_in_schema=False, sync_to_thread=True)
 def usage_csv(request: Request) -> Response:
-    from appliance.usage_query import to_csv
+    from appliance.metering.reports import to_csv
 
     days = _days(request)
     by = request.query_params.get("by", "day")

@@ -27,8 +27,8 @@ from litestar import Response
 from litestar.datastructures import Cookie
 from sqlalchemy import Engine, delete, select
 
-from appliance.db import session
-from appliance.tables import Setting
+from appliance.db.engine import session
+from appliance.db.tables import Setting
 
 COOKIE = "appliance_session"
 PREFIX = "session:"

@@ -28,7 +28,7 @@ def telemetry(services: Any) -> list[dict]:
     history = metrics.telemetry_history()
     if not history or time.time() - float(history[-1].get("t", 0)) > STALE_AFTER_S:
         try:
-            from appliance.telemetry import sample_telemetry
+            from appliance.hardware.telemetry import sample_telemetry
 
             sample_telemetry(metrics)
             history = metrics.telemetry_history()

@@ -18,7 +18,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from rich.table import Table
 
 from appliance.cli.client import admin_client, check, request, subgroup
-from appliance.pull import human_size
+from appliance.store.pull import human_size
 
 
 def _size(n: int | None) -> str:

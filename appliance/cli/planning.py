@@ -85,7 +85,7 @@ def _print_plan(report: dict[str, Any]) -> None:
 
 def _local_plan(ctx: click.Context, model: str, context: int | None, parallel: int | None) -> dict[str, Any]:
     from appliance.errors import ApplianceError
-    from appliance.planning_service import live_snapshot, plan_report, preferences_for, resolve_variants, software, variants_from_path
+    from appliance.planner.service import live_snapshot, plan_report, preferences_for, resolve_variants, software, variants_from_path
 
     settings = ctx.find_root().obj["settings"]
     try:
@@ -112,7 +112,7 @@ def register(group: click.Group) -> None:
 
             report = request(ctx, "GET", "/admin/hardware")
         else:
-            from appliance.planning_service import hardware_report
+            from appliance.planner.service import hardware_report
 
             report = hardware_report(obj["settings"])
         if as_json:

@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 import httpx
 
-from appliance import db as dbmod
+from appliance.db import engine as dbmod
 from appliance.settings import SYSTEM_CONFIG_PATH, load_settings
 
 SYSTEM_DATA_DIR = Path("/var/lib/appliance")
@@ -56,8 +56,8 @@ def unit_source(package_dir: Path | None = None, prefix: Path = SYSTEM_PREFIX) -
 def prepare_data(settings, echo=click.echo) -> str | None:  # type: ignore[no-untyped-def]
     """Migrate the database, install and verify the default model, create the first admin."""
     from appliance.daemon import check_data_dir
-    from appliance.default_model import seed_default_model
-    from appliance.store import ModelStore
+    from appliance.store.default_model import seed_default_model
+    from appliance.store.store import ModelStore
 
     check_data_dir(settings)
     dbmod.migrate(settings.db_path)
@@ -87,9 +87,9 @@ def initial_admin_password(settings, engine) -> str | None:  # type: ignore[no-u
     """
     from sqlalchemy import select
 
-    from appliance.db import session
-    from appliance.tables import User
-    from appliance.users import ensure_initial_admin, verify_password
+    from appliance.db.engine import session
+    from appliance.db.tables import User
+    from appliance.accounts.users import ensure_initial_admin, verify_password
 
     path = password_file(settings)
     password = ensure_initial_admin(engine)

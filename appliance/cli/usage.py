@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from appliance.cli.client import request
-from appliance.quotas import DIMENSIONS
+from appliance.metering.quotas import DIMENSIONS
 
 MEASURES = ("requests", "failed", "prompt_tokens", "completion_tokens", "cached_tokens", "cost", "energy_joules")
 GROUP_COLUMNS = {"key": ("key", "key_name"), "team": ("team",), "model": ("model",), "day": ("day",), "hour": ("hour",)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from appliance.cli.client import request
-from appliance.users import ROLES, password_problem
+from appliance.accounts.users import ROLES, password_problem
 
 
 def _read_password(username: str, from_stdin: bool) -> str:

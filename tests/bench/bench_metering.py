@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from appliance.metering import Meter  # noqa: E402
+from appliance.metering.meter import Meter  # noqa: E402
 from tests.meterkit import add_key, add_team, new_db, set_price, set_quota, settings  # noqa: E402
 
 BIG = 10**12

@@ -4,7 +4,7 @@ For Gemma 3 270M Q4_K_M (assembled from its registry package into a cache
 dir), at context 512, 2048 and 8192 (one sequence; plus 8 slots of 8192, with
 and without llama.cpp's full-size sliding-window cache):
 
-* the planner's plan for this box (``appliance.planner.plan``, CPU only);
+* the planner's plan for this box (``appliance.planner.plan.plan``, CPU only);
 * a child process that imports llama_cpp, records its RSS, then loads the
   model and a context with exactly the plan's parameters (n_ctx = context x
   parallel, n_seq_max, unified KV, swa_full as planned, n_ubatch 512, the plan's
@@ -18,7 +18,7 @@ prints both, the error, and the estimate's parts; it exits 1 when an error is
 outside +-15 %.
 
 With ``--worker`` it also starts the appliance's real llama.cpp engine
-(``appliance.drivers.llamacpp_worker``, with the argv its driver builds from
+(``appliance.drivers.llamacpp.worker``, with the argv its driver builds from
 the plan), sends one completion, and compares the whole process tree's RSS
 with the plan's full ``estimated_bytes`` (a check of the driver honouring the
 plan, reported but not part of the exit status).
@@ -38,8 +38,8 @@ from pathlib import Path
 
 from appliance.hardware import detect_hardware
 from appliance.modelfacts import inspect_gguf
-from appliance.planner import Plan, Preferences, Variant, plan
-from appliance.planner_estimates import ENGINE_PROCESS_BYTES
+from appliance.planner.plan import Plan, Preferences, Variant, plan
+from appliance.planner.estimates import ENGINE_PROCESS_BYTES
 
 MiB = 1 << 20
 FILE_NAME = "gemma-3-270m-q4_k_m.gguf"
@@ -121,7 +121,7 @@ def measure_worker(p: Plan) -> int:
     import httpx
     import psutil
 
-    from appliance.drivers.llamacpp import worker_command
+    from appliance.drivers.llamacpp.driver import worker_command
 
     sock = Path(tempfile.mkdtemp()) / "engine.sock"
     proc = subprocess.Popen(worker_command(p, sock), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

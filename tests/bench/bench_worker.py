@@ -83,7 +83,7 @@ async def run(sock: str, streams: int, tokens: int, rounds: int) -> dict:
 
 
 def start_worker(model: Path, sock: str, threads: int, parallel: int, extra: list[str]) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "appliance.drivers.llamacpp_worker", "--model", str(model), "--socket", sock,
+    cmd = [sys.executable, "-m", "appliance.drivers.llamacpp.worker", "--model", str(model), "--socket", sock,
            "--served-name", "default", "--ctx", "1024", "--parallel", str(parallel), "--threads", str(threads),
            "--n-gpu-layers", "0", *extra]
     proc = subprocess.Popen(cmd)

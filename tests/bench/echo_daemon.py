@@ -11,9 +11,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from appliance import db as dbmod
+from appliance.db import engine as dbmod
 from appliance.daemon import check_data_dir
-from appliance.engines import EngineProcess
+from appliance.serving.engines import EngineProcess
 from appliance.lockfile import DataDirLock
 from appliance.logs import setup_logging
 from appliance.settings import load_settings

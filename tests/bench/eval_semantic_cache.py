@@ -11,7 +11,7 @@ marked `same` (a paraphrase) is a good hit; a hit on a near miss (a changed
 number, a negation, another entity, an antonym, swapped roles) is a false hit
 that would serve a wrong answer. Two decisions are scored at each threshold:
 `cosine` (similarity alone) and `cache` (similarity and the lexical check the
-cache applies, `appliance.semantic.compatible`), which is what the appliance does.
+cache applies, `appliance.cache.semantic.compatible`), which is what the appliance does.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from appliance.embedder import DEFAULT_MODEL, LlamaCppEmbedder
-from appliance.semantic import compatible
+from appliance.cache.embedder import DEFAULT_MODEL, LlamaCppEmbedder
+from appliance.cache.semantic import compatible
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_PAIRS = [HERE.parent / "data" / "semantic_pairs.jsonl", HERE.parent / "data" / "semantic_pairs_heldout.jsonl"]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from appliance.errors import RateLimited
-from appliance.metering import Meter
+from appliance.metering.meter import Meter
 from tests.meterkit import add_key, add_team, admit_in_threads, new_db, rows, set_price, set_quota, settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,9 +14,9 @@ import sys
 import pytest
 from sqlalchemy import select
 
-from appliance import db as dbmod
-from appliance.tables import User
-from appliance.users import set_password, verify_password
+from appliance.db import engine as dbmod
+from appliance.db.tables import User
+from appliance.accounts.users import set_password, verify_password
 from tests.daemon import daemon_env, free_port
 
 pytestmark = pytest.mark.slow
@@ -45,7 +45,7 @@ def test_one_time_password_is_kept_and_shown_again_until_changed(tmp_path):
     password = shown.group(1)
     assert saved.read_text().strip() == password
     assert stat.S_IMODE(saved.stat().st_mode) == 0o600
-    engine = dbmod.make_engine(data_dir / "appliance.db")
+    engine = dbmod.make_engine(data_dir / "appliance.db.engine")
     try:
         admin = _admin(engine)
         assert admin.must_change_password and verify_password(admin.password_hash, password)

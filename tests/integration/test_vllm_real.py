@@ -32,7 +32,7 @@ import psutil
 import pytest
 
 from appliance.drivers.vllm import VllmDriver, build_args
-from appliance.engines import EngineProcess
+from appliance.serving.engines import EngineProcess
 from tests.hfkit import make_tiny_hf_llama
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]

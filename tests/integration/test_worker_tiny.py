@@ -231,7 +231,7 @@ def test_malicious_chat_template_refused(tmp_path):
 def test_unloadable_model_exits_nonzero_with_message(tmp_path):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\x00" * 64)
-    p = subprocess.run([sys.executable, "-m", "appliance.drivers.llamacpp_worker", "--model", str(bad),
+    p = subprocess.run([sys.executable, "-m", "appliance.drivers.llamacpp.worker", "--model", str(bad),
                         "--socket", str(tmp_path / "b.sock"), "--served-name", "x", "--ctx", "64",
                         "--parallel", "1", "--threads", "1", "--n-gpu-layers", "0"],
                        capture_output=True, text=True, timeout=60)

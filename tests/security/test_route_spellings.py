@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from appliance.access import ACCESS, Access
+from appliance.api.access import ACCESS, Access
 from appliance.app import create_app
 from appliance.settings import Settings
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from appliance.auth import new_token
+from appliance.accounts.keys import new_token
 from appliance.logs import JsonFormatter, RedactingFilter, redact, setup_logging
 from tests.reliability.kit import NO_EOS, TINY, chat_body, instances, load, start_tiny_daemon, wait_until
 
@@ -259,7 +259,7 @@ def test_canary_key_is_nowhere_and_errors_carry_no_paths(tmp_path_factory, tiny_
     # The secret part of the canary is nowhere.
     places = {f"log file {p.name}": p.read_text(errors="replace") for p in (box.data_dir / "logs").glob("*.log*")}
     places["daemon stdout/stderr"] = box.log()
-    conn = sqlite3.connect(box.data_dir / "appliance.db")
+    conn = sqlite3.connect(box.data_dir / "appliance.db.engine")
     try:
         places["database dump"] = "\n".join(conn.iterdump())
         places["audit log"] = json.dumps(conn.execute("SELECT * FROM audit_log").fetchall())

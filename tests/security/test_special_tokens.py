@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.drivers.llamacpp_service import Engine, EngineConfig
+from appliance.drivers.llamacpp.service import Engine, EngineConfig
 from tests.chatfamilies import FAMILIES
 from tests.reliability.kit import chat_body, import_model, start_tiny_daemon
 

@@ -18,8 +18,8 @@ import pytest
 from litestar.testing import TestClient
 
 from appliance.errors import BadRequest
-from appliance.jobs import JobRegistry
-from appliance.store import ModelStore
+from appliance.store.jobs import JobRegistry
+from appliance.store.store import ModelStore
 from tests.ggufkit import make_tiny_gguf
 from tests.storekit import make_app, make_hf_folder, make_store
 

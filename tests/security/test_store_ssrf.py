@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from litestar.testing import TestClient
 
-from appliance.jobs import JobRegistry
-from appliance.pull import PullNotAllowed, check_url
-from appliance.store import ModelStore
+from appliance.store.jobs import JobRegistry
+from appliance.store.pull import PullNotAllowed, check_url
+from appliance.store.store import ModelStore
 from tests.ggufkit import make_tiny_gguf
 from tests.storekit import RangeServer, make_app, make_store
 
@@ -118,7 +118,7 @@ def test_the_connection_goes_to_the_checked_address(monkeypatch: pytest.MonkeyPa
     assert info.status == "ready"
     assert server.requests[0]["host"] == f"models.example:{server.port}"
     # Only the SSRF check resolved the name; the HTTP client connected to the checked address.
-    assert lookups and set(lookups) == {"appliance.pull"}
+    assert lookups and set(lookups) == {"appliance.store.pull"}
 
 
 def test_pull_api_refuses_internal_hosts_at_once(store: ModelStore) -> None:
@@ -171,7 +171,7 @@ def test_redirect_loops_end(tmp_path: Path) -> None:
     with RangeServer() as server:
         loop = f"http://127.0.0.1:{server.port}/loop"
         started = time.monotonic()
-        from appliance.pull import UpstreamError
+        from appliance.store.pull import UpstreamError
 
         with pytest.raises(UpstreamError, match="redirects"):
             store.pull(loop, name="loop:f32")

@@ -14,12 +14,12 @@ from typing import Iterator
 import pytest
 from litestar.testing import TestClient
 
-from appliance import db as dbmod
+from appliance.db import engine as dbmod
 from appliance.errors import ApplianceError, BadRequest
-from appliance.jobs import JobRegistry
-from appliance.store import ModelStore
-from appliance.store_paths import UnsafePath, parse_name
-from appliance.tables import ModelVariant
+from appliance.store.jobs import JobRegistry
+from appliance.store.store import ModelStore
+from appliance.store.paths import UnsafePath, parse_name
+from appliance.db.tables import ModelVariant
 from tests.storekit import make_app, make_hf_folder, make_store
 
 BAD_NAMES = [

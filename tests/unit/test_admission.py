@@ -2,7 +2,7 @@ import asyncio
 
 import pytest
 
-from appliance.admission import AdmissionQueue
+from appliance.serving.admission import AdmissionQueue
 from appliance.errors import EngineUnavailable, RateLimited
 
 

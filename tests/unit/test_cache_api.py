@@ -9,11 +9,11 @@ import pytest
 from click.testing import CliRunner
 from litestar.testing import TestClient
 
-from appliance.auth import KeyRing
-from appliance.cache_api import CacheController
-from appliance.db import make_engine
+from appliance.accounts.keys import KeyRing
+from appliance.api.cache import CacheController
+from appliance.db.engine import make_engine
 from appliance.cli.client import check
-from appliance.http_errors import EXCEPTION_HANDLERS
+from appliance.api.errors import EXCEPTION_HANDLERS
 from tests.appkit import local_admin_app
 from tests.cachekit import MODEL, chat, chat_result, make_cache, principal
 

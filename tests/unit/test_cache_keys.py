@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.cache_keys import (
+from appliance.cache.keys import (
     Policy, cache_control, cache_key, is_deterministic, merge_policy, normalized, partition, scope_key, semantic_text,
     validate_policy,
 )

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from appliance.cache_replay import from_stream
+from appliance.cache.replay import from_stream
 from tests.cachekit import (
     MODEL, chat, chat_events, chat_result, collect, completion, completion_events, completion_result, make_cache,
     principal, sse_events,

@@ -9,13 +9,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from appliance import db as dbmod
-from appliance.calibration import (
+from appliance.db import engine as dbmod
+from appliance.planner.calibration import (
     calibration_report, estimation_error, gpu_bytes_of, load_calibrations, measure, record_load,
 )
 from appliance.hardware.snapshot import GiB, HardwareSnapshot
-from appliance.planner import CalibrationPoint, Plan, Preferences, plan
-from appliance.planner_types import DeviceMemory
+from appliance.planner.plan import CalibrationPoint, Plan, Preferences, plan
+from appliance.planner.types import DeviceMemory
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 MiB = 1 << 20
@@ -23,7 +23,7 @@ MiB = 1 << 20
 
 @pytest.fixture()
 def engine(tmp_path: Path):
-    path = tmp_path / "appliance.db"
+    path = tmp_path / "appliance.db.engine"
     dbmod.migrate(path)
     eng = dbmod.make_engine(path)
     yield eng
@@ -76,7 +76,7 @@ def test_planner_uses_the_stored_rows(engine) -> None:
     import json
 
     from appliance.modelfacts import ModelFacts
-    from appliance.planner import Variant
+    from appliance.planner.plan import Variant
 
     box = HardwareSnapshot.from_json((FIXTURES / "hardware" / "cpu_2core_24g.json").read_text())
     data = json.loads((FIXTURES / "models" / "gemma-3-270m.json").read_text())

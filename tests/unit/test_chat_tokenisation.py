@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.drivers.llamacpp_chat import ChatRenderer, ChatTemplateError, render_chat
-from appliance.drivers.llamacpp_service import Engine, EngineConfig
+from appliance.drivers.llamacpp.chat import ChatRenderer, ChatTemplateError, render_chat
+from appliance.drivers.llamacpp.service import Engine, EngineConfig
 from appliance.errors import BadRequest
 from tests.chatfamilies import FAMILIES
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.drivers.llamacpp_chat import (
+from appliance.drivers.llamacpp.chat import (
     CHATML_TEMPLATE,
     GEMMA_TEMPLATE,
     PLAIN_TEMPLATE,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from appliance.drivers import get_driver
-from appliance.drivers.llamacpp import LlamaCppDriver, worker_command
-from appliance.drivers.llamacpp_worker import parse_args
+from appliance.drivers.llamacpp.driver import LlamaCppDriver, worker_command
+from appliance.drivers.llamacpp.worker import parse_args
 
 
 def _plan(**kw):
@@ -18,7 +18,7 @@ def _plan(**kw):
 
 def test_worker_command_round_trips_through_the_worker_parser():
     argv = worker_command(_plan(), "/run/e.sock", python="/py")
-    assert argv[:3] == ["/py", "-m", "appliance.drivers.llamacpp_worker"]
+    assert argv[:3] == ["/py", "-m", "appliance.drivers.llamacpp.worker"]
     args = parse_args(argv[3:])
     assert (args.model, args.socket, args.served_name) == ("/store/m.gguf", "/run/e.sock", "gemma3:270m")
     assert (args.ctx, args.parallel, args.threads, args.n_gpu_layers) == (4096, 8, 2, 0)

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from appliance.drivers.llamacpp_grammar import grammar_for
-from appliance.drivers.llamacpp_protocol import DONE, Shaper, parse_chat, parse_completion, usage_dict
+from appliance.drivers.llamacpp.grammar import grammar_for
+from appliance.drivers.llamacpp.protocol import DONE, Shaper, parse_chat, parse_completion, usage_dict
 from appliance.errors import BadRequest
 
 V = 512

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.drivers.llamacpp_grammar import grammar_for
-from appliance.drivers.llamacpp_model import LoadedModel
-from appliance.drivers.llamacpp_sampling import (
+from appliance.drivers.llamacpp.grammar import grammar_for
+from appliance.drivers.llamacpp.model import LoadedModel
+from appliance.drivers.llamacpp.sampling import (
     GrammarError,
     SamplingParams,
     build_chain,

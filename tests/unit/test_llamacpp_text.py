@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from appliance.drivers.llamacpp_text import TextStream
+from appliance.drivers.llamacpp.text import TextStream
 
 
 def run(pieces: list[bytes], stops: list[str]) -> tuple[str, bool]:

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initialize, invariant, rule
 
 from appliance.errors import RateLimited
-from appliance.metering import Meter
-from appliance.quotas import DIMENSIONS, Windows
+from appliance.metering.meter import Meter
+from appliance.metering.quotas import DIMENSIONS, Windows
 from tests.meterkit import Clock, add_key, add_team, new_db, set_price, set_quota
 from tests.meterkit import settings as make_settings
 

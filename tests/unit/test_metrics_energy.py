@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from appliance.energy import EnergyMeter
+from appliance.hardware.energy import EnergyMeter
 from appliance.metrics import Metrics
-from appliance.telemetry import sample_telemetry
+from appliance.hardware.telemetry import sample_telemetry
 
 
 def test_exposition_counters_histograms_and_escaping():

@@ -8,8 +8,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
 from sqlmodel import SQLModel
 
-import appliance.tables  # noqa: F401
-from appliance.db import alembic_config, make_engine, migrate
+import appliance.db.tables  # noqa: F401
+from appliance.db.engine import alembic_config, make_engine, migrate
 
 
 def test_migrate_records_head_and_is_idempotent(tmp_path):

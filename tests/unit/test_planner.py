@@ -1,7 +1,7 @@
 """Planner decisions for every fixture machine x real model shape.
 
 Expected decisions are worked out by hand from the formulas in
-``appliance/planner_estimates.py`` (the arithmetic is in the comments), never
+``appliance/planner/estimates.py`` (the arithmetic is in the comments), never
 copied from the planner's output.
 
 Shared constants of the hand arithmetic (bytes):
@@ -36,7 +36,7 @@ import pytest
 from appliance.errors import DoesNotFit
 from appliance.hardware.snapshot import GiB, HardwareSnapshot
 from appliance.modelfacts import ModelFacts
-from appliance.planner import CalibrationPoint, Plan, Preferences, Refusal, Variant, plan, plan_all
+from appliance.planner.plan import CalibrationPoint, Plan, Preferences, Refusal, Variant, plan, plan_all
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 MiB = 1 << 20

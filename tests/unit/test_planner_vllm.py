@@ -14,7 +14,7 @@ from pathlib import Path
 
 from appliance.hardware.snapshot import GiB, GpuInfo, HardwareSnapshot
 from appliance.modelfacts import ModelFacts
-from appliance.planner import Plan, Preferences, Variant, plan
+from appliance.planner.plan import Plan, Preferences, Variant, plan
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 MiB = 1 << 20

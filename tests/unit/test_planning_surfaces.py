@@ -13,9 +13,9 @@ from litestar import Litestar
 from litestar.testing import TestClient
 
 from appliance.errors import ApplianceError
-from appliance.http_errors import handle_appliance_error
+from appliance.api.errors import handle_appliance_error
 from appliance.modelfacts import ModelFacts
-from appliance.planning_api import PlanningController
+from appliance.api.planning import PlanningController
 from appliance.settings import load_settings
 
 

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from appliance.auth import Principal
+from appliance.accounts.keys import Principal
 from appliance.errors import QuotaExceeded, RateLimited
-from appliance.metering import Meter
-from appliance.pricing import PriceBook, Rate, cost_of
-from appliance.quota_service import QuotaService
-from appliance.quotas import completion_cap, format_duration, month_bounds
+from appliance.metering.meter import Meter
+from appliance.metering.pricing import PriceBook, Rate, cost_of
+from appliance.metering.admin import QuotaService
+from appliance.metering.quotas import completion_cap, format_duration, month_bounds
 from tests.meterkit import T0, Clock, add_key, add_team, new_db, rows, set_price, set_quota, settings
 
 SETTLE = dict(variant=None, backend="llamacpp", cached_tokens=0, ttft_ms=5.0, latency_ms=20.0, status=200)

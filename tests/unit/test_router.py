@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from appliance.errors import EngineUnavailable, ModelNotFound
-from appliance.router import Router
+from appliance.serving.router import Router
 
 
 @dataclass

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from appliance.default_model import seed_default_model
+from appliance.store.default_model import seed_default_model
 from appliance.errors import BadRequest, Conflict, ModelNotFound
-from appliance.store import ModelCorrupt, ModelStore, _names_from_filename
+from appliance.store.store import ModelCorrupt, ModelStore, _names_from_filename
 from tests.ggufkit import make_tiny_gguf
 from tests.storekit import make_store, sha256_file
 
@@ -144,8 +144,8 @@ def test_seed_is_off_when_disabled(store: ModelStore) -> None:
 def test_unfinished_imports_are_forgotten_at_start_but_pulls_kept(tmp_path: Path, tiny_gguf: Path) -> None:
     from sqlmodel import select
 
-    from appliance import db as dbmod
-    from appliance.tables import ModelVariant
+    from appliance.db import engine as dbmod
+    from appliance.db.tables import ModelVariant
 
     store = make_store(tmp_path / "data")
     store.import_path(str(tiny_gguf), name="tiny:a")

@@ -10,8 +10,8 @@ from typing import Any, Iterator
 import pytest
 from litestar.testing import TestClient
 
-from appliance.jobs import JobRegistry
-from appliance.store import ModelStore
+from appliance.store.jobs import JobRegistry
+from appliance.store.store import ModelStore
 from tests.storekit import RangeServer, make_app, make_store, sha256_file
 
 
@@ -119,8 +119,8 @@ def test_quantize_job_and_cancel(client: TestClient, tmp_path: Path) -> None:
 def test_jobs_are_recorded_in_the_database(client: TestClient, store: ModelStore, tiny_gguf: Path) -> None:
     from sqlmodel import select
 
-    from appliance import db as dbmod
-    from appliance.tables import Job
+    from appliance.db import engine as dbmod
+    from appliance.db.tables import Job
 
     job = wait_job(client, client.post("/admin/models/import", json={"path": str(tiny_gguf)}).json()["id"])
     with dbmod.session(store.db) as s:

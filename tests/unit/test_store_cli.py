@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from litestar.testing import TestClient
 
-from appliance.jobs import JobRegistry
+from appliance.store.jobs import JobRegistry
 from tests.storekit import RangeServer, make_app, make_store, sha256_file
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from appliance.errors import BadRequest, Conflict
-from appliance.jobs import JobRegistry
-from appliance.store import ModelStore
+from appliance.store.jobs import JobRegistry
+from appliance.store.store import ModelStore
 from tests.ggufkit import make_tiny_gguf
 from tests.storekit import make_hf_folder, make_store
 

@@ -15,12 +15,12 @@ from litestar.testing import TestClient
 
 from appliance.cli import usage as usage_cli
 from appliance.cli.client import check
-from appliance.http_errors import EXCEPTION_HANDLERS
-from appliance.metering import Meter
-from appliance.metrics_api import MetricsController
-from appliance.rollups import rollup
-from appliance.usage_api import CONTROLLERS
-from appliance.usage_query import parse_time, query_usage
+from appliance.api.errors import EXCEPTION_HANDLERS
+from appliance.metering.meter import Meter
+from appliance.api.metrics import MetricsController
+from appliance.metering.rollups import rollup
+from appliance.api.usage import CONTROLLERS
+from appliance.metering.reports import parse_time, query_usage
 from tests.appkit import local_admin_app
 from tests.meterkit import T0, Clock, add_key, add_team, new_db, rows, settings
 

@@ -193,7 +193,7 @@ def test_visible_devices(devices, expected):
 
 def test_engine_process_sends_the_drivers_headers(tmp_path):
     """The supervisor's client (used by the health check and the gateway) carries the key."""
-    from appliance.engines import EngineProcess
+    from appliance.serving.engines import EngineProcess
 
     driver = VllmDriver(api_key="k123")
     engine = EngineProcess("m", FakePlan(), driver, SimpleNamespace(request_timeout_seconds=5.0), tmp_path / "e.sock")
@@ -209,7 +209,7 @@ def _planner_cases():
 
     from appliance.hardware.snapshot import HardwareSnapshot
     from appliance.modelfacts import ModelFacts
-    from appliance.planner import Variant
+    from appliance.planner.plan import Variant
 
     for machine_file in sorted((FIXTURES / "hardware").glob("*.json")):
         snapshot = HardwareSnapshot.from_json(machine_file.read_text())
@@ -225,8 +225,8 @@ def _planner_cases():
 
 @pytest.mark.parametrize(("snapshot", "variants"), list(_planner_cases()))
 def test_every_vllm_plan_of_the_planner_builds(snapshot, variants):
-    """Contract with appliance.planner: whatever vLLM plan it makes, the driver turns into argv."""
-    from appliance.planner import Preferences, plan
+    """Contract with appliance.planner.plan: whatever vLLM plan it makes, the driver turns into argv."""
+    from appliance.planner.plan import Preferences, plan
 
     for backend in ("auto", "vllm"):
         result = plan(snapshot, variants, Preferences(min_context=4096, parallel=4, vllm_available=True, backend=backend))

@@ -12,11 +12,11 @@ import re
 import pytest
 from litestar.testing import TestClient
 
-from appliance import db as dbmod
+from appliance.db import engine as dbmod
 from appliance.app import create_app
 from appliance.services import Services
 from appliance.settings import Settings
-from appliance.users import create_user
+from appliance.accounts.users import create_user
 
 PASSWORDS = {"alice": "alice-password-1", "otto": "otto-password-1", "victor": "victor-password-1"}
 PAGES = ["/", "/overview/live", "/models", "/keys", "/usage", "/cache", "/settings", "/audit", "/password"]

@@ -6,8 +6,8 @@ import time
 
 from sqlalchemy import insert
 
-from appliance.db import make_engine, migrate
-from appliance.tables import Usage
+from appliance.db.engine import make_engine, migrate
+from appliance.db.tables import Usage
 from appliance.webui import stats
 from appliance.webui.render import render
 

@@ -7,8 +7,8 @@ import stat
 import pytest
 from sqlalchemy import select
 
-from appliance.db import make_engine, migrate, session
-from appliance.tables import Setting
+from appliance.db.engine import make_engine, migrate, session
+from appliance.db.tables import Setting
 from appliance.webui.sessions import IDLE_TTL, SESSION_TTL, SessionStore, load_secret
 
 
@@ -22,8 +22,8 @@ class Clock:
 
 @pytest.fixture
 def db(tmp_path):
-    migrate(tmp_path / "appliance.db")
-    engine = make_engine(tmp_path / "appliance.db")
+    migrate(tmp_path / "appliance.db.engine")
+    engine = make_engine(tmp_path / "appliance.db.engine")
     yield engine
     engine.dispose()
 

@@ -1,0 +1,215 @@
+"""API keys and principals.
+
+A key looks like ``ak_<40 url-safe chars>``. Only its sha256 is stored; the
+first 12 characters are kept as a visible prefix. Lookups go by hash through a
+small in-process cache that revocation and edits invalidate at once, so a
+revoked key fails on the very next request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, select, update
+
+from appliance.db.engine import session
+from appliance.errors import AuthenticationFailed, BadRequest, NotFound, PermissionDenied
+from appliance.db.tables import ApiKey
+
+KEY_PREFIX = "ak_"
+MAX_TOKEN_LENGTH = 128
+ROLES_KEY = ("admin", "user")
+PRIORITIES = ("interactive", "batch")
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is asking: an API key, a console user, or the local admin socket."""
+
+    kind: str  # key | user | local
+    id: int | None
+    name: str  # for the audit log: key prefix, user name, or "local-admin"
+    role: str  # admin | operator | viewer | user
+    team_id: int | None = None
+    priority: str = "interactive"
+    allowed_models: frozenset[str] | None = None
+    cache_policy: dict | None = None
+    expires_at: float | None = None
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == "admin"
+
+    def may_use(self, model: str) -> bool:
+        if self.allowed_models is None:
+            return True
+        family = model.split(":", 1)[0]
+        return model in self.allowed_models or family in self.allowed_models
+
+
+LOCAL_ADMIN = Principal(kind="local", id=None, name="local-admin", role="admin")
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def new_token() -> str:
+    return KEY_PREFIX + secrets.token_urlsafe(30)
+
+
+def _principal(row: ApiKey) -> Principal:
+    allowed = frozenset(json.loads(row.allowed_models)) if row.allowed_models else None
+    return Principal(
+        kind="key",
+        id=row.id,
+        name=row.prefix,
+        role=row.role,
+        team_id=row.team_id,
+        priority=row.priority,
+        allowed_models=allowed,
+        cache_policy=json.loads(row.cache_policy) if row.cache_policy else None,
+        expires_at=row.expires_at,
+    )
+
+
+class KeyRing:
+    """Creates, finds and revokes API keys; caches principals by secret hash."""
+
+    def __init__(self, db: Engine, cache_size: int = 4096):
+        self._db = db
+        self._cache: OrderedDict[str, Principal] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    # -- request path -------------------------------------------------------
+    def authenticate(self, token: str | None) -> Principal:
+        if not token:
+            raise AuthenticationFailed("Missing API key. Send it as 'Authorization: Bearer <key>' or 'x-api-key'.")
+        if len(token) > MAX_TOKEN_LENGTH or not token.startswith(KEY_PREFIX) or not token.isascii():
+            raise AuthenticationFailed("Invalid API key.")
+        digest = hash_token(token)
+        principal = self._cache.get(digest)
+        if principal is None:
+            with session(self._db) as s:
+                row = s.execute(select(ApiKey).where(ApiKey.secret_hash == digest)).scalars().first()  # type: ignore[call-overload]
+            if row is None or row.revoked_at is not None or not hmac.compare_digest(row.secret_hash, digest):
+                raise AuthenticationFailed("Invalid API key.")
+            principal = _principal(row)
+            with self._lock:
+                self._cache[digest] = principal
+                if len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        if principal.expires_at is not None and principal.expires_at <= time.time():
+            raise AuthenticationFailed("API key has expired.", code="expired_api_key")
+        return principal
+
+    def forget_all(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
+    def _forget(self, key_id: int) -> None:
+        with self._lock:
+            for digest in [d for d, p in self._cache.items() if p.id == key_id]:
+                del self._cache[digest]
+
+    # -- administration ---------------------------------------------------------
+    def create(
+        self,
+        name: str,
+        *,
+        role: str = "user",
+        team_id: int | None = None,
+        priority: str = "interactive",
+        allowed_models: list[str] | None = None,
+        expires_at: float | None = None,
+    ) -> tuple[ApiKey, str]:
+        """Create a key; returns the row and the secret, which is never available again."""
+        if role not in ROLES_KEY:
+            raise BadRequest(f"role must be one of {', '.join(ROLES_KEY)}", param="role")
+        if priority not in PRIORITIES:
+            raise BadRequest(f"priority must be one of {', '.join(PRIORITIES)}", param="priority")
+        if not name or len(name) > 128:
+            raise BadRequest("name must be 1 to 128 characters", param="name")
+        token = new_token()
+        row = ApiKey(
+            name=name,
+            prefix=token[:12],
+            secret_hash=hash_token(token),
+            role=role,
+            team_id=team_id,
+            priority=priority,
+            allowed_models=json.dumps(sorted(allowed_models)) if allowed_models else None,
+            expires_at=expires_at,
+        )
+        with session(self._db) as s:
+            s.add(row)
+            s.commit()
+            s.refresh(row)
+        return row, token
+
+    def list(self, include_revoked: bool = False) -> list[ApiKey]:
+        with session(self._db) as s:
+            query = select(ApiKey).order_by(ApiKey.id)  # type: ignore[arg-type]
+            if not include_revoked:
+                query = query.where(ApiKey.revoked_at.is_(None))  # type: ignore[union-attr]
+            return list(s.execute(query).scalars())  # type: ignore[call-overload]
+
+    def get(self, key_id_or_prefix: str | int) -> ApiKey:
+        with session(self._db) as s:
+            if isinstance(key_id_or_prefix, int) or str(key_id_or_prefix).isdigit():
+                row = s.get(ApiKey, int(key_id_or_prefix))
+            else:
+                row = s.execute(select(ApiKey).where(ApiKey.prefix == str(key_id_or_prefix))).scalars().first()  # type: ignore[call-overload]
+        if row is None:
+            raise NotFound(f"No API key {key_id_or_prefix!s}.")
+        return row
+
+    def revoke(self, key_id_or_prefix: str | int) -> ApiKey:
+        row = self.get(key_id_or_prefix)
+        with session(self._db) as s:
+            s.execute(update(ApiKey).where(ApiKey.id == row.id).values(revoked_at=time.time()))  # type: ignore[arg-type]
+            s.commit()
+        self._forget(row.id)  # type: ignore[arg-type]
+        return self.get(row.id)  # type: ignore[arg-type]
+
+    def update(self, key_id_or_prefix: str | int, **changes: object) -> ApiKey:
+        row = self.get(key_id_or_prefix)
+        values: dict[str, object] = {}
+        for field in ("name", "priority", "expires_at", "team_id", "role"):
+            if field in changes and changes[field] is not None:
+                values[field] = changes[field]
+        if "allowed_models" in changes:
+            models = changes["allowed_models"]
+            values["allowed_models"] = json.dumps(sorted(models)) if models else None  # type: ignore[arg-type]
+        if "cache_policy" in changes:
+            values["cache_policy"] = json.dumps(changes["cache_policy"]) if changes["cache_policy"] else None
+        if values.get("priority", "interactive") not in PRIORITIES:
+            raise BadRequest(f"priority must be one of {', '.join(PRIORITIES)}", param="priority")
+        if values:
+            with session(self._db) as s:
+                s.execute(update(ApiKey).where(ApiKey.id == row.id).values(**values))  # type: ignore[arg-type]
+                s.commit()
+        self._forget(row.id)  # type: ignore[arg-type]
+        return self.get(row.id)  # type: ignore[arg-type]
+
+
+def require_admin(principal: Principal) -> None:
+    if not principal.is_admin:
+        raise PermissionDenied("This action needs an admin key.")
+
+
+def token_from_headers(authorization: str | None, x_api_key: str | None) -> str | None:
+    if authorization:
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() == "bearer" and value:
+            return value.strip()
+        return None
+    return x_api_key.strip() if x_api_key else None

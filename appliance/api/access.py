@@ -1,0 +1,83 @@
+"""Who may call a route: declared where the route is defined, enforced after routing.
+
+Every route handler (or the controller or router that owns it) carries
+``opt={"access": Access.X}``. One app-level guard, :class:`AccessGuard`, runs
+after Litestar has matched the request to a handler, so the decision follows
+the handler that will run, never the spelling of the path: ``//admin/keys``,
+``/admin/keys/`` and ``/admin/keys`` all reach the same handler and the same
+check. A handler that declares no level is refused (fail closed), and a unit
+test checks that every route of the app declares one.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Callable
+
+from litestar.connection import ASGIConnection
+from litestar.handlers.base import BaseRouteHandler
+
+from appliance.accounts.keys import LOCAL_ADMIN, KeyRing, Principal, token_from_headers
+from appliance.errors import AuthenticationFailed, PermissionDenied
+
+ACCESS = "access"
+PRINCIPAL = "appliance.principal"
+LOCAL_MARK = "appliance.local"
+
+
+class Access(str, enum.Enum):
+    """The credential a route needs."""
+
+    PUBLIC = "public"  # health probes and the console's static assets
+    KEY = "key"  # any valid API key
+    ADMIN = "admin"  # an admin-role API key, or the local admin socket
+    METRICS = "metrics"  # as ADMIN, unless the metrics_public setting is on
+    CONSOLE = "console"  # the console's own gate (session cookie, CSRF, roles) decides
+
+
+def requires(level: Access) -> dict[str, Access]:
+    """The ``opt`` a handler, controller or router declares its access level with."""
+    return {ACCESS: level}
+
+
+def principal_of(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
+    """The authenticated caller of a keyed route (set by :class:`AccessGuard`)."""
+    principal = connection.scope.get(PRINCIPAL)  # type: ignore[call-overload]
+    if principal is None:
+        raise AuthenticationFailed("This route needs an API key.")
+    return principal
+
+
+def audit_actor(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
+    """The audit log's name for the caller: ``key:<prefix>``, ``user:<name>`` or ``local-admin``."""
+    principal = principal_of(connection)
+    return principal.name if principal.kind == "local" else f"{principal.kind}:{principal.name}"
+
+
+class AccessGuard:
+    """The app-level guard: authenticates keyed routes and checks the declared level."""
+
+    def __init__(self, keyring: Callable[[], KeyRing | None], *, metrics_public: bool = False):
+        self._keyring = keyring
+        self._metrics_public = metrics_public
+
+    def __call__(self, connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
+        level = (handler.opt or {}).get(ACCESS)
+        if not isinstance(level, Access):
+            raise PermissionDenied("This route declares no access level, so nobody may call it.")
+        if level is Access.PUBLIC or level is Access.CONSOLE:
+            return
+        scope = connection.scope
+        if scope.get(LOCAL_MARK):  # type: ignore[call-overload]
+            scope[PRINCIPAL] = LOCAL_ADMIN  # type: ignore[literal-required]
+            return
+        if level is Access.METRICS and self._metrics_public:
+            return
+        keyring = self._keyring()
+        if keyring is None:
+            raise AuthenticationFailed("The appliance is starting.")
+        headers = connection.headers
+        principal = keyring.authenticate(token_from_headers(headers.get("authorization"), headers.get("x-api-key")))
+        if level in (Access.ADMIN, Access.METRICS) and not principal.is_admin:
+            raise PermissionDenied("This route needs an admin key.")
+        scope[PRINCIPAL] = principal  # type: ignore[literal-required]

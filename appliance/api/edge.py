@@ -1,0 +1,123 @@
+"""The outermost ASGI layer: the HTTP edge, before any routing.
+
+It wraps the whole Litestar app, so it sees every request, including ones that
+match no route, and refuses what no route should ever see:
+
+- a Host header that is missing, repeated, malformed or not allowed (DNS
+  rebinding), on the public listener;
+- a path that is not in canonical form (``//``, ``/./``, ``/../``, encoded
+  slashes, dots, backslashes, semicolons or NUL bytes), so that no spelling of
+  a path can be routed one way and read another;
+- a request body that stalls: each chunk must arrive within
+  ``body_timeout_seconds``.
+
+Authentication is not done here: each route declares who may call it and one
+guard checks that after routing (``appliance.api.access``). Requests that arrive on
+the admin Unix socket are marked as the local admin: only the appliance's user
+and group can open that socket (mode 0660).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any, Awaitable, Callable
+
+from appliance.api.access import LOCAL_MARK
+from appliance.errors import ApplianceError, BadRequest, HostNotAllowed, RequestTimeout
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+# A reg-name or IPv4 address, or a bracketed IPv6 address, then an optional numeric port.
+_HOST = re.compile(r"^(?P<name>[a-z0-9](?:[a-z0-9.\-]*[a-z0-9])?|\[[0-9a-f:.]+\])(?::(?P<port>[0-9]{1,5}))?$", re.IGNORECASE)
+# Encoded '/', '\', '.', ';', '%' and NUL, raw backslashes, semicolons and NULs, empty or dot segments.
+_NON_CANONICAL = re.compile(rb"%(?:2f|5c|2e|3b|25|00)|[\\;\x00]|//|/\.\.?(?:/|$)", re.IGNORECASE)
+
+
+def error_body(exc: ApplianceError) -> bytes:
+    return json.dumps({"error": {"message": exc.message, "type": exc.type, "param": exc.param, "code": exc.code}}).encode()
+
+
+async def send_error(send: Send, exc: ApplianceError) -> None:
+    body = error_body(exc)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(k.lower().encode(), v.encode()) for k, v in exc.headers.items()]
+    await send({"type": "http.response.start", "status": exc.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def host_allowed(values: list[bytes], allowed: frozenset[str]) -> bool:
+    """One Host header, well formed, whose name (and port, where the entry names one) is allowed."""
+    if "*" in allowed:
+        return True
+    if len(values) != 1:
+        return False
+    try:
+        host = values[0].decode("ascii").lower()
+    except UnicodeDecodeError:
+        return False
+    match = _HOST.match(host)
+    if match is None:
+        return False
+    return match["name"] in allowed or host in allowed
+
+
+def canonical(raw_path: bytes) -> bool:
+    """True when the path as sent needs no normalising: routing and every check read it the same way."""
+    return raw_path.startswith(b"/") and _NON_CANONICAL.search(raw_path) is None
+
+
+class ApplianceASGI:
+    """Host check, canonical paths and body read deadlines in front of the Litestar app."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: list[str], *, local: bool = False, body_timeout: float = 30.0):
+        self.app = app
+        self._allowed = frozenset(h.lower() for h in allowed_hosts)
+        self._local = local
+        self._body_timeout = body_timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        if self._local:
+            scope[LOCAL_MARK] = True
+        else:
+            hosts = [value for key, value in scope.get("headers") or () if key == b"host"]
+            if not host_allowed(hosts, self._allowed):
+                shown = b", ".join(hosts).decode("latin-1")[:200]
+                await send_error(send, HostNotAllowed(f"Host {shown!r} is not allowed. Add it to APPLIANCE_ALLOWED_HOSTS."))
+                return
+        raw_path = scope.get("raw_path") or scope["path"].encode("utf-8", "surrogateescape")
+        if not canonical(raw_path):
+            await send_error(send, BadRequest("The request path is not in canonical form (no '//', '.' or '..' "
+                                              "segments, encoded '/', '.', ';', '%' or NUL bytes).", code="non_canonical_path"))
+            return
+        if scope["type"] == "http":
+            receive = _deadline_receive(receive, self._body_timeout)
+        await self.app(scope, receive, send)
+
+
+def _deadline_receive(receive: Receive, seconds: float) -> Receive:
+    """``receive`` whose body chunks must each arrive within ``seconds`` (then 408)."""
+    body_done = False
+
+    async def timed() -> dict[str, Any]:
+        nonlocal body_done
+        if body_done:
+            return await receive()  # after the body: waits for a disconnect, as long as the response runs
+        try:
+            async with asyncio.timeout(seconds):
+                message = await receive()
+        except TimeoutError:
+            body_done = True
+            raise RequestTimeout(f"The request body did not arrive within {seconds:g} s.") from None
+        if message["type"] != "http.request" or not message.get("more_body"):
+            body_done = True
+        return message
+
+    return timed

@@ -1,0 +1,85 @@
+"""The OpenAI-compatible routes under /v1. Handlers are thin: the gateway does the work."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+from litestar import Controller, Request, Response, get, post
+
+from appliance.api.access import Access, principal_of, requires
+from appliance.errors import BadRequest
+from appliance.api.openai_schema import ChatCompletionRequest, ChatMessage, CompletionRequest, EmbeddingRequest, ResponsesRequest
+
+
+def _services(request: Request) -> Any:
+    return request.app.state.services
+
+
+class OpenAIController(Controller):
+    path = "/v1"
+    opt = requires(Access.KEY)
+    tags = ["OpenAI-compatible API"]
+
+    @get("/models", summary="List models")
+    async def list_models(self, request: Request) -> dict[str, Any]:
+        principal = principal_of(request)
+        data = []
+        for entry in _services(request).model_names():
+            if principal.may_use(entry["id"]) or entry.get("target") and principal.may_use(entry["target"]):
+                data.append({"id": entry["id"], "object": "model", "created": int(entry["created"]), "owned_by": "appliance"})
+        return {"object": "list", "data": data}
+
+    @post("/chat/completions", summary="Create chat completion", status_code=200)
+    async def chat_completions(self, request: Request, data: ChatCompletionRequest) -> Response:
+        return await _services(request).gateway.handle(request, "chat", data)
+
+    @post("/completions", summary="Create completion", status_code=200)
+    async def completions(self, request: Request, data: CompletionRequest) -> Response:
+        return await _services(request).gateway.handle(request, "completions", data)
+
+    @post("/embeddings", summary="Create embeddings", status_code=200)
+    async def embeddings(self, request: Request, data: EmbeddingRequest) -> Response:
+        return await _services(request).gateway.handle(request, "embeddings", data)
+
+    @post("/responses", summary="Create a response (plain text input and output)", status_code=200)
+    async def responses(self, request: Request, data: ResponsesRequest) -> Response:
+        if data.stream:
+            raise BadRequest("Streaming is not supported on /v1/responses; use /v1/chat/completions with stream=true.", param="stream")
+        messages = []
+        if data.instructions:
+            messages.append(ChatMessage(role="system", content=data.instructions))
+        if isinstance(data.input, str):
+            messages.append(ChatMessage(role="user", content=data.input))
+        else:
+            for item in data.input:
+                try:
+                    messages.append(msgspec.convert(item, ChatMessage))
+                except msgspec.ValidationError as exc:
+                    raise BadRequest(f"input items must be role/content messages: {exc}", param="input") from None
+        chat = ChatCompletionRequest(model=data.model, messages=messages, max_tokens=data.max_output_tokens,
+                                     temperature=data.temperature, top_p=data.top_p, user=data.user)
+        response = await _services(request).gateway.handle(request, "chat", chat)
+        result = msgspec.json.decode(response.content)
+        text = result["choices"][0]["message"].get("content") or ""
+        usage = result.get("usage") or {}
+        body = {
+            "id": "resp_" + result.get("id", "").removeprefix("chatcmpl-"),
+            "object": "response",
+            "created_at": result.get("created", int(time.time())),
+            "status": "completed",
+            "model": result.get("model", data.model),
+            "output": [{
+                "type": "message", "id": "msg_" + result.get("id", ""), "status": "completed", "role": "assistant",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }],
+            "output_text": text,
+            "usage": {
+                "input_tokens": usage.get("prompt_tokens", 0),
+                "input_tokens_details": {"cached_tokens": (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)},
+                "output_tokens": usage.get("completion_tokens", 0),
+                "total_tokens": usage.get("total_tokens", 0),
+            },
+        }
+        return Response(content=body, headers=dict(response.headers))

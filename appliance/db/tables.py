@@ -1,0 +1,280 @@
+"""SQLModel tables: the system of record.
+
+Schema changes go through Alembic migrations in ``appliance/db/migrations``; a test
+compares these tables with the migrated database so the two never drift.
+Timestamps are UTC seconds since the epoch (floats), which SQLite stores and
+compares cheaply.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+from sqlalchemy import Column, Index, LargeBinary, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+def now() -> float:
+    return time.time()
+
+
+class User(SQLModel, table=True):
+    """A console user. Passwords are argon2 hashes."""
+
+    __tablename__ = "users"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    username: str = Field(unique=True, index=True, max_length=64)
+    password_hash: str
+    role: str = Field(default="viewer", max_length=16)  # admin | operator | viewer
+    must_change_password: bool = False
+    created_at: float = Field(default_factory=now)
+    disabled: bool = False
+
+
+class Team(SQLModel, table=True):
+    __tablename__ = "teams"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    name: str = Field(unique=True, index=True, max_length=64)
+    created_at: float = Field(default_factory=now)
+
+
+class ApiKey(SQLModel, table=True):
+    """An API key. Only the sha256 of the secret is stored; the prefix is shown in lists."""
+
+    __tablename__ = "api_keys"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    name: str = Field(max_length=128)
+    prefix: str = Field(index=True, max_length=16)
+    secret_hash: str = Field(unique=True, index=True, max_length=64)
+    role: str = Field(default="user", max_length=16)  # admin | user
+    team_id: Optional[int] = Field(default=None, foreign_key="teams.id", index=True)
+    priority: str = Field(default="interactive", max_length=16)  # interactive | batch
+    allowed_models: Optional[str] = None  # JSON list of names; NULL = all
+    cache_policy: Optional[str] = None  # JSON object; NULL = defaults
+    created_at: float = Field(default_factory=now)
+    expires_at: Optional[float] = None
+    revoked_at: Optional[float] = None
+    last_used_at: Optional[float] = None
+
+
+class ModelFamily(SQLModel, table=True):
+    __tablename__ = "model_families"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    name: str = Field(unique=True, index=True, max_length=128)
+    default_variant: Optional[str] = Field(default=None, max_length=64)
+    license: Optional[str] = None
+    description: Optional[str] = None
+    created_at: float = Field(default_factory=now)
+
+
+class ModelVariant(SQLModel, table=True):
+    """One installed file set of a family: a GGUF file or a Hugging Face folder."""
+
+    __tablename__ = "model_variants"
+    __table_args__ = (UniqueConstraint("family_id", "name"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    family_id: int = Field(foreign_key="model_families.id", index=True)
+    name: str = Field(max_length=64)  # e.g. q4_k_m, bf16
+    format: str = Field(max_length=16)  # gguf | safetensors
+    quantization: Optional[str] = Field(default=None, max_length=32)
+    path: str  # relative to the store
+    size_bytes: int = 0
+    sha256: Optional[str] = Field(default=None, max_length=64)
+    status: str = Field(default="ready", max_length=16)  # downloading | ready | corrupt
+    source: Optional[str] = None
+    parent_variant_id: Optional[int] = Field(default=None, foreign_key="model_variants.id")
+    facts: Optional[str] = None  # JSON: architecture facts from inspection
+    pinned: bool = False
+    created_at: float = Field(default_factory=now)
+
+
+class Alias(SQLModel, table=True):
+    """An admin-defined model name (e.g. `fast`) that resolves to family:variant."""
+
+    __tablename__ = "aliases"
+    name: str = Field(primary_key=True, max_length=64)
+    target: str = Field(max_length=200)
+
+
+class Instance(SQLModel, table=True):
+    """A loaded engine instance (history kept; state is current for live ones)."""
+
+    __tablename__ = "instances"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    variant_id: int = Field(foreign_key="model_variants.id", index=True)
+    backend: str = Field(max_length=16)
+    state: str = Field(max_length=16)  # loading | ready | failed | stopped
+    pid: Optional[int] = None
+    plan: Optional[str] = None  # JSON of the plan used
+    started_at: float = Field(default_factory=now)
+    stopped_at: Optional[float] = None
+    measured_bytes: Optional[int] = None
+
+
+class Calibration(SQLModel, table=True):
+    """Measured memory footprint of a load, used to correct later estimates."""
+
+    __tablename__ = "calibrations"
+    __table_args__ = (UniqueConstraint("variant_key", "backend", "context"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    variant_key: str = Field(max_length=200)  # family:variant
+    backend: str = Field(max_length=16)
+    context: int
+    estimated_bytes: int
+    measured_bytes: int
+    measured_at: float = Field(default_factory=now)
+
+
+class Price(SQLModel, table=True):
+    """Price per million tokens for a model (family or family:variant; `*` matches all)."""
+
+    __tablename__ = "prices"
+    model: str = Field(primary_key=True, max_length=200)
+    input_per_m: float = 0.0
+    output_per_m: float = 0.0
+    cached_per_m: float = 0.0
+
+
+class Quota(SQLModel, table=True):
+    """Limits for a key or a team; NULL means no limit."""
+
+    __tablename__ = "quotas"
+    __table_args__ = (UniqueConstraint("subject_type", "subject_id"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    subject_type: str = Field(max_length=8)  # key | team
+    subject_id: int
+    requests_per_minute: Optional[int] = None
+    tokens_per_minute: Optional[int] = None
+    tokens_per_day: Optional[int] = None
+    tokens_per_month: Optional[int] = None
+    cost_per_month: Optional[float] = None
+    max_concurrent: Optional[int] = None
+
+
+class QuotaCounter(SQLModel, table=True):
+    """Spent and reserved amounts of one quota dimension in one window."""
+
+    __tablename__ = "quota_counters"
+    __table_args__ = (UniqueConstraint("subject_type", "subject_id", "dimension", "window_start"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    subject_type: str = Field(max_length=8)
+    subject_id: int
+    dimension: str = Field(max_length=32)  # requests_per_minute, tokens_per_day, cost_per_month, concurrent ...
+    window_start: float
+    limit_value: float
+    spent: float = 0.0
+    reserved: float = 0.0
+
+
+class Reservation(SQLModel, table=True):
+    """An admitted request's hold on quota counters, until it settles."""
+
+    __tablename__ = "reservations"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    request_id: str = Field(unique=True, max_length=64)
+    counters: str  # JSON list of [counter_id, amount]
+    created_at: float = Field(default_factory=now)
+
+
+class Usage(SQLModel, table=True):
+    """The usage ledger: one row per request."""
+
+    __tablename__ = "usage"
+    __table_args__ = (
+        Index("ix_usage_created", "created_at"),
+        Index("ix_usage_key_created", "key_id", "created_at"),
+        Index("ix_usage_team_created", "team_id", "created_at"),
+    )
+    id: Optional[int] = Field(default=None, primary_key=True)
+    request_id: str = Field(unique=True, max_length=64)
+    created_at: float = Field(default_factory=now)
+    key_id: Optional[int] = Field(default=None, foreign_key="api_keys.id")
+    team_id: Optional[int] = Field(default=None, foreign_key="teams.id")
+    endpoint: str = Field(max_length=32)
+    model: str = Field(max_length=200)
+    variant: Optional[str] = Field(default=None, max_length=64)
+    backend: Optional[str] = Field(default=None, max_length=16)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    ttft_ms: Optional[float] = None
+    latency_ms: Optional[float] = None
+    status: int = 200
+    cache_tier: str = Field(default="miss", max_length=16)  # miss | exact | semantic
+    cost: float = 0.0
+    energy_joules: Optional[float] = None
+
+
+class UsageRollup(SQLModel, table=True):
+    __tablename__ = "usage_rollups"
+    __table_args__ = (UniqueConstraint("period", "bucket_start", "key_id", "team_id", "model"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    period: str = Field(max_length=8)  # hour | day
+    bucket_start: float
+    key_id: Optional[int] = None
+    team_id: Optional[int] = None
+    model: str = Field(max_length=200)
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cost: float = 0.0
+
+
+class CacheEntry(SQLModel, table=True):
+    """A cached response. `embedding` holds float32 bytes for the semantic tier."""
+
+    __tablename__ = "cache_entries"
+    __table_args__ = (Index("ix_cache_entries_lru", "last_hit_at", "id"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    cache_key: str = Field(unique=True, index=True, max_length=64)
+    scope_key: str = Field(index=True, max_length=64)  # model + system prompt + sampling, for semantic matches
+    model: str = Field(index=True, max_length=200)
+    key_id: Optional[int] = Field(default=None, index=True)
+    endpoint: str = Field(max_length=32)
+    prompt_text: Optional[str] = None
+    response: str  # JSON body of the non-streamed response
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    embedding: Optional[bytes] = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
+    created_at: float = Field(default_factory=now)
+    last_hit_at: float = Field(default_factory=now)
+    hits: int = 0
+    size_bytes: int = 0
+
+
+class Job(SQLModel, table=True):
+    """Long work (pulls, quantizations, loads) with its progress."""
+
+    __tablename__ = "jobs"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    kind: str = Field(max_length=32)
+    state: str = Field(default="running", max_length=16)  # running | done | failed | cancelled
+    target: Optional[str] = None
+    progress: float = 0.0
+    done_bytes: int = 0
+    total_bytes: Optional[int] = None
+    message: Optional[str] = None
+    created_at: float = Field(default_factory=now)
+    finished_at: Optional[float] = None
+
+
+class AuditLog(SQLModel, table=True):
+    """Who did what, when. Never holds a secret."""
+
+    __tablename__ = "audit_log"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    created_at: float = Field(default_factory=now, index=True)
+    actor: str = Field(max_length=128)  # user:alice | key:ak_1234 | local-admin
+    action: str = Field(max_length=64)
+    target: Optional[str] = None
+    detail: Optional[str] = None
+
+
+class Setting(SQLModel, table=True):
+    """Small runtime state the daemon keeps (e.g. generated secrets' hashes, schema facts)."""
+
+    __tablename__ = "kv"
+    key: str = Field(primary_key=True, max_length=64)
+    value: str

@@ -1,0 +1,218 @@
+"""Administration of quotas, prices and teams; every change is audit-logged.
+
+Subjects are written ``key:<id or prefix>`` or ``team:<name>``. Changes take effect
+on the very next admission: the service drops the meter's cached limits and prices,
+and copies a new limit into the counters of the current windows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from sqlalchemy import Engine, delete, select, text
+
+from appliance.db.engine import session
+from appliance.errors import BadRequest, Conflict, NotFound
+from appliance.metering.quotas import BY_NAME, DIMENSIONS, Windows
+from appliance.db.tables import ApiKey, AuditLog, Price, Quota, Team
+
+TEAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+PRICE_FIELDS = ("input_per_m", "output_per_m", "cached_per_m")
+MODEL_NAME = re.compile(r"^(\*|[A-Za-z0-9][A-Za-z0-9._-]{0,127}(:[A-Za-z0-9._-]{1,64})?)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    type: str  # key | team
+    id: int
+    label: str  # key:<prefix> | team:<name>
+
+
+class QuotaService:
+    """Quotas, prices and teams. ``meter`` (optional) is told about changes at once."""
+
+    def __init__(self, db: Engine, meter: Any | None = None, clock: Callable[[], float] = time.time):
+        self.db = db
+        self.meter = meter
+        self._clock = clock
+
+    # -- subjects ---------------------------------------------------------------------
+    def resolve(self, subject: str) -> Subject:
+        kind, sep, name = subject.partition(":")
+        if not sep or kind not in ("key", "team") or not name:
+            raise BadRequest("Subject must be 'key:<id or prefix>' or 'team:<name>'.", param="subject")
+        with session(self.db) as s:
+            if kind == "key":
+                query = select(ApiKey).where(ApiKey.id == int(name)) if name.isdigit() else select(ApiKey).where(ApiKey.prefix == name)
+                key = s.execute(query).scalars().first()
+                if key is None:
+                    raise NotFound(f"No API key {name}.")
+                return Subject("key", key.id, f"key:{key.prefix}")
+            team = s.execute(select(Team).where(Team.name == name)).scalars().first()
+            if team is None and name.isdigit():
+                team = s.get(Team, int(name))
+            if team is None:
+                raise NotFound(f"No team {name}.")
+            return Subject("team", team.id, f"team:{team.name}")
+
+    # -- quotas -------------------------------------------------------------------------
+    def get_quota(self, subject: str) -> dict:
+        """Limits of a key or team, and its counters in the current windows."""
+        sub = self.resolve(subject)
+        with session(self.db) as s:
+            row = s.execute(select(Quota).where(Quota.subject_type == sub.type, Quota.subject_id == sub.id)).scalars().first()
+            limits = {d.name: (getattr(row, d.name) if row else None) for d in DIMENSIONS}
+            return {"subject": sub.label, "limits": limits, "usage": self._usage(s, sub)}
+
+    def _usage(self, s, sub: Subject) -> dict:
+        now = self._clock()
+        windows = Windows()
+        usage = {}
+        for d in DIMENSIONS:
+            start, end = windows.bounds(d.window, now)
+            row = s.execute(
+                text("SELECT limit_value, spent, reserved FROM quota_counters WHERE subject_type = :t AND subject_id = :i"
+                     " AND dimension = :d AND window_start = :w"),
+                {"t": sub.type, "i": sub.id, "d": d.name, "w": start},
+            ).first()
+            if row is not None:
+                limit, spent, reserved = row
+                usage[d.name] = {
+                    "window_start": start if d.window else None,
+                    "resets_at": end if math.isfinite(end) else None,
+                    "limit": limit,
+                    "spent": spent,
+                    "reserved": reserved,
+                    "remaining": max(0.0, limit - spent - reserved),
+                }
+        return usage
+
+    def set_quota(self, subject: str, changes: dict[str, float | int | None], actor: str) -> dict:
+        """Set the given dimensions (None clears one); the others keep their values."""
+        sub = self.resolve(subject)
+        unknown = set(changes) - set(BY_NAME)
+        if unknown:
+            raise BadRequest(f"Unknown quota field(s): {', '.join(sorted(unknown))}.")
+        for name, value in changes.items():
+            if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0 or not math.isfinite(value)):
+                raise BadRequest(f"{name} must be a non-negative number or null.", param=name)
+            if value is not None and BY_NAME[name].unit != "cost" and not float(value).is_integer():
+                raise BadRequest(f"{name} must be a whole number.", param=name)
+        now = self._clock()
+        windows = Windows()
+        with session(self.db) as s:
+            row = s.execute(select(Quota).where(Quota.subject_type == sub.type, Quota.subject_id == sub.id)).scalars().first()
+            if row is None:
+                row = Quota(subject_type=sub.type, subject_id=sub.id)
+            before = {d.name: getattr(row, d.name) for d in DIMENSIONS}
+            for name, value in changes.items():
+                setattr(row, name, None if value is None else (float(value) if BY_NAME[name].unit == "cost" else int(value)))
+            s.add(row)
+            for name, value in changes.items():
+                if value is not None:  # running windows take the new limit at once
+                    start, _ = windows.bounds(BY_NAME[name].window, now)
+                    s.execute(
+                        text("UPDATE quota_counters SET limit_value = :v WHERE subject_type = :t AND subject_id = :i"
+                             " AND dimension = :d AND window_start >= :w"),
+                        {"v": float(value), "t": sub.type, "i": sub.id, "d": name, "w": start},
+                    )
+            after = {d.name: getattr(row, d.name) for d in DIMENSIONS}
+            self._audit(s, actor, "quota.set", sub.label, {"before": before, "after": after})
+            s.commit()
+        self._changed_quotas()
+        return self.get_quota(sub.label)
+
+    def delete_quota(self, subject: str, actor: str) -> None:
+        sub = self.resolve(subject)
+        with session(self.db) as s:
+            s.execute(delete(Quota).where(Quota.subject_type == sub.type, Quota.subject_id == sub.id))
+            self._audit(s, actor, "quota.delete", sub.label, None)
+            s.commit()
+        self._changed_quotas()
+
+    def _changed_quotas(self) -> None:
+        if self.meter is not None:
+            self.meter.invalidate_quotas()
+
+    # -- prices -------------------------------------------------------------------------
+    @staticmethod
+    def _check_model(model: str) -> str:
+        if not MODEL_NAME.match(model):
+            raise BadRequest("Model must be '*', 'family' or 'family:variant'.", param="model")
+        return model
+
+    def list_prices(self) -> list[dict]:
+        with session(self.db) as s:
+            return [p.model_dump() for p in s.execute(select(Price).order_by(Price.model)).scalars()]
+
+    def get_price(self, model: str) -> dict:
+        with session(self.db) as s:
+            row = s.get(Price, self._check_model(model))
+            if row is None:
+                raise NotFound(f"No price for {model}.")
+            return row.model_dump()
+
+    def set_price(self, model: str, changes: dict[str, float | None], actor: str) -> dict:
+        """Set the given rates (per million tokens); a new row starts at zero."""
+        self._check_model(model)
+        for name, value in changes.items():
+            if name not in PRICE_FIELDS:
+                raise BadRequest(f"Unknown price field {name}.", param=name)
+            if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or not math.isfinite(value):
+                raise BadRequest(f"{name} must be a non-negative number.", param=name)
+        with session(self.db) as s:
+            row = s.get(Price, model) or Price(model=model)
+            before = row.model_dump()
+            for name, value in changes.items():
+                setattr(row, name, float(value))
+            s.add(row)
+            after = row.model_dump()
+            self._audit(s, actor, "price.set", model, {"before": before, "after": after})
+            s.commit()
+        self._changed_prices()
+        return after
+
+    def delete_price(self, model: str, actor: str) -> None:
+        with session(self.db) as s:
+            row = s.get(Price, self._check_model(model))
+            if row is None:
+                raise NotFound(f"No price for {model}.")
+            s.delete(row)
+            self._audit(s, actor, "price.delete", model, None)
+            s.commit()
+        self._changed_prices()
+
+    def _changed_prices(self) -> None:
+        if self.meter is not None:
+            self.meter.prices.invalidate()
+
+    # -- teams ----------------------------------------------------------------------------
+    def create_team(self, name: str, actor: str) -> dict:
+        if not TEAM_NAME.match(name or ""):
+            raise BadRequest("Team names are 1 to 64 letters, digits, '.', '_' or '-'.", param="name")
+        with session(self.db) as s:
+            if s.execute(select(Team).where(Team.name == name)).scalars().first() is not None:
+                raise Conflict(f"Team {name} already exists.")
+            team = Team(name=name)
+            s.add(team)
+            s.flush()
+            self._audit(s, actor, "team.create", f"team:{name}", None)
+            s.commit()
+            return {"id": team.id, "name": team.name, "created_at": team.created_at, "keys": 0}
+
+    def list_teams(self) -> list[dict]:
+        with session(self.db) as s:
+            rows = s.execute(
+                text("SELECT t.id, t.name, t.created_at, count(k.id) FROM teams t"
+                     " LEFT JOIN api_keys k ON k.team_id = t.id AND k.revoked_at IS NULL GROUP BY t.id ORDER BY t.name")
+            ).all()
+        return [{"id": i, "name": n, "created_at": c, "keys": k} for i, n, c, k in rows]
+
+    # -- audit -------------------------------------------------------------------------
+    def _audit(self, s, actor: str, action: str, target: str, detail: dict | None) -> None:
+        s.add(AuditLog(actor=actor, action=action, target=target, detail=json.dumps(detail, sort_keys=True) if detail is not None else None))

@@ -1,0 +1,162 @@
+"""Group commit: one writer thread turns many pending writes into one transaction.
+
+Callers on the event loop :meth:`GroupCommitWriter.submit` a record and await the
+returned future. The writer thread takes *every* record pending at that moment,
+applies them all inside one ``BEGIN IMMEDIATE`` … ``COMMIT``, and only then
+resolves their futures, so a caller that has been answered knows its record is
+committed (durable across a process crash: WAL). Under load batches simply grow;
+nothing is ever dropped. If a batch fails, its records are retried one per
+transaction so that one bad record cannot take the others with it, and a locked
+database is waited for, not given up on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+log = logging.getLogger("appliance.metering.ledger")
+
+Apply = Callable[[sqlite3.Connection, Any], Any]
+LOCKED_RETRY_SECONDS = 60.0
+
+
+@dataclass(slots=True)
+class WriterStats:
+    transactions: int = 0
+    records: int = 0
+    largest_batch: int = 0
+    failed: int = 0
+
+
+def _resolve(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    if future.done():  # the awaiting task was cancelled; the record is written all the same
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+def _is_locked(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+def transaction(conn: sqlite3.Connection, lock: threading.Lock, work: Callable[[], Any]) -> Any:
+    """Run ``work`` in one ``BEGIN IMMEDIATE`` transaction on ``conn`` under ``lock``."""
+    with lock:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = work()
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return result
+
+
+class GroupCommitWriter:
+    """A single writer thread over one connection shared (under ``lock``) with the caller."""
+
+    def __init__(self, conn: sqlite3.Connection, lock: threading.Lock, apply: Apply, name: str = "ledger-writer"):
+        self._conn = conn
+        self._lock = lock
+        self._apply = apply
+        self._name = name
+        self._pending: list[tuple[Any, asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self.stats = WriterStats()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> None:
+        if self.running:
+            return
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread.start()
+
+    def submit(self, record: Any) -> asyncio.Future:
+        """Queue ``record``; the future resolves to ``apply``'s result once committed."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        with self._cond:
+            if self._stopping or self._thread is None:
+                raise RuntimeError("the ledger writer is not running")
+            self._pending.append((record, loop, future))
+            self._cond.notify()
+        return future
+
+    def stop(self) -> None:
+        """Write everything pending, then end the thread (blocking: call it from a worker thread)."""
+        thread = self._thread
+        if thread is None:
+            return
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        thread.join()
+        self._thread = None
+
+    def write_now(self, records: list[Any]) -> list[tuple[Any, BaseException | None]]:
+        """Apply records synchronously, grouped as the thread would (used when it is not running)."""
+        return self._write(records)
+
+    # -- the thread ---------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._stopping:
+                    self._cond.wait()
+                batch, self._pending = self._pending, []
+                if not batch and self._stopping:
+                    return
+            try:
+                outcomes = self._write([record for record, _, _ in batch])
+            except BaseException as exc:  # pragma: no cover - _write reports per record
+                log.exception("ledger writer failed")
+                outcomes = [(None, exc)] * len(batch)
+            for (_, loop, future), (result, error) in zip(batch, outcomes):
+                try:
+                    loop.call_soon_threadsafe(_resolve, future, result, error)
+                except RuntimeError:  # the loop is closed: nobody is waiting any more
+                    pass
+
+    def _write(self, records: list[Any]) -> list[tuple[Any, BaseException | None]]:
+        try:
+            results = self._retrying(lambda: [self._apply(self._conn, r) for r in records])
+            self._count(len(records))
+            return [(r, None) for r in results]
+        except Exception as exc:
+            if len(records) == 1:
+                self.stats.failed += 1
+                log.error("ledger write failed: %s", exc)
+                return [(None, exc)]
+            log.warning("ledger batch of %d failed (%s); writing its records one by one", len(records), exc)
+        return [outcome for record in records for outcome in self._write([record])]
+
+    def _retrying(self, work: Callable[[], Any]) -> Any:
+        deadline = time.monotonic() + LOCKED_RETRY_SECONDS
+        while True:
+            try:
+                return transaction(self._conn, self._lock, work)
+            except sqlite3.OperationalError as exc:
+                if not _is_locked(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+
+    def _count(self, n: int) -> None:
+        self.stats.transactions += 1
+        self.stats.records += n
+        self.stats.largest_batch = max(self.stats.largest_batch, n)

@@ -1,0 +1,147 @@
+"""What ``appliancectl doctor|plan`` and ``/admin/hardware|plan`` share.
+
+Gathers the planner's inputs (hardware, software, preferences from settings,
+variants from the store, the catalog or a local file) and shapes the answers as
+JSON-able dicts. The planner itself stays pure; the I/O is here.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from appliance.errors import ModelNotFound
+from appliance.hardware import HardwareSnapshot, detect_hardware, detect_software, software_findings
+from appliance.hardware.snapshot import GiB
+from appliance.hardware.software import SoftwareInfo
+from appliance.modelfacts import ModelFacts, inspect_gguf, inspect_hf
+from appliance.planner.plan import CalibrationPoint, Plan, Preferences, Variant, plan, plan_all
+
+SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+SNAPSHOT_TTL_S = 5.0
+_cache: dict[str, tuple[float, Any]] = {}
+
+
+def live_snapshot(max_age: float = SNAPSHOT_TTL_S) -> HardwareSnapshot:
+    """This box's hardware, re-detected at most every ``max_age`` seconds (free memory moves)."""
+    hit = _cache.get("snapshot")
+    if hit is None or time.monotonic() - hit[0] > max_age:
+        hit = (time.monotonic(), detect_hardware())
+        _cache["snapshot"] = hit
+    return hit[1]
+
+
+def software(settings: Any) -> SoftwareInfo:
+    return detect_software(settings.vllm_python)
+
+
+def preferences_for(settings: Any, sw: SoftwareInfo, ctx: int | None = None, parallel: int | None = None) -> Preferences:
+    """Planner preferences from the settings, with optional ``--ctx``/``--parallel`` overrides."""
+    return Preferences(
+        min_context=ctx or settings.engine_context,
+        parallel=parallel or settings.engine_parallel,
+        memory_margin=int(settings.memory_margin_gib * GiB),
+        vllm_available=sw.vllm_available,
+        llamacpp_gpu=sw.llamacpp_gpu,
+        ray_address=settings.ray_address,
+        backend=getattr(settings, "backend", "auto"),
+        threads=settings.engine_threads,
+        memory_budget=int(settings.memory_budget_gib * GiB) if settings.memory_budget_gib else None,
+    )
+
+
+def hardware_report(settings: Any, snapshot: HardwareSnapshot | None = None) -> dict[str, Any]:
+    """The doctor's answer: snapshot, software, and every finding (errors first) with its fix."""
+    snap = snapshot or detect_hardware()
+    sw = software(settings)
+    findings = sorted([*snap.findings, *software_findings(sw, snap)], key=lambda f: SEVERITY_ORDER.get(f.severity, 3))
+    return {
+        "hardware": snap.to_dict(),
+        "software": {"llamacpp_version": sw.llamacpp_version, "llamacpp_gpu_backends": list(sw.llamacpp_backends),
+                     "vllm_available": sw.vllm_available, "vllm_version": sw.vllm_version},
+        "findings": [f.__dict__ for f in findings],
+        "ok": not any(f.severity == "error" for f in findings),
+    }
+
+
+def variants_from_path(path: Path) -> list[Variant]:
+    """One variant from a local GGUF file or Hugging Face folder (inspected, never loaded)."""
+    if path.is_dir():
+        facts = inspect_hf(path)
+        family = path.name.lower()
+    else:
+        facts = inspect_gguf(path)
+        family = path.stem.lower()
+    quant = facts.file_type or facts.quant_method
+    name = (quant or "default").lower()
+    size = path.stat().st_size if path.is_file() else (facts.tensor_bytes or 0)
+    return [Variant(family, name, facts.format, quant, size, facts, str(path))]
+
+
+def facts_from_catalog(variant: Any) -> ModelFacts:
+    """Planner facts from a catalog variant's published architecture numbers."""
+    f = variant.facts
+    swa = f.layers - f.layers // f.sliding_window_pattern if f.sliding_window and f.sliding_window_pattern else 0
+    return ModelFacts(format=variant.format, architecture=f.architecture, n_layer=f.layers, n_embd=f.embedding, n_head=f.heads,
+                      n_head_kv=f.kv_heads, head_dim=f.head_dim, context_length=f.context_length, sliding_window=f.sliding_window,
+                      swa_layers=swa, n_vocab=f.vocab, n_expert=f.experts, n_expert_used=f.experts_used,
+                      file_type=variant.quantization, parameter_count=f.params)
+
+
+def split_name(name: str) -> tuple[str, str | None]:
+    family, _, variant = name.partition(":")
+    return family, variant or None
+
+
+def variants_from_catalog(name: str, catalog: Any | None = None) -> list[Variant]:
+    """Variants of a catalog family (or the one named ``family:variant``); [] when unknown."""
+    if catalog is None:
+        try:
+            from appliance.catalog import load_catalog
+        except ImportError:
+            return []
+        catalog = load_catalog()
+    family_name, variant_name = split_name(name)
+    family = catalog.family(family_name)
+    if family is None:
+        return []
+    chosen = [v for v in family.variants if variant_name in (None, v.name) and v.facts is not None]
+    return [Variant(family.name, v.name, v.format, v.quantization, v.size_bytes, facts_from_catalog(v), "") for v in chosen]
+
+
+def variants_from_store(store: Any, name: str) -> list[Variant]:
+    """Ready installed variants of the family (or the one named) that carry inspected facts."""
+    family_name, variant_name = split_name(name)
+    out = []
+    for info in store.list():
+        if info.family != family_name or info.status != "ready" or variant_name not in (None, info.variant):
+            continue
+        facts = info.model_facts
+        if facts is not None:
+            out.append(Variant(info.family, info.variant, info.format, info.quantization, info.size_bytes, facts, info.path))
+    return out
+
+
+def resolve_variants(name: str, *, store: Any | None = None, catalog: Any | None = None) -> list[Variant]:
+    """Installed variants first, else the catalog's; raises ModelNotFound."""
+    found = variants_from_store(store, name) if store is not None else []
+    found = found or variants_from_catalog(name, catalog)
+    if not found:
+        raise ModelNotFound(f"The model `{name}` is neither installed nor in the catalog.", param="model")
+    return found
+
+
+def plan_report(snapshot: HardwareSnapshot, variants: Sequence[Variant], prefs: Preferences,
+                calibrations: Sequence[CalibrationPoint] = ()) -> dict[str, Any]:
+    """The plan table: the decision (plan or refusal) and one row per variant."""
+    decision = plan(snapshot, variants, prefs, calibrations)
+    rows = plan_all(snapshot, variants, prefs, calibrations)
+    return {
+        "model": variants[0].family if variants else None,
+        "context": prefs.min_context,
+        "parallel": prefs.parallel,
+        "plan": decision.to_dict() if isinstance(decision, Plan) else None,
+        "refusal": None if isinstance(decision, Plan) else decision.to_dict(),
+        "rows": [r.to_dict() for r in rows],
+    }

@@ -1,0 +1,219 @@
+"""Model names to loaded instances: aliases, load on demand, eviction, idle unload.
+
+``family``, ``family:variant`` and admin-defined aliases (``default``,
+``fast``) resolve to one installed variant. A variant that is not loaded is
+planned and started on first use. At most ``max_loaded_instances`` run at
+once (and, when set, within the memory budget): to make room, idle unpinned
+instances are evicted least-recently-used first; pinned ones never are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
+
+from appliance.serving.admission import AdmissionQueue
+from appliance.errors import EngineUnavailable
+
+log = logging.getLogger("appliance.serving.router")
+
+
+class EngineLike(Protocol):
+    name: str
+    state: str
+    client: Any
+
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+    async def wait_ready(self, timeout: float) -> None: ...
+    def rss_bytes(self) -> int | None: ...
+
+
+@dataclass
+class Instance:
+    """A loaded model: its engine, its admission queue and its bookkeeping."""
+
+    name: str  # family:variant
+    plan: Any
+    engine: EngineLike
+    queue: AdmissionQueue
+    pinned: bool = False
+    loaded_at: float = field(default_factory=time.time)
+    last_used: float = field(default_factory=time.monotonic)
+    inflight: int = 0
+    requests: int = 0
+
+    @property
+    def backend(self) -> str:
+        return self.plan.backend
+
+    @property
+    def idle(self) -> bool:
+        return self.inflight == 0 and self.queue.waiting == 0
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "model": self.name,
+            "backend": self.plan.backend,
+            "state": self.engine.state,
+            "pinned": self.pinned,
+            "inflight": self.inflight,
+            "waiting": self.queue.waiting,
+            "slots": self.queue.slots,
+            "requests": self.requests,
+            "loaded_at": self.loaded_at,
+            "idle_seconds": round(time.monotonic() - self.last_used, 1),
+            "context": getattr(self.plan, "context", None),
+            "estimated_bytes": getattr(self.plan, "estimated_bytes", None),
+            "rss_bytes": self.engine.rss_bytes(),
+            "pid": getattr(self.engine, "pid", None),
+        }
+
+
+class Router:
+    def __init__(
+        self,
+        settings: Any,
+        *,
+        canonical_name: Callable[[str], str],
+        make_plan: Callable[[str], Any],
+        make_engine: Callable[[str, Any], EngineLike],
+        on_loaded: Callable[[Instance], Awaitable[None]] | None = None,
+    ):
+        """
+        canonical_name: maps a requested name (alias, family or family:variant) to
+            the installed ``family:variant``; raises ModelNotFound.
+        make_plan: plans a load of ``family:variant`` on this box; raises DoesNotFit.
+        make_engine: builds (not starts) the engine process for a plan.
+        on_loaded: called after a load succeeds (calibration, audit).
+        """
+        self.settings = settings
+        self._canonical = canonical_name
+        self._make_plan = make_plan
+        self._make_engine = make_engine
+        self._on_loaded = on_loaded
+        self.instances: dict[str, Instance] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._capacity = asyncio.Lock()
+
+    def resolve(self, requested: str) -> str:
+        return self._canonical(requested)
+
+    def is_loaded(self, name: str) -> bool:
+        return name in self.instances
+
+    async def load(self, requested: str, *, pin: bool | None = None) -> Instance:
+        name = self._canonical(requested)
+        lock = self._locks.setdefault(name, asyncio.Lock())
+        async with lock:
+            instance = self.instances.get(name)
+            if instance is None:
+                instance = await self._start(name)
+            if pin is not None:
+                instance.pinned = pin
+            return instance
+
+    async def _start(self, name: str) -> Instance:
+        plan = self._make_plan(name)
+        async with self._capacity:
+            await self._make_room(plan)
+            engine = self._make_engine(name, plan)
+            instance = Instance(
+                name=name,
+                plan=plan,
+                engine=engine,
+                queue=AdmissionQueue(plan.parallel, self.settings.queue_size, self.settings.queue_timeout_seconds),
+            )
+            started = time.monotonic()
+            await engine.start()
+            self.instances[name] = instance
+        log.info("loaded %s in %.1f s", name, time.monotonic() - started, extra={"fields": {"model": name, "backend": plan.backend}})
+        if self._on_loaded:
+            try:
+                await self._on_loaded(instance)
+            except Exception:
+                log.exception("post-load hook failed for %s", name)
+        return instance
+
+    def _budget_bytes(self) -> int | None:
+        budget = self.settings.memory_budget_gib
+        return int(budget * 2**30) if budget else None
+
+    async def _make_room(self, plan: Any) -> None:
+        """Evict idle, unpinned instances (least recently used first) until the plan fits."""
+        budget = self._budget_bytes()
+        needed = int(getattr(plan, "estimated_bytes", 0) or 0)
+
+        def over() -> bool:
+            if len(self.instances) >= self.settings.max_loaded_instances:
+                return True
+            if budget is not None:
+                used = sum(int(getattr(i.plan, "estimated_bytes", 0) or 0) for i in self.instances.values())
+                return used + needed > budget
+            return False
+
+        while over():
+            candidates = sorted((i for i in self.instances.values() if not i.pinned and i.idle), key=lambda i: i.last_used)
+            if not candidates:
+                raise EngineUnavailable(
+                    "No room to load another model: every loaded model is pinned or busy.", code="no_capacity", headers={"Retry-After": "10"}
+                )
+            victim = candidates[0]
+            log.info("evicting %s to make room", victim.name, extra={"fields": {"model": victim.name}})
+            await self._stop(victim)
+
+    async def _stop(self, instance: Instance) -> None:
+        self.instances.pop(instance.name, None)
+        await instance.engine.stop()
+
+    async def unload(self, requested: str) -> bool:
+        name = self._canonical(requested)
+        instance = self.instances.get(name)
+        if instance is None:
+            return False
+        async with self._locks.setdefault(name, asyncio.Lock()):
+            await self._stop(instance)
+        return True
+
+    def pin(self, requested: str, pinned: bool) -> Instance:
+        name = self._canonical(requested)
+        instance = self.instances.get(name)
+        if instance is None:
+            raise EngineUnavailable(f"{name} is not loaded; load it first.", code="not_loaded")
+        instance.pinned = pinned
+        return instance
+
+    async def unload_idle(self, idle_seconds: float) -> list[str]:
+        """Unload unpinned instances idle for longer than ``idle_seconds`` (scheduled job)."""
+        now = time.monotonic()
+        unloaded = []
+        for instance in list(self.instances.values()):
+            if not instance.pinned and instance.idle and now - instance.last_used > idle_seconds:
+                await self._stop(instance)
+                unloaded.append(instance.name)
+                log.info("unloaded idle %s", instance.name, extra={"fields": {"model": instance.name}})
+        return unloaded
+
+    @contextlib.asynccontextmanager
+    async def lease(self, requested: str, priority: str = "interactive") -> AsyncIterator[Instance]:
+        """Load if needed, wait for a slot, and hold it for the request's duration."""
+        instance = self.instances.get(requested) or await self.load(requested)
+        await instance.engine.wait_ready(self.settings.queue_timeout_seconds)
+        instance.last_used = time.monotonic()
+        await instance.queue.acquire(priority)
+        instance.inflight += 1
+        instance.requests += 1
+        try:
+            yield instance
+        finally:
+            instance.inflight -= 1
+            instance.last_used = time.monotonic()
+            instance.queue.release()
+
+    async def stop_all(self) -> None:
+        for instance in list(self.instances.values()):
+            await self._stop(instance)

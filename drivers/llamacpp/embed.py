@@ -1,0 +1,116 @@
+"""Pooled, L2-normalized embeddings on a second llama.cpp context.
+
+The context is created on first use with ``embeddings=True``; pooling comes
+from the model's metadata (``llama_pooling_type``), and models that declare
+none (decoder LMs) are mean-pooled. Inputs are packed several sequences per
+``llama_decode``. Runs on the batcher's decode thread: one group of at most
+:data:`EMBED_STEP_TOKENS` tokens (or one longer input alone, since a pooled
+sequence must fit one decode) between two decode steps, so a request with
+hundreds of inputs does not stop generation while it is embedded.
+"""
+
+from __future__ import annotations
+
+import math
+
+import llama_cpp.llama_cpp as ll
+
+from .model import LoadedModel
+
+
+#: Most tokens embedded between two decode steps (an input longer than this goes alone).
+EMBED_STEP_TOKENS = 128
+
+
+class EmbeddingError(RuntimeError):
+    """The embedding context could not be created or a decode failed."""
+
+
+class EmbedJob:
+    """One request's inputs and the vectors embedded so far."""
+
+    __slots__ = ("inputs", "next", "out")
+
+    def __init__(self, inputs: list[list[int]]) -> None:
+        self.inputs = inputs
+        self.next = 0
+        self.out: list[list[float]] = []
+
+
+class Embedder:
+    def __init__(self, model: LoadedModel, *, ctx: int, n_seq: int, threads: int) -> None:
+        self.model = model
+        self.size = ctx
+        ectx = None
+        for pooling in (ll.LLAMA_POOLING_TYPE_UNSPECIFIED, ll.LLAMA_POOLING_TYPE_MEAN):
+            p = ll.llama_context_default_params()
+            p.n_ctx = ctx
+            p.n_batch = p.n_ubatch = ctx  # a pooled sequence must fit one ubatch
+            p.n_seq_max = n_seq
+            p.n_threads = p.n_threads_batch = threads
+            p.embeddings = True
+            p.pooling_type = pooling
+            p.kv_unified = True
+            p.no_perf = True
+            ectx = ll.llama_init_from_model(model.ptr, p)
+            if not ectx:
+                raise EmbeddingError("llama.cpp could not create the embedding context")
+            if ll.llama_pooling_type(ectx) != ll.LLAMA_POOLING_TYPE_NONE:
+                break
+            ll.llama_free(ectx)  # the model says "no pooling": mean-pool instead
+        self.ctx = ectx
+        self.batch = ll.llama_batch_init(ctx, 0, 1)
+        self.n_embd = ll.llama_model_n_embd_out(model.ptr)
+
+    def embed(self, inputs: list[list[int]]) -> list[list[float]]:
+        """All of ``inputs`` at once (groups as large as the context allows)."""
+        job = EmbedJob(inputs)
+        while not self.step(job, self.size):
+            pass
+        return job.out
+
+    def step(self, job: EmbedJob, max_tokens: int) -> bool:
+        """Embed the next group of ``job`` (at most ``max_tokens`` tokens, or one input); True when done."""
+        inputs = job.inputs
+        if job.next == 0:
+            longest = max(len(t) for t in inputs)
+            if longest > self.size:
+                raise EmbeddingError(f"input of {longest} tokens exceeds the embedding context ({self.size})")
+        ectx, b, n_embd = self.ctx, self.batch, self.n_embd
+        n_seq_max = ll.llama_n_seq_max(ectx)
+        mem = ll.llama_get_memory(ectx)
+        out = job.out
+        i = job.next
+        if i < len(inputs):
+            limit = min(self.size, max(max_tokens, len(inputs[i])))
+            group: list[list[int]] = []
+            total = 0
+            while i < len(inputs) and len(group) < n_seq_max and total + len(inputs[i]) <= limit:
+                group.append(inputs[i])
+                total += len(inputs[i])
+                i += 1
+            job.next = i
+            n = 0
+            for sid, toks in enumerate(group):
+                for p, t in enumerate(toks):
+                    b.token[n], b.pos[n], b.n_seq_id[n], b.logits[n] = t, p, 1, 1
+                    b.seq_id[n][0] = sid
+                    n += 1
+            b.n_tokens = n
+            ll.llama_memory_clear(mem, True)
+            if ll.llama_decode(ectx, b) != 0:
+                raise EmbeddingError("llama_decode failed while embedding")
+            for sid in range(len(group)):
+                ptr = ll.llama_get_embeddings_seq(ectx, sid)
+                if not ptr:
+                    raise EmbeddingError("the model produced no pooled embedding")
+                vec = ptr[:n_embd]
+                norm = math.sqrt(sum(x * x for x in vec)) or 1.0
+                out.append([x / norm for x in vec])
+        return job.next >= len(inputs)
+
+    def close(self) -> None:
+        if self.ctx is not None:
+            ll.llama_batch_free(self.batch)
+            ll.llama_free(self.ctx)
+            self.ctx = None

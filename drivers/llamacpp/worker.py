@@ -1,0 +1,392 @@
+"""The llama.cpp engine worker: one model, OpenAI-shaped HTTP on a Unix socket.
+
+Run as::
+
+    python -m appliance.drivers.llamacpp.worker --model PATH --socket PATH \\
+        --served-name NAME --ctx N --parallel N --threads N --n-gpu-layers N \\
+        [--batch-size N] [--spec-ngram N] [--embedding]
+
+``--ctx`` is the context of ONE request (slot); the KV cache holds
+``ctx × parallel`` cells, shared (unified) by all slots. The worker never
+listens on TCP: the socket is created mode 0600 before uvicorn serves it.
+The HTTP layer is a raw ASGI app (no framework on the per-token path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import time
+import traceback
+from typing import Any
+
+from appliance.errors import ApplianceError, BadRequest, EngineUnavailable, NotFound
+
+from .batcher import FINISH_CANCELLED, FINISH_ERROR, FINISH_LENGTH, EngineFailure, Sequence
+from .embed import EmbeddingError
+from .model import ModelLoadError
+from .sampling import free_chain
+from .protocol import DONE, Shaper, error_body, parse_chat, parse_completion, sse, usage_dict
+from .service import Engine, EngineConfig
+
+MAX_BODY = 32 * 1024 * 1024
+#: Longest a request's preparation (grammar conversion, template, tokenising) may take, in seconds.
+PREPARE_TIMEOUT = 10.0
+_JSON = [(b"content-type", b"application/json")]
+_SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+
+
+class MethodNotAllowed(ApplianceError):
+    status = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
+
+
+class PayloadTooLarge(ApplianceError):
+    status = 413
+    type = "invalid_request_error"
+    code = "payload_too_large"
+
+
+class EngineError(ApplianceError):
+    status = 500
+    type = "server_error"
+    code = "engine_error"
+
+
+async def _send_json(send, status: int, obj: Any, headers: list | None = None) -> None:
+    body = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+    await send({"type": "http.response.start", "status": status, "headers": (headers or _JSON)})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _off_loop(fn, *args, param: str | None = None):
+    """Run request preparation in a thread so the HTTP loop keeps serving others.
+
+    libllama's tokenizer and grammar parser release the GIL (ctypes), so a 10 MB
+    prompt or a large grammar costs its own request time, not everyone's. Past
+    :data:`PREPARE_TIMEOUT` the request gets a 400 (the thread finishes on its own).
+    """
+    loop = asyncio.get_running_loop()
+    fut = loop.run_in_executor(None, fn, *args)
+    try:
+        return await asyncio.wait_for(asyncio.shield(fut), PREPARE_TIMEOUT)
+    except asyncio.TimeoutError:
+        fut.add_done_callback(_discard)
+        raise BadRequest(f"the request took more than {PREPARE_TIMEOUT:g} s to prepare", param=param) from None
+
+
+def _discard(fut: asyncio.Future) -> None:
+    """Free the samplers of a sequence prepared after its request gave up."""
+    if fut.cancelled() or fut.exception() is not None:
+        return
+    seq = fut.result()
+    if isinstance(seq, Sequence):
+        free_chain(seq.chain)
+        free_chain(seq.grammar)
+        seq.chain = seq.grammar = None
+
+
+async def _read_json(receive) -> Any:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            raise ConnectionAbortedError
+        chunk = msg.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise PayloadTooLarge("the request body is too large")
+        chunks.append(chunk)
+        if not msg.get("more_body", False):
+            break
+    try:
+        return json.loads(b"".join(chunks) or b"null")
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest("the request body is not valid JSON") from None
+
+
+class WorkerApp:
+    """Raw ASGI application; ``engine`` is None until the model has loaded."""
+
+    def __init__(self, served_name: str) -> None:
+        self.served_name = served_name
+        self.engine: Engine | None = None
+        self.created = int(time.time())
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return  # lifespan is off; websockets are not served
+        path, method = scope["path"], scope["method"]
+        try:
+            if path == "/health":
+                if self.engine is None:
+                    await _send_json(send, 503, {"status": "loading"})
+                else:
+                    await _send_json(send, 200, {"status": "ok"})
+                return
+            route = _ROUTES.get(path)
+            if route is None:
+                raise NotFound(f"no route {path}")
+            want, handler = route
+            if method != want:
+                raise MethodNotAllowed(f"{path} accepts {want} only")
+            if self.engine is None:
+                raise EngineUnavailable("the model is still loading")
+            await handler(self, receive, send)
+        except ConnectionAbortedError:
+            return
+        except ApplianceError as exc:
+            await _send_json(send, exc.status, error_body(exc))
+        except Exception:  # a bug: log it, answer in the OpenAI shape, keep serving
+            traceback.print_exc(file=sys.stderr)
+            try:
+                await _send_json(send, 500, error_body(EngineError("internal engine error")))
+            except Exception:
+                pass
+
+    # -- routes ------------------------------------------------------------------
+    async def models(self, receive, send) -> None:
+        await _send_json(send, 200, {"object": "list", "data": [
+            {"id": self.served_name, "object": "model", "created": self.created, "owned_by": "appliance"}]})
+
+    async def stats(self, receive, send) -> None:
+        await _send_json(send, 200, self.engine.batcher.snapshot())
+
+    async def completions(self, receive, send) -> None:
+        body = await _read_json(receive)
+        req = await _off_loop(parse_completion, body, self.engine.model.info.n_vocab, param="response_format")
+        await self._generate(req, receive, send)
+
+    async def chat_completions(self, receive, send) -> None:
+        body = await _read_json(receive)
+        req = await _off_loop(parse_chat, body, self.engine.model.info.n_vocab, param="response_format")
+        await self._generate(req, receive, send)
+
+    async def embeddings(self, receive, send) -> None:
+        body = await _read_json(receive)
+        engine = self.engine
+        inputs = await _off_loop(engine.embedding_inputs, body, param="input")
+        fmt = body.get("encoding_format", "float")
+        if fmt not in ("float", "base64"):
+            raise BadRequest("encoding_format must be float or base64", param="encoding_format")
+        try:
+            vectors = await engine.batcher.embed(inputs)
+        except (EngineFailure, EmbeddingError) as exc:
+            raise EngineError(str(exc)) from None
+        data = []
+        for i, vec in enumerate(vectors):
+            emb: Any = vec
+            if fmt == "base64":
+                emb = base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode()
+            data.append({"object": "embedding", "index": i, "embedding": emb})
+        n = sum(len(t) for t in inputs)
+        await _send_json(send, 200, {"object": "list", "data": data, "model": self.served_name,
+                                     "usage": {"prompt_tokens": n, "total_tokens": n}})
+
+    async def _generate(self, req, receive, send) -> None:
+        engine = self.engine
+        seq = await _off_loop(engine.prepare, req, param="prompt")  # BadRequest → 400 before anything is sent
+        shaper = Shaper(req.kind, self.served_name)
+        batcher = engine.batcher
+
+        async def watch_disconnect() -> None:
+            while True:
+                msg = await receive()
+                if msg["type"] == "http.disconnect":
+                    batcher.cancel(seq)
+                    seq._push("", FINISH_CANCELLED)
+                    return
+
+        watcher = asyncio.get_running_loop().create_task(watch_disconnect())
+        if seq.max_new > 0:
+            batcher.submit(seq)
+        else:  # max_tokens=0: nothing to generate, no slot needed
+            free_chain(seq.chain)
+            free_chain(seq.grammar)
+            seq.chain = seq.grammar = None
+            seq._push("", FINISH_LENGTH)
+        try:
+            if req.stream:
+                await self._stream(req, seq, shaper, send)
+            else:
+                parts: list[str] = []
+                finish = None
+                async for text, finish in seq.events():
+                    parts.append(text)
+                if finish == FINISH_CANCELLED:
+                    return
+                if finish == FINISH_ERROR:
+                    raise EngineError(f"generation failed: {seq.error}")
+                usage = usage_dict(len(seq.prompt), seq.n_gen, seq.cached)
+                body = shaper.full("".join(parts), finish, usage)
+                await send({"type": "http.response.start", "status": 200, "headers": _JSON})
+                await send({"type": "http.response.body", "body": body})
+        finally:
+            watcher.cancel()
+            if seq.finish is None or seq.finish == FINISH_CANCELLED:
+                batcher.cancel(seq)
+
+    async def _stream(self, req, seq, shaper: Shaper, send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE})
+        body = "http.response.body"
+        if req.kind == "chat":
+            await send({"type": body, "body": shaper.role_chunk(), "more_body": True})
+        async for text, finish in seq.events():
+            if finish is None:
+                await send({"type": body, "body": shaper.chunk(text), "more_body": True})
+                continue
+            if finish == FINISH_CANCELLED:
+                return
+            if finish == FINISH_ERROR:
+                err = EngineError(f"generation failed: {seq.error}")
+                await send({"type": body, "body": sse(error_body(err)) + DONE})
+                return
+            out = shaper.chunk(text) if text else b""
+            out += shaper.final_chunk(finish)
+            if req.include_usage:
+                out += shaper.usage_chunk(usage_dict(len(seq.prompt), seq.n_gen, seq.cached))
+            await send({"type": body, "body": out + DONE})
+            return
+
+
+_ROUTES = {
+    "/v1/models": ("GET", WorkerApp.models),
+    "/stats": ("GET", WorkerApp.stats),
+    "/v1/completions": ("POST", WorkerApp.completions),
+    "/v1/chat/completions": ("POST", WorkerApp.chat_completions),
+    "/v1/embeddings": ("POST", WorkerApp.embeddings),
+}
+
+
+# -- process entry ------------------------------------------------------------------
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m appliance.drivers.llamacpp.worker",
+                                 description="llama.cpp continuous-batching engine on a Unix socket")
+    ap.add_argument("--model", required=True, help="path of the GGUF file")
+    ap.add_argument("--socket", required=True, help="Unix socket path to serve on (never TCP)")
+    ap.add_argument("--served-name", required=True, help="model name reported by /v1/models and responses")
+    ap.add_argument("--ctx", type=int, default=4096, help="context tokens per request (slot)")
+    ap.add_argument("--parallel", type=int, default=4, help="concurrent sequences (slots)")
+    ap.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) // 2))
+    ap.add_argument("--n-gpu-layers", type=int, default=0)
+    ap.add_argument("--batch-size", type=int, default=256, help="max tokens per decode step")
+    ap.add_argument("--spec-ngram", type=int, default=0, help="prompt-lookup speculative n-gram size (0 = off)")
+    ap.add_argument("--embedding", action="store_true", help="serve /v1/embeddings only")
+    args = ap.parse_args(argv)
+    for name in ("ctx", "parallel", "threads", "batch_size"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.spec_ngram < 0:
+        ap.error("--spec-ngram must be 0 or more")
+    return args
+
+
+def _bind_unix(path: str) -> socket.socket:
+    if os.path.exists(path) or os.path.islink(path):
+        if not _is_socket(path):
+            raise SystemExit(f"llamacpp_worker: {path} exists and is not a socket")
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(path)
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(256)
+    sock.setblocking(False)
+    return sock
+
+
+def _is_socket(path: str) -> bool:
+    import stat
+
+    try:
+        return stat.S_ISSOCK(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _server_class():
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn re-raises SIGTERM after serving, killing the process before
+        cleanup; we own the signals instead and exit through ``request_exit``."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            yield
+
+        def request_exit(self) -> None:
+            if self.should_exit:
+                self.force_exit = True
+            self.should_exit = True
+
+    return Server
+
+
+async def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    _Server = _server_class()
+
+    app = WorkerApp(args.served_name)
+    sock = _bind_unix(args.socket)
+    config = uvicorn.Config(app, http="httptools", lifespan="off", access_log=False, log_level="warning",
+                            timeout_keep_alive=30)
+    server = _Server(config)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, server.request_exit)
+    serve_task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
+    cfg = EngineConfig(model_path=args.model, served_name=args.served_name, ctx=args.ctx, parallel=args.parallel,
+                       threads=args.threads, n_gpu_layers=args.n_gpu_layers, batch_size=args.batch_size,
+                       spec_ngram=args.spec_ngram, embedding=args.embedding)
+    try:
+        engine = await asyncio.get_running_loop().run_in_executor(None, Engine, cfg)
+    except (ModelLoadError, EngineFailure) as exc:
+        print(f"llamacpp_worker: cannot load the model: {exc}", file=sys.stderr, flush=True)
+        server.should_exit = True
+        await serve_task
+        _unlink(args.socket)
+        return 2
+    engine.start(asyncio.get_running_loop())
+    app.engine = engine
+    try:
+        await serve_task
+    finally:
+        engine.close()
+        _unlink(args.socket)
+    return 0
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvicorn[standard] brings it
+        return asyncio.run(serve(args))
+    return uvloop.run(serve(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

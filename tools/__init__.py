@@ -1,0 +1,1 @@
+"""Build-time tools, not part of the installed appliance (run from a source checkout)."""
