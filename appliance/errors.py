@@ -8,6 +8,13 @@ users: they never carry secrets or absolute paths.
 
 from __future__ import annotations
 
+from appliance.jsontypes import JsonObject
+
+
+def error_envelope(message: str, type_: str, param: str | None = None, code: str | None = None) -> JsonObject:
+    """OpenAI's error body, ``{"error": {"message", "type", "param", "code"}}``: the only place it is built."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
 
 class ApplianceError(Exception):
     """Base of every error the appliance reports to a client."""
@@ -23,6 +30,10 @@ class ApplianceError(Exception):
         if code is not None:
             self.code = code
         self.headers = headers or {}
+
+    def envelope(self) -> JsonObject:
+        """This error in OpenAI's envelope."""
+        return error_envelope(self.message, self.type, self.param, self.code)
 
 
 class ConfigError(ApplianceError):
