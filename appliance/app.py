@@ -1,27 +1,35 @@
-"""The Litestar application: wiring only. Services are built in the lifespan."""
+"""The Litestar application: wiring only. Services are built in the lifespan and handed to handlers by DI."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any, AsyncIterator
+from typing import AsyncIterator
 
 from litestar import Litestar, Router
+from litestar.types import ControllerRouterHandler
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Components, OpenAPIMediaType, OpenAPIResponse, OpenAPIType, Reference, Schema, SecurityScheme
 
 from appliance import __version__
-from appliance.api.admin import AliasesController, InstancesController, KeysController, OpsController
-from appliance.api.openai import OpenAIController
 from appliance.api.access import Access, AccessGuard, requires
+from appliance.api.admin import AliasesController, InstancesController, KeysController, OpsController
+from appliance.api.cache import CacheController
+from appliance.api.dependencies import dependencies
 from appliance.api.edge import ApplianceASGI
-from appliance.api.health import healthz, readyz
 from appliance.api.errors import EXCEPTION_HANDLERS
-from appliance.accounts.keys import KeyRing
+from appliance.api.health import healthz, readyz
+from appliance.api.metrics import MetricsController
+from appliance.api.models import JobsController, ModelsController
+from appliance.api.openai import OpenAIController
+from appliance.api.planning import PlanningController
 from appliance.api.request import ApplianceRequest
+from appliance.api.usage import CONTROLLERS as USAGE_CONTROLLERS
+from appliance.api.users import UsersController
 from appliance.services import Services
 from appliance.settings import Settings
+from appliance.webui import console_handlers
 
 log = logging.getLogger("appliance.app")
 
@@ -37,28 +45,10 @@ ERROR_SCHEMA = Schema(
 )
 
 
-def _route_handlers() -> list[Any]:
-    handlers: list[Any] = [healthz, readyz, OpenAIController, InstancesController, KeysController, AliasesController, OpsController]
-    # Optional surfaces contributed by their own modules (store, planner, metering, console).
-    for module, names in (
-        ("appliance.api.models", ("ModelsController", "JobsController")),
-        ("appliance.api.planning", ("PlanningController",)),
-        ("appliance.api.usage", ("UsageController", "QuotaController", "PriceController", "TeamController")),
-        ("appliance.api.metrics", ("MetricsController",)),
-        ("appliance.api.cache", ("CacheController",)),
-        ("appliance.api.users", ("UsersController",)),
-        ("appliance.webui", ("console_handlers",)),
-    ):
-        try:
-            mod = __import__(module, fromlist=list(names))
-        except ImportError as exc:
-            if exc.name != module:
-                raise
-            continue
-        for name in names:
-            item = getattr(mod, name)
-            handlers.extend(item() if callable(item) and name.endswith("_handlers") else [item])
-    return handlers
+def _route_handlers() -> list[ControllerRouterHandler]:
+    return [healthz, readyz, OpenAIController, InstancesController, KeysController, AliasesController, OpsController,
+            ModelsController, JobsController, PlanningController, *USAGE_CONTROLLERS, MetricsController, CacheController,
+            UsersController, *console_handlers()]
 
 
 def create_app(settings: Settings, services: Services | None = None) -> Litestar:
@@ -70,26 +60,17 @@ def create_app(settings: Settings, services: Services | None = None) -> Litestar
         svc = services or Services(settings)
         if own:
             await svc.start()
-        app.state.services = svc
-        app.state.settings = settings
-        app.state.db = svc.db
-        app.state.store = svc.store
-        app.state.jobs = svc.jobs
-        app.state.meter = svc.meter
-        app.state.metrics = svc.metrics
+        app.state.services = svc  # read by the providers of appliance.api.dependencies only
         try:
             yield
         finally:
             if own:
                 await svc.stop()
 
-    def keyring() -> KeyRing | None:
-        running = getattr(app.state, "services", None)
-        return running.keyring if running is not None else None
-
     app = Litestar(
         route_handlers=_route_handlers(),
-        guards=[AccessGuard(keyring, metrics_public=settings.metrics_public)],
+        guards=[AccessGuard(lambda: app.state.services.keyring, metrics_public=settings.metrics_public)],
+        dependencies=dependencies(),
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         openapi_config=OpenAPIConfig(

@@ -1,8 +1,11 @@
-"""The daemon's collaborators, built once in the lifespan and shared by every route.
+"""The composition root: the daemon's collaborators, built once and handed to every route.
 
-Construction order is the dependency order: database, keys, store, meter,
-router, gateway, scheduler. ``stop()`` undoes it in reverse, draining engines
-and flushing the ledger last.
+Construction order is the dependency order: database, keys, audit trail,
+jobs, store, names, meter, quotas, router, cache, gateway. ``start()`` seeds the
+default model, starts the meter's writer and the scheduler; ``stop()`` undoes
+it in reverse, draining engines and flushing the ledger last. Handlers never
+reach in here: Litestar's dependency injection hands each one the typed
+collaborators it names (``appliance.api.dependencies``).
 """
 
 from __future__ import annotations
@@ -10,97 +13,79 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import time
-from typing import Any
 
-from sqlalchemy import select
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from appliance.db import engine as dbmod
 from appliance.accounts.keys import KeyRing
+from appliance.cache.embedder import make_embedder
+from appliance.cache.responses import ResponseCache
+from appliance.db.audit import AuditTrail
+from appliance.db.engine import make_engine
 from appliance.drivers import get_driver
 from appliance.hardware.energy import EnergyMeter
+from appliance.metering.admin import QuotaService
+from appliance.metering.meter import Meter
+from appliance.planner.types import Plan
 from appliance.serving.engines import EngineProcess
-from appliance.errors import ModelNotFound
+from appliance.serving.gateway import Gateway
+from appliance.serving.load_plan import LoadPlanner
+from appliance.serving.names import ModelNames
 from appliance.serving.router import Instance, Router
 from appliance.settings import Settings
-from appliance.db.tables import Alias, AuditLog
+from appliance.store.jobs import JobRegistry
+from appliance.store.store import ModelStore, ResolvedVariant
 
 log = logging.getLogger("appliance.services")
-
-BUILTIN_ALIASES = ("default",)
 
 
 class Services:
     def __init__(self, settings: Settings):
         self.settings = settings
-        self.started_at = time.time()
-        self.db = dbmod.make_engine(settings.db_path)
+        self.db = make_engine(settings.db_path)
         self.keyring = KeyRing(self.db)
-        self.store: Any = None
-        self.jobs: Any = None
-        self.meter: Any = None
-        self.metrics: Any = None
-        self.cache: Any = None
-        self.router: Router | None = None
-        self.gateway: Any = None
-        self.scheduler: Any = None
-        self.hardware: Any = None
-        self.energy: Any = None
-        self._aliases: dict[str, str] | None = None
-        self._names: dict[str, str] = {}
+        self.audit = AuditTrail(self.db)
+        self.jobs = JobRegistry(self.db)
+        self.store = ModelStore(settings, self.db, is_loaded=self.is_loaded)
+        self.names = ModelNames(settings, self.db, self.store)
+        self.meter = Meter(settings, self.db)
+        self.metrics = self.meter.metrics
+        self.quotas = QuotaService(self.db, self.meter)
+        self.energy = EnergyMeter()
+        self.load_planner = LoadPlanner(settings, self.db)
+        self.router = Router(settings, make_plan=self._plan, make_engine=self._engine, on_loaded=self._after_load)
+        self.cache = ResponseCache(settings, self.db, make_embedder(settings))
+        self.gateway = Gateway(settings, self.names, self.router, self.meter, cache=self.cache, metrics=self.metrics, energy=self.energy)
+        self.scheduler: AsyncIOScheduler | None = None
+        self._register_gauges()
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        from appliance.cache.responses import ResponseCache
-        from appliance.cache.embedder import make_embedder
-        from appliance.serving.gateway import Gateway
-        from appliance.store.jobs import JobRegistry
-        from appliance.metering.meter import Meter
-        from appliance.store.store import ModelStore
-
-        self.jobs = JobRegistry(self.db)
-        self.store = ModelStore(self.settings, self.db, is_loaded=self.is_loaded)
         if self.settings.seed_default_model:
             from appliance.store.default_model import seed_default_model
 
             seed_default_model(self.settings, self.store)
-        self.meter = Meter(self.settings, self.db)
         await self.meter.start()
-        self.metrics = self.meter.metrics
-        self.energy = EnergyMeter()
-        self.router = Router(self.settings, canonical_name=self.canonical_name, make_plan=self.make_plan,
-                             make_engine=self.make_engine, on_loaded=self._after_load)
-        self._register_gauges()
-        self.cache = ResponseCache(self.settings, self.db, make_embedder(self.settings))
-        self.gateway = Gateway(self.settings, self.router, self.meter, cache=self.cache, metrics=self.metrics, energy=self.energy)
         self._start_scheduler()
 
     async def stop(self) -> None:
         if self.scheduler is not None:
             self.scheduler.shutdown(wait=False)
-        if self.router is not None:
-            await self.router.stop_all()
-        if self.meter is not None:
-            await self.meter.stop()
-        if self.cache is not None:
-            self.cache.close()
-        if self.jobs is not None:
-            await asyncio.to_thread(self.jobs.shutdown)
+        await self.router.stop_all()
+        await self.meter.stop()
+        self.cache.close()
+        await asyncio.to_thread(self.jobs.shutdown)
         self.db.dispose()
 
     def _register_gauges(self) -> None:
         router = self.router
-        assert router is not None
         self.metrics.set_gauge_source("loaded_instances", lambda: len(router.instances))
         self.metrics.set_gauge_source("queue_depth", lambda: {n: i.queue.waiting for n, i in router.instances.items()})
         self.metrics.set_gauge_source("kv_slots_in_use", lambda: {n: i.queue.active for n, i in router.instances.items()})
         self.metrics.set_gauge_source("kv_slots_total", lambda: {n: i.queue.slots for n, i in router.instances.items()})
 
     def _start_scheduler(self) -> None:
-        from apscheduler.schedulers.asyncio import AsyncIOScheduler
-
-        from appliance.metering.rollups import rollup
         from appliance.hardware.telemetry import sample_telemetry
+        from appliance.metering.rollups import rollup
 
         scheduler = AsyncIOScheduler(timezone="UTC")
         scheduler.add_job(rollup, "interval", minutes=5, args=[self.db], id="usage-rollup", coalesce=True, max_instances=1)
@@ -121,79 +106,32 @@ class Services:
         log.info("daily backup written", extra={"fields": {"path": str(path)}})
 
     async def _unload_idle(self) -> None:
-        assert self.router is not None
         for name in await self.router.unload_idle(self.settings.idle_unload_seconds):
-            self.audit("scheduler", "model.unload_idle", name)
+            self.audit.record("scheduler", "model.unload_idle", name)
 
-    # ------------------------------------------------------------ routing
+    # ------------------------------------------------------------ loading
     def is_loaded(self, name: str) -> bool:
-        return self.router is not None and self.router.is_loaded(name)
+        return self.router.is_loaded(name)  # asked on deletes, after construction
 
-    def aliases(self) -> dict[str, str]:
-        if self._aliases is None:
-            with dbmod.session(self.db) as s:
-                rows = s.execute(select(Alias)).scalars().all()
-            self._aliases = {"default": self.settings.default_model, **{r.name: r.target for r in rows}}
-        return self._aliases
+    def _plan(self, target: ResolvedVariant) -> Plan:
+        return self.load_planner.plan(self.names.verified(target))
 
-    def names_changed(self) -> None:
-        """Forget cached name resolutions (after alias or store changes)."""
-        self._aliases = None
-        self._names.clear()
-
-    def canonical_name(self, requested: str) -> str:
-        cached = self._names.get(requested)
-        if cached is not None:
-            return cached
-        target = self.aliases().get(requested, requested)
-        try:
-            name = self.store.resolve(target).name
-        except ModelNotFound:
-            raise ModelNotFound(f"The model `{requested}` does not exist.", param="model") from None
-        if len(self._names) > 10_000:
-            self._names.clear()
-        self._names[requested] = name
-        return name
-
-    def model_names(self) -> list[dict[str, Any]]:
-        entries = []
-        for variant in self.store.list():
-            if variant.status != "ready":
-                continue
-            entries.append({"id": variant.name, "created": variant.created_at})
-        for alias, target in self.aliases().items():
-            entries.append({"id": alias, "created": self.started_at, "target": target})
-        return entries
-
-    def make_plan(self, name: str) -> Any:
-        from appliance.serving.load_plan import plan_for_load
-
-        return plan_for_load(self, name)
-
-    def make_engine(self, name: str, plan: Any) -> EngineProcess:
+    def _engine(self, name: str, plan: Plan) -> EngineProcess:
         driver = get_driver(plan.backend)
         socket_path = self.settings.run_dir / f"engine-{secrets.token_hex(4)}.sock"
         return EngineProcess(name, plan, driver, self.settings, socket_path)
 
     async def _after_load(self, instance: Instance) -> None:
-        self.audit("system", "model.load", instance.name, f"backend={instance.backend}")
+        self.audit.record("system", "model.load", instance.name, f"backend={instance.backend}")
         from appliance.planner.calibration import gpu_bytes_of, process_tree_pids, record_load
 
-        pid = getattr(instance.engine, "pid", None)
+        pid = instance.engine.pid
         gpu = gpu_bytes_of(process_tree_pids(pid)) if pid and instance.plan.n_gpu_layers else None
         record_load(self.db, instance.plan, instance.engine.rss_bytes(), gpu)
 
     def after_restore(self) -> None:
         """Forget every in-memory copy of database state after a restore."""
         self.keyring.forget_all()
-        self.names_changed()
-        if self.meter is not None:
-            self.meter.invalidate_quotas()
-        if self.cache is not None:
-            self.cache.clear_memory()
-
-    # ------------------------------------------------------------ audit
-    def audit(self, actor: str, action: str, target: str | None = None, detail: str | None = None) -> None:
-        with dbmod.session(self.db) as s:
-            s.add(AuditLog(actor=actor, action=action, target=target, detail=detail))
-            s.commit()
+        self.names.forget()
+        self.meter.invalidate_quotas()
+        self.cache.clear_memory()

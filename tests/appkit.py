@@ -13,6 +13,7 @@ from typing import Any
 from litestar import Litestar
 
 from appliance.api.access import LOCAL_MARK, AccessGuard
+from appliance.api.dependencies import dependencies
 
 
 def _from_admin_socket(app: Any) -> Any:
@@ -23,7 +24,13 @@ def _from_admin_socket(app: Any) -> Any:
     return marked
 
 
-def local_admin_app(route_handlers: list[Any], **kwargs: Any) -> Litestar:
-    """A Litestar app whose every request arrives as if on the admin socket."""
-    return Litestar(route_handlers=route_handlers, guards=[AccessGuard(lambda: None)],
-                    middleware=[_from_admin_socket], **kwargs)
+def local_admin_app(route_handlers: list[Any], services: Any, **kwargs: Any) -> Litestar:
+    """A Litestar app whose every request arrives as if on the admin socket.
+
+    ``services`` stands in for the composition root: the app's dependency
+    providers read the collaborators a handler names from it.
+    """
+    app = Litestar(route_handlers=route_handlers, guards=[AccessGuard(lambda: None)], dependencies=dependencies(),
+                   middleware=[_from_admin_socket], **kwargs)
+    app.state.services = services
+    return app

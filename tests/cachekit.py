@@ -10,7 +10,7 @@ import msgspec
 from appliance.db import engine as dbmod
 from appliance.accounts.keys import Principal
 from appliance.cache.responses import ResponseCache
-from appliance.api.openai_schema import ChatCompletionRequest, CompletionRequest
+from appliance.openai_schema import ChatCompletionRequest, CompletionRequest
 from appliance.settings import Settings
 
 MODEL = "tiny:q8_0"

@@ -14,17 +14,21 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from litestar import Litestar
 
 from appliance.db import engine as dbmod
+from appliance.db.audit import AuditTrail
+from appliance.serving.names import ModelNames
 from appliance.api.errors import EXCEPTION_HANDLERS
 from appliance.store.jobs import JobRegistry
 from appliance.settings import Settings
 from appliance.store.store import ModelStore
 from appliance.api.models import JobsController, ModelsController
+from tests.appkit import local_admin_app
 
 
 def make_settings(data_dir: Path, **overrides: Any) -> Settings:
@@ -40,14 +44,10 @@ def make_store(data_dir: Path, *, is_loaded: Any = None, migrate: bool = True, *
 
 
 def make_app(store: ModelStore, jobs: JobRegistry) -> Litestar:
-    """Just the store's controllers, with the app's exception handlers (no auth layer)."""
-
-    def on_startup(app: Litestar) -> None:
-        app.state.store = store
-        app.state.jobs = jobs
-
-    return Litestar(route_handlers=[ModelsController, JobsController], on_startup=[on_startup],
-                    exception_handlers=EXCEPTION_HANDLERS)  # type: ignore[arg-type]
+    """Just the store's controllers, with the app's exception handlers, called as the local admin."""
+    names = ModelNames(store.settings, store.db, store)
+    services = SimpleNamespace(store=store, jobs=jobs, names=names, audit=AuditTrail(store.db))
+    return local_admin_app([ModelsController, JobsController], services, exception_handlers=EXCEPTION_HANDLERS)
 
 
 def sha256_file(path: Path) -> str:

@@ -1,18 +1,27 @@
-"""Admin API: instances (load, unload, pin), keys and aliases. Admin role only (checked in appliance.api.edge)."""
+"""Admin API: instances (load, unload, pin), keys, aliases, backup and restore. Admin only (``appliance.api.access``)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from typing import Any
+from typing import Callable
 
 import msgspec
 from litestar import Controller, Request, delete, get, post, put
 from sqlalchemy import delete as sql_delete
+from sqlalchemy.engine import Engine
 
-from appliance.db import engine as dbmod
+from appliance.accounts.keys import KeyRing
+from appliance.api.access import LOCAL_MARK, Access, requires
+from appliance.db import backup as backups
+from appliance.db.audit import AuditTrail
+from appliance.db.engine import session
+from appliance.db.tables import Alias, ApiKey
 from appliance.errors import BadRequest
-from appliance.db.tables import Alias
-from appliance.api.access import Access, audit_actor, requires
+from appliance.jsontypes import JsonObject
+from appliance.serving.names import ModelNames
+from appliance.serving.router import Router
+from appliance.settings import Settings
 
 
 class KeyCreate(msgspec.Struct, kw_only=True):
@@ -36,14 +45,12 @@ class AliasSet(msgspec.Struct, kw_only=True):
     target: str
 
 
-def _key_view(row: Any) -> dict[str, Any]:
+def _key_view(row: ApiKey) -> JsonObject:
     return {
         "id": row.id, "name": row.name, "prefix": row.prefix, "role": row.role, "team_id": row.team_id,
         "priority": row.priority, "allowed_models": msgspec.json.decode(row.allowed_models) if row.allowed_models else None,
         "created_at": row.created_at, "expires_at": row.expires_at, "revoked_at": row.revoked_at,
     }
-
-
 
 
 class InstancesController(Controller):
@@ -52,28 +59,25 @@ class InstancesController(Controller):
     tags = ["admin: instances"]
 
     @get("/")
-    async def list_instances(self, request: Request) -> list[dict[str, Any]]:
-        return [i.summary() for i in request.app.state.services.router.instances.values()]
+    async def list_instances(self, router: Router) -> list[JsonObject]:
+        return [i.summary() for i in router.instances.values()]
 
     @post("/{model:str}/load", status_code=200)
-    async def load(self, request: Request, model: str, pin: bool = False) -> dict[str, Any]:
-        services = request.app.state.services
-        instance = await services.router.load(model, pin=pin or None)
-        services.audit(audit_actor(request), "model.load", instance.name, f"pin={pin}")
+    async def load(self, model: str, router: Router, names: ModelNames, audit: AuditTrail, actor: str, pin: bool = False) -> JsonObject:
+        instance = await router.load(names.resolve(model), pin=pin or None)
+        audit.record(actor, "model.load", instance.name, f"pin={pin}")
         return instance.summary()
 
     @post("/{model:str}/unload", status_code=200)
-    async def unload(self, request: Request, model: str) -> dict[str, Any]:
-        services = request.app.state.services
-        unloaded = await services.router.unload(model)
-        services.audit(audit_actor(request), "model.unload", model)
+    async def unload(self, model: str, router: Router, names: ModelNames, audit: AuditTrail, actor: str) -> JsonObject:
+        unloaded = await router.unload(names.resolve(model).name)
+        audit.record(actor, "model.unload", model)
         return {"model": model, "unloaded": unloaded}
 
     @post("/{model:str}/pin", status_code=200)
-    async def pin(self, request: Request, model: str, pinned: bool = True) -> dict[str, Any]:
-        services = request.app.state.services
-        instance = services.router.pin(model, pinned)
-        services.audit(audit_actor(request), "model.pin" if pinned else "model.unpin", instance.name)
+    async def pin(self, model: str, router: Router, names: ModelNames, audit: AuditTrail, actor: str, pinned: bool = True) -> JsonObject:
+        instance = router.pin(names.resolve(model).name, pinned)
+        audit.record(actor, "model.pin" if pinned else "model.unpin", instance.name)
         return instance.summary()
 
 
@@ -83,35 +87,32 @@ class KeysController(Controller):
     tags = ["admin: keys"]
 
     @get("/")
-    async def list_keys(self, request: Request, include_revoked: bool = False) -> list[dict[str, Any]]:
-        return [_key_view(r) for r in request.app.state.services.keyring.list(include_revoked)]
+    async def list_keys(self, keyring: KeyRing, include_revoked: bool = False) -> list[JsonObject]:
+        return [_key_view(r) for r in keyring.list(include_revoked)]
 
     @post("/", status_code=201)
-    async def create_key(self, request: Request, data: KeyCreate) -> dict[str, Any]:
-        services = request.app.state.services
+    async def create_key(self, data: KeyCreate, keyring: KeyRing, audit: AuditTrail, actor: str) -> JsonObject:
         expires = time.time() + data.expires_in_days * 86400 if data.expires_in_days else None
-        row, secret = services.keyring.create(data.name, role=data.role, team_id=data.team_id, priority=data.priority,
-                                              allowed_models=data.allowed_models, expires_at=expires)
-        services.audit(audit_actor(request), "key.create", row.prefix, f"name={row.name} role={row.role}")
+        row, secret = keyring.create(data.name, role=data.role, team_id=data.team_id, priority=data.priority,
+                                     allowed_models=data.allowed_models, expires_at=expires)
+        audit.record(actor, "key.create", row.prefix, f"name={row.name} role={row.role}")
         return {**_key_view(row), "secret": secret}
 
     @put("/{key:str}", status_code=200)
-    async def update_key(self, request: Request, key: str, data: KeyUpdate) -> dict[str, Any]:
-        services = request.app.state.services
-        changes: dict[str, Any] = {f: getattr(data, f) for f in ("name", "priority", "team_id") if getattr(data, f) is not None}
+    async def update_key(self, key: str, data: KeyUpdate, keyring: KeyRing, audit: AuditTrail, actor: str) -> JsonObject:
+        changes: JsonObject = {f: getattr(data, f) for f in ("name", "priority", "team_id") if getattr(data, f) is not None}
         if data.allowed_models is not None:
             changes["allowed_models"] = data.allowed_models
         if data.expires_in_days is not None:
             changes["expires_at"] = time.time() + data.expires_in_days * 86400
-        row = services.keyring.update(key, **changes)
-        services.audit(audit_actor(request), "key.update", row.prefix, ",".join(sorted(changes)))
+        row = keyring.update(key, **changes)
+        audit.record(actor, "key.update", row.prefix, ",".join(sorted(changes)))
         return _key_view(row)
 
     @delete("/{key:str}", status_code=200)
-    async def revoke_key(self, request: Request, key: str) -> dict[str, Any]:
-        services = request.app.state.services
-        row = services.keyring.revoke(key)
-        services.audit(audit_actor(request), "key.revoke", row.prefix)
+    async def revoke_key(self, key: str, keyring: KeyRing, audit: AuditTrail, actor: str) -> JsonObject:
+        row = keyring.revoke(key)
+        audit.record(actor, "key.revoke", row.prefix)
         return _key_view(row)
 
 
@@ -121,32 +122,30 @@ class AliasesController(Controller):
     tags = ["admin: aliases"]
 
     @get("/")
-    async def list_aliases(self, request: Request) -> dict[str, str]:
-        return request.app.state.services.aliases()
+    async def list_aliases(self, names: ModelNames) -> dict[str, str]:
+        return names.aliases()
 
     @put("/{name:str}", status_code=200)
-    async def set_alias(self, request: Request, name: str, data: AliasSet) -> dict[str, str]:
-        services = request.app.state.services
+    async def set_alias(self, name: str, data: AliasSet, names: ModelNames, db: Engine, audit: AuditTrail, actor: str) -> dict[str, str]:
         if name == "default":
             raise BadRequest("`default` follows the default_model setting.", param="name")
         if not name or len(name) > 64 or not name.replace("-", "").replace("_", "").isalnum():
             raise BadRequest("alias names are 1-64 letters, digits, '-' and '_'", param="name")
-        target = services.canonical_name(data.target)
-        with dbmod.session(services.db) as s:
+        target = names.resolve(data.target).name
+        with session(db) as s:
             s.merge(Alias(name=name, target=target))
             s.commit()
-        services.names_changed()
-        services.audit(audit_actor(request), "alias.set", name, target)
+        names.forget()
+        audit.record(actor, "alias.set", name, target)
         return {"name": name, "target": target}
 
     @delete("/{name:str}", status_code=200)
-    async def delete_alias(self, request: Request, name: str) -> dict[str, str]:
-        services = request.app.state.services
-        with dbmod.session(services.db) as s:
+    async def delete_alias(self, name: str, names: ModelNames, db: Engine, audit: AuditTrail, actor: str) -> dict[str, str]:
+        with session(db) as s:
             s.execute(sql_delete(Alias).where(Alias.name == name))  # type: ignore[arg-type]
             s.commit()
-        services.names_changed()
-        services.audit(audit_actor(request), "alias.delete", name)
+        names.forget()
+        audit.record(actor, "alias.delete", name)
         return {"name": name, "deleted": "true"}
 
 
@@ -161,33 +160,24 @@ class OpsController(Controller):
     tags = ["admin: operations"]
 
     @post("/backup", status_code=200)
-    async def backup(self, request: Request, data: BackupRequest) -> dict[str, Any]:
-        import asyncio
-
-        from appliance.db import backup as backups
-        services = request.app.state.services
-        folder = backups.backups_dir(services.settings.data_dir)
+    async def backup(self, data: BackupRequest, settings: Settings, audit: AuditTrail, actor: str) -> JsonObject:
+        folder = backups.backups_dir(settings.data_dir)
         name = data.name
         if data.path is not None:
             if name is not None:
                 raise BadRequest("give `name` or `path`, not both", param="path")
             name = backups.name_from_path(data.path, folder)
-        result = await asyncio.to_thread(backups.backup, services.settings.db_path, folder, name)
-        services.audit(audit_actor(request), "db.backup", result["path"])
+        result = await asyncio.to_thread(backups.backup, settings.db_path, folder, name)
+        audit.record(actor, "db.backup", result["path"])
         return result
 
     @post("/restore", status_code=200)
-    async def restore(self, request: Request, data: BackupRequest) -> dict[str, Any]:
-        import asyncio
-
-        from appliance.db import backup as backups
-        from appliance.api.access import LOCAL_MARK
-
-        services = request.app.state.services
-        folder = backups.backups_dir(services.settings.data_dir)
+    async def restore(self, request: Request, data: BackupRequest, settings: Settings, after_restore: Callable[[], None],
+                      audit: AuditTrail, actor: str) -> JsonObject:
+        folder = backups.backups_dir(settings.data_dir)
         source, in_backups = backups.restore_source(folder, name=data.name, path=data.path,
                                                     local=bool(request.scope.get(LOCAL_MARK)))  # type: ignore[call-overload]
-        result = await asyncio.to_thread(backups.restore, services.settings.db_path, source, in_backups=in_backups)
-        services.after_restore()
-        services.audit(audit_actor(request), "db.restore", result["path"])
+        result = await asyncio.to_thread(backups.restore, settings.db_path, source, in_backups=in_backups)
+        after_restore()
+        audit.record(actor, "db.restore", result["path"])
         return result

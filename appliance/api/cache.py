@@ -5,16 +5,23 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import msgspec
-from litestar import Controller, Request, get, post, put
+from litestar import Controller, get, post, put
 from litestar.params import Parameter
+from sqlalchemy.engine import Engine
 
-from appliance.db import engine as dbmod
+from appliance.accounts.keys import KeyRing
+from appliance.api.access import Access, requires
 from appliance.cache.keys import validate_policy
-from appliance.errors import ApplianceError, BadRequest, ModelNotFound, NotFound
-from appliance.api.access import Access, audit_actor, requires
+from appliance.cache.responses import ResponseCache
+from appliance.db.audit import AuditTrail
+from appliance.db.engine import session
+from appliance.db.tables import Team
+from appliance.errors import BadRequest, ModelNotFound, NotFound
+from appliance.jsontypes import JsonObject
+from appliance.serving.names import ModelNames
 
 
 class CachePurge(msgspec.Struct, kw_only=True):
@@ -26,27 +33,11 @@ class CachePurge(msgspec.Struct, kw_only=True):
 class CachePolicySet(msgspec.Struct, kw_only=True):
     scope: Literal["global", "team", "key"]
     id: str | None = None  # team id, or key id or prefix
-    policy: dict[str, Any] | None = None  # None removes the policy (defaults apply)
+    policy: JsonObject | None = None  # None removes the policy (defaults apply)
 
 
-class CacheUnavailable(ApplianceError):
-    """The daemon runs without a response cache."""
-
-    status = 503
-    type = "server_error"
-
-
-def _cache(request: Request) -> Any:
-    cache = getattr(request.app.state.services, "cache", None)
-    if cache is None:
-        raise CacheUnavailable("The response cache is not running.")
-    return cache
-
-
-def _team_exists(services: Any, team_id: int) -> None:
-    from appliance.db.tables import Team
-
-    with dbmod.session(services.db) as s:
+def _team_exists(db: Engine, team_id: int) -> None:
+    with session(db) as s:
         if s.get(Team, team_id) is None:
             raise NotFound(f"No team {team_id}.")
 
@@ -57,40 +48,38 @@ class CacheController(Controller):
     tags = ["admin: cache"]
 
     @get("/stats")
-    async def stats(self, request: Request) -> dict[str, Any]:
-        return await asyncio.to_thread(_cache(request).stats)
+    async def stats(self, cache: ResponseCache) -> JsonObject:
+        return await asyncio.to_thread(cache.stats)
 
     @post("/purge", status_code=200)
-    async def purge(self, request: Request, data: CachePurge) -> dict[str, Any]:
-        services = request.app.state.services
-        cache = _cache(request)
+    async def purge(self, data: CachePurge, cache: ResponseCache, names: ModelNames, keyring: KeyRing,
+                    audit: AuditTrail, actor: str) -> JsonObject:
         if data.all == bool(data.model or data.key):
             raise BadRequest("Name a model, a key (or both), or send all: true.", param="all")
         model = key_id = None
         if data.model:
             try:
-                model = services.canonical_name(data.model)
+                model = names.resolve(data.model).name
             except ModelNotFound:
                 model = data.model  # entries of a model no longer installed can still be purged
         if data.key:
-            key_id = services.keyring.get(data.key).id
+            key_id = keyring.get(data.key).id
         purged = await asyncio.to_thread(cache.purge, model, key_id)
         target = "all" if data.all else ",".join(x for x in (model and f"model={model}", key_id and f"key={key_id}") if x)
-        services.audit(audit_actor(request), "cache.purge", target, f"purged={purged}")
+        audit.record(actor, "cache.purge", target, f"purged={purged}")
         return {"purged": purged, "model": model, "key_id": key_id}
 
     @get("/policy")
     async def get_policy(
-        self, request: Request, policy_scope: Annotated[str, Parameter(query="scope")] = "global",  # `scope` is reserved by Litestar
+        self, cache: ResponseCache, keyring: KeyRing,
+        policy_scope: Annotated[str, Parameter(query="scope")] = "global",  # `scope` is reserved by Litestar
         ident: Annotated[str | None, Parameter(query="id")] = None,
-    ) -> dict[str, Any]:
-        services = request.app.state.services
-        cache = _cache(request)
+    ) -> JsonObject:
         defaults = dataclasses.asdict(cache.base_policy())
         if policy_scope == "key":
             if not ident:
                 raise BadRequest("scope `key` needs an id (key id or prefix).", param="id")
-            row = services.keyring.get(ident)
+            row = keyring.get(ident)
             stored = json.loads(row.cache_policy) if row.cache_policy else None
             return {"scope": "key", "id": row.id, "policy": stored, "defaults": defaults}
         if policy_scope == "team":
@@ -102,9 +91,8 @@ class CacheController(Controller):
         return {"scope": "global", "id": None, "policy": cache.get_policy("global"), "defaults": defaults}
 
     @put("/policy", status_code=200)
-    async def set_policy(self, request: Request, data: CachePolicySet) -> dict[str, Any]:
-        services = request.app.state.services
-        cache = _cache(request)
+    async def set_policy(self, data: CachePolicySet, cache: ResponseCache, keyring: KeyRing, db: Engine,
+                         audit: AuditTrail, actor: str) -> JsonObject:
         try:
             clean = validate_policy(data.policy) if data.policy is not None else None
         except ValueError as exc:
@@ -112,17 +100,17 @@ class CacheController(Controller):
         if data.scope == "key":
             if not data.id:
                 raise BadRequest("scope `key` needs an id (key id or prefix).", param="id")
-            row = services.keyring.update(data.id, cache_policy=clean)
+            row = keyring.update(data.id, cache_policy=clean)
             ident: int | None = row.id
         elif data.scope == "team":
             if not data.id or not str(data.id).isdigit():
                 raise BadRequest("scope `team` needs a numeric team id.", param="id")
             ident = int(data.id)
-            _team_exists(services, ident)
+            _team_exists(db, ident)
             cache.set_policy("team", ident, clean)
         else:
             ident = None
             cache.set_policy("global", None, clean)
-        services.audit(audit_actor(request), "cache.policy", f"{data.scope}:{ident}" if ident is not None else data.scope,
-                       json.dumps(clean, sort_keys=True) if clean is not None else "removed")
+        audit.record(actor, "cache.policy", f"{data.scope}:{ident}" if ident is not None else data.scope,
+                     json.dumps(clean, sort_keys=True) if clean is not None else "removed")
         return {"scope": data.scope, "id": ident, "policy": clean}

@@ -1,9 +1,11 @@
-"""``GET /metrics``: Prometheus text exposition of ``request.app.state.metrics``."""
+"""``GET /metrics``: Prometheus text exposition of the daemon's :class:`~appliance.metrics.Metrics`."""
 
 from __future__ import annotations
 
-from litestar import Controller, Request, Response, get
+from litestar import Controller, Response, get
+
 from appliance.api.access import Access, requires
+from appliance.metrics import Metrics
 
 # Litestar appends the charset to text/* media types itself.
 MEDIA_TYPE = "text/plain; version=0.0.4"
@@ -15,6 +17,6 @@ class MetricsController(Controller):
     tags = ["metrics"]
 
     @get(media_type=MEDIA_TYPE)
-    async def metrics(self, request: Request) -> Response:
+    async def render(self, metrics: Metrics) -> Response:
         """Counters, histograms and gauges in Prometheus' text format (version 0.0.4)."""
-        return Response(request.app.state.metrics.render(), media_type=MEDIA_TYPE)
+        return Response(metrics.render(), media_type=MEDIA_TYPE)

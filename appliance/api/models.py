@@ -5,24 +5,27 @@ bad name, an unsafe path or a refused host answers 4xx at once, then runs as a
 job: the answer is ``202`` with the job, whose progress streams as SSE from
 ``/admin/jobs/{id}/events`` (the console's progress bar, the CLI's too).
 
-Uses ``app.state.store`` (ModelStore) and ``app.state.jobs`` (JobRegistry); with
-``app.state.services`` present, actions are audited and cached name
-resolutions are dropped when the store changes. The admin guard is applied in
-front of these routes by the app.
+Every change is audited and drops remembered name resolutions
+(:class:`StoreChanges`). Admin only (``appliance.api.access``).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import AsyncIterator, Callable
 
 import msgspec
 from litestar import Controller, Request, delete, get, post
+from litestar.di import Provide
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
+from appliance.api.access import Access, requires
+from appliance.db.audit import AuditTrail
+from appliance.jsontypes import JsonObject
+from appliance.serving.names import ModelNames
 from appliance.store.jobs import Job, JobContext, JobRegistry
 from appliance.store.store import ModelStore, VariantInfo
-from appliance.api.access import Access, audit_actor, requires
 
 # Facts fields too large or too sensitive for list views (the template is untrusted text).
 _HEAVY_FACTS = ("chat_template",)
@@ -43,7 +46,7 @@ class QuantizeRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     to: str
 
 
-def _view(info: VariantInfo, *, full: bool = False) -> dict[str, Any]:
+def _view(info: VariantInfo, *, full: bool = False) -> JsonObject:
     out = info.to_dict()
     facts = dict(out["facts"])
     if not full:
@@ -54,58 +57,65 @@ def _view(info: VariantInfo, *, full: bool = False) -> dict[str, Any]:
     return out
 
 
-def _changed(request: Request, action: str, target: str | None, detail: str | None = None) -> None:
-    services = getattr(request.app.state, "services", None)
-    if services is None:
-        return
-    services.names_changed()
-    services.audit(audit_actor(request), action, target, detail)
+@dataclass(frozen=True)
+class StoreChanges:
+    """What follows a change to the store: an audit row, and name resolutions forgotten."""
+
+    names: ModelNames
+    audit: AuditTrail
+    jobs: JobRegistry
+    actor: str
+
+    def record(self, action: str, target: str | None, detail: str | None = None) -> None:
+        self.names.forget()
+        self.audit.record(self.actor, action, target, detail)
+
+    def start(self, kind: str, target: str, work: Callable[[JobContext], VariantInfo | None]) -> JsonObject:
+        """Run ``work`` as a job; the answer is the job's view (progress at /admin/jobs/{id}/events)."""
+
+        def run(ctx: JobContext) -> JsonObject | None:
+            try:
+                info = work(ctx)
+            finally:
+                self.names.forget()
+            return _view(info) if info is not None else None
+
+        job = self.jobs.submit(kind, target, run)
+        self.record(f"model.{kind}", target, f"job={job.id}")
+        return job.view()
 
 
-def _start(request: Request, kind: str, target: str, work: Callable[[JobContext], VariantInfo | None]) -> dict[str, Any]:
-    jobs: JobRegistry = request.app.state.jobs
-    services = getattr(request.app.state, "services", None)
+def provide_changes(names: ModelNames, audit: AuditTrail, jobs: JobRegistry, actor: str) -> StoreChanges:
+    return StoreChanges(names, audit, jobs, actor)
 
-    def run(ctx: JobContext) -> dict[str, Any] | None:
-        try:
-            info = work(ctx)
-        finally:
-            if services is not None:
-                services.names_changed()
-        return _view(info) if info is not None else None
 
-    job = jobs.submit(kind, target, run)
-    _changed(request, f"model.{kind}", target, f"job={job.id}")
-    return job.view()
+CHANGES = {"changes": Provide(provide_changes, sync_to_thread=False)}
 
 
 class ModelsController(Controller):
     path = "/admin/models"
     opt = requires(Access.ADMIN)
     tags = ["admin: models"]
+    dependencies = CHANGES
 
     @get("/", sync_to_thread=True)
-    def list_models(self, request: Request) -> list[dict[str, Any]]:
-        store: ModelStore = request.app.state.store
+    def list_models(self, store: ModelStore) -> list[JsonObject]:
         return [_view(i) for i in store.list()]
 
     @post("/pull", status_code=202, sync_to_thread=True)
-    def pull(self, request: Request, data: PullRequest) -> dict[str, Any]:
-        store: ModelStore = request.app.state.store
+    def pull(self, store: ModelStore, changes: StoreChanges, data: PullRequest) -> JsonObject:
         url, sha256, family, variant = store.prepare_pull(data.url, sha256=data.sha256, name=data.name)
         name = f"{family}:{variant}"
-        return _start(request, "pull", name, lambda ctx: store.pull(url, sha256=sha256, name=name, ctx=ctx))
+        return changes.start("pull", name, lambda ctx: store.pull(url, sha256=sha256, name=name, ctx=ctx))
 
     @post("/import", status_code=202, sync_to_thread=True)
-    def import_model(self, request: Request, data: ImportRequest) -> dict[str, Any]:
-        store: ModelStore = request.app.state.store
+    def import_model(self, store: ModelStore, changes: StoreChanges, data: ImportRequest) -> JsonObject:
         _source, _fmt, family, variant = store.prepare_import(data.path, data.name)
         name = f"{family}:{variant}"
-        return _start(request, "import", name, lambda ctx: store.import_path(data.path, name=name, ctx=ctx))
+        return changes.start("import", name, lambda ctx: store.import_path(data.path, name=name, ctx=ctx))
 
     @get("/{name:str}", sync_to_thread=True)
-    def inspect(self, request: Request, name: str) -> dict[str, Any]:
-        store: ModelStore = request.app.state.store
+    def inspect(self, store: ModelStore, name: str) -> JsonObject:
         info = store.get(name)
         out = _view(info, full=True)
         entry = store.catalog.variant(info.family, info.variant)
@@ -113,30 +123,26 @@ class ModelsController(Controller):
         return out
 
     @delete("/{name:str}", status_code=200, sync_to_thread=True)
-    def delete_model(self, request: Request, name: str) -> dict[str, Any]:
-        store: ModelStore = request.app.state.store
+    def delete_model(self, store: ModelStore, changes: StoreChanges, name: str) -> JsonObject:
         store.delete(name)
-        _changed(request, "model.delete", name)
+        changes.record("model.delete", name)
         return {"name": name, "deleted": True}
 
     @post("/{name:str}/verify", status_code=202, sync_to_thread=True)
-    def verify(self, request: Request, name: str) -> dict[str, Any]:
-        store: ModelStore = request.app.state.store
+    def verify(self, store: ModelStore, changes: StoreChanges, name: str) -> JsonObject:
         info = store.get(name)
-        return _start(request, "verify", info.name, lambda ctx: store.verify(info.name, ctx=ctx))
+        return changes.start("verify", info.name, lambda ctx: store.verify(info.name, ctx=ctx))
 
     @post("/{name:str}/quantize", status_code=202, sync_to_thread=True)
-    def quantize(self, request: Request, name: str, data: QuantizeRequest) -> dict[str, Any]:
-        store: ModelStore = request.app.state.store
+    def quantize(self, store: ModelStore, changes: StoreChanges, name: str, data: QuantizeRequest) -> JsonObject:
         source, target = store.prepare_quantize(name, data.to)
-        return _start(request, "quantize", f"{source.family}:{target}",
+        return changes.start("quantize", f"{source.family}:{target}",
                       lambda ctx: store.quantize(source.name, target, ctx=ctx))
 
     @post("/{name:str}/default", status_code=200, sync_to_thread=True)
-    def set_default(self, request: Request, name: str) -> dict[str, Any]:
-        store: ModelStore = request.app.state.store
+    def set_default(self, store: ModelStore, changes: StoreChanges, name: str) -> JsonObject:
         info = store.set_default(name)
-        _changed(request, "model.default", info.name)
+        changes.record("model.default", info.name)
         return _view(info)
 
 
@@ -144,19 +150,19 @@ class JobsController(Controller):
     path = "/admin/jobs"
     opt = requires(Access.ADMIN)
     tags = ["admin: jobs"]
+    dependencies = CHANGES
 
     @get("/")
-    async def list_jobs(self, request: Request) -> list[dict[str, Any]]:
-        return [j.view() for j in request.app.state.jobs.list()]
+    async def list_jobs(self, jobs: JobRegistry) -> list[JsonObject]:
+        return [j.view() for j in jobs.list()]
 
     @get("/{job_id:int}")
-    async def get_job(self, request: Request, job_id: int) -> dict[str, Any]:
-        return request.app.state.jobs.get(job_id).view()
+    async def get_job(self, jobs: JobRegistry, job_id: int) -> JsonObject:
+        return jobs.get(job_id).view()
 
     @get("/{job_id:int}/events")
-    async def job_events(self, request: Request, job_id: int, after: int = 0) -> ServerSentEvent:
+    async def job_events(self, request: Request, jobs: JobRegistry, job_id: int, after: int = 0) -> ServerSentEvent:  # type: ignore[type-arg]
         """Progress as Server-Sent Events until the job ends; resumes after ``Last-Event-ID``."""
-        jobs: JobRegistry = request.app.state.jobs
         job: Job = jobs.get(job_id)
         last = request.headers.get("last-event-id", "")
         start = int(last) if last.isdigit() else after
@@ -168,7 +174,7 @@ class JobsController(Controller):
         return ServerSentEvent(stream())
 
     @post("/{job_id:int}/cancel", status_code=200)
-    async def cancel_job(self, request: Request, job_id: int) -> dict[str, Any]:
-        job = request.app.state.jobs.cancel(job_id)
-        _changed(request, "job.cancel", job.target, f"job={job.id}")
+    async def cancel_job(self, jobs: JobRegistry, changes: StoreChanges, job_id: int) -> JsonObject:
+        job = jobs.cancel(job_id)
+        changes.record("job.cancel", job.target, f"job={job.id}")
         return job.view()

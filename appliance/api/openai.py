@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import msgspec
 from litestar import Controller, Request, Response, get, post
 
-from appliance.api.access import Access, principal_of, requires
+from appliance.accounts.keys import Principal
+from appliance.api.access import Access, requires
 from appliance.errors import BadRequest
-from appliance.api.openai_schema import ChatCompletionRequest, ChatMessage, CompletionRequest, EmbeddingRequest, ResponsesRequest
-
-
-def _services(request: Request) -> Any:
-    return request.app.state.services
+from appliance.jsontypes import JsonObject
+from appliance.openai_schema import ChatCompletionRequest, ChatMessage, CompletionRequest, EmbeddingRequest, ResponsesRequest
+from appliance.serving.gateway import Gateway
+from appliance.serving.names import ModelNames
 
 
 class OpenAIController(Controller):
@@ -23,28 +22,27 @@ class OpenAIController(Controller):
     tags = ["OpenAI-compatible API"]
 
     @get("/models", summary="List models")
-    async def list_models(self, request: Request) -> dict[str, Any]:
-        principal = principal_of(request)
+    async def list_models(self, principal: Principal, names: ModelNames) -> JsonObject:
         data = []
-        for entry in _services(request).model_names():
+        for entry in names.listing():
             if principal.may_use(entry["id"]) or entry.get("target") and principal.may_use(entry["target"]):
                 data.append({"id": entry["id"], "object": "model", "created": int(entry["created"]), "owned_by": "appliance"})
         return {"object": "list", "data": data}
 
     @post("/chat/completions", summary="Create chat completion", status_code=200)
-    async def chat_completions(self, request: Request, data: ChatCompletionRequest) -> Response:
-        return await _services(request).gateway.handle(request, "chat", data)
+    async def chat_completions(self, request: Request, data: ChatCompletionRequest, gateway: Gateway, principal: Principal) -> Response:
+        return await gateway.handle(request, principal, "chat", data)
 
     @post("/completions", summary="Create completion", status_code=200)
-    async def completions(self, request: Request, data: CompletionRequest) -> Response:
-        return await _services(request).gateway.handle(request, "completions", data)
+    async def completions(self, request: Request, data: CompletionRequest, gateway: Gateway, principal: Principal) -> Response:
+        return await gateway.handle(request, principal, "completions", data)
 
     @post("/embeddings", summary="Create embeddings", status_code=200)
-    async def embeddings(self, request: Request, data: EmbeddingRequest) -> Response:
-        return await _services(request).gateway.handle(request, "embeddings", data)
+    async def embeddings(self, request: Request, data: EmbeddingRequest, gateway: Gateway, principal: Principal) -> Response:
+        return await gateway.handle(request, principal, "embeddings", data)
 
     @post("/responses", summary="Create a response (plain text input and output)", status_code=200)
-    async def responses(self, request: Request, data: ResponsesRequest) -> Response:
+    async def responses(self, request: Request, data: ResponsesRequest, gateway: Gateway, principal: Principal) -> Response:
         if data.stream:
             raise BadRequest("Streaming is not supported on /v1/responses; use /v1/chat/completions with stream=true.", param="stream")
         messages = []
@@ -60,7 +58,7 @@ class OpenAIController(Controller):
                     raise BadRequest(f"input items must be role/content messages: {exc}", param="input") from None
         chat = ChatCompletionRequest(model=data.model, messages=messages, max_tokens=data.max_output_tokens,
                                      temperature=data.temperature, top_p=data.top_p, user=data.user)
-        response = await _services(request).gateway.handle(request, "chat", chat)
+        response = await gateway.handle(request, principal, "chat", chat)
         result = msgspec.json.decode(response.content)
         text = result["choices"][0]["message"].get("content") or ""
         usage = result.get("usage") or {}

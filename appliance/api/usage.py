@@ -2,22 +2,24 @@
 
 Handlers are thin: they parse, call :class:`appliance.metering.admin.QuotaService`
 or :func:`appliance.metering.reports.query_usage`, and shape the answer. They read
-``request.app.state.db`` (engine), ``.meter`` (told about changes) and record the
-caller in the audit log. The admin guard is added where the app is assembled.
+the database and the quota service by dependency injection, and name the
+caller (``actor``) in the audit log. Admin only (``appliance.api.access``).
 Register ``CONTROLLERS``.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import Annotated
 
-from litestar import Controller, Request, Response, delete, get, post, put
+from litestar import Controller, Response, delete, get, post, put
 from litestar.params import Parameter
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from sqlalchemy.engine import Engine
 
-from appliance.api.access import Access, audit_actor, requires
+from appliance.api.access import Access, requires
 from appliance.errors import BadRequest
+from appliance.jsontypes import JsonObject
 from appliance.metering.admin import QuotaService
 from appliance.metering.reports import parse_by, parse_time, query_usage, to_csv
 
@@ -33,7 +35,7 @@ class _Numbers(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _numbers_only(cls, data: Any) -> Any:
+    def _numbers_only(cls, data: object) -> object:
         if isinstance(data, dict):
             for name, value in data.items():
                 if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
@@ -65,11 +67,6 @@ class TeamCreate(BaseModel):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
-def _service(request: Request) -> QuotaService:
-    state = request.app.state
-    return QuotaService(state.db, getattr(state, "meter", None))
-
-
 class UsageController(Controller):
     path = "/admin/usage"
     opt = requires(Access.ADMIN)
@@ -78,7 +75,8 @@ class UsageController(Controller):
     @get(sync_to_thread=True)
     def usage(
         self,
-        request: Request,
+        quotas: QuotaService,
+        db: Engine,
         since: str | None = None,
         until: str | None = None,
         key: str | None = None,
@@ -89,16 +87,15 @@ class UsageController(Controller):
     ) -> Response:
         """Usage totals between ``since`` and ``until`` (default: the last 30 days), grouped by key, team, model, day or hour."""
         now = time.time()
-        service = _service(request)
         start, end = parse_time(since, now, param="since"), parse_time(until, now, param="until")
         if start is not None and end is not None and start >= end:
             raise BadRequest("since must be before until.", param="since")
         report = query_usage(
-            request.app.state.db,
+            db,
             since=start,
             until=end,
-            key_id=service.resolve(f"key:{key}").id if key else None,
-            team_id=service.resolve(f"team:{team}").id if team else None,
+            key_id=quotas.resolve(f"key:{key}").id if key else None,
+            team_id=quotas.resolve(f"team:{team}").id if team else None,
             model=model,
             by=parse_by(by),
             now=now,
@@ -115,20 +112,20 @@ class QuotaController(Controller):
     tags = ["admin"]
 
     @get("/{subject:str}", sync_to_thread=True)
-    def show_quota(self, request: Request, subject: str) -> dict[str, Any]:
+    def show_quota(self, quotas: QuotaService, subject: str) -> JsonObject:
         """Limits of ``key:<id or prefix>`` or ``team:<name>`` and its counters in the current windows."""
-        return _service(request).get_quota(subject)
+        return quotas.get_quota(subject)
 
     @put("/{subject:str}", sync_to_thread=True)
-    def set_quota(self, request: Request, subject: str, data: QuotaUpdate) -> dict[str, Any]:
+    def set_quota(self, quotas: QuotaService, subject: str, data: QuotaUpdate, actor: str) -> JsonObject:
         """Set limits; null removes one, a field left out keeps its value."""
         changes = data.model_dump(include=data.model_fields_set)
-        return _service(request).set_quota(subject, changes, audit_actor(request))
+        return quotas.set_quota(subject, changes, actor)
 
     @delete("/{subject:str}", sync_to_thread=True)
-    def remove_quota(self, request: Request, subject: str) -> None:
+    def remove_quota(self, quotas: QuotaService, subject: str, actor: str) -> None:
         """Remove every limit of a key or team."""
-        _service(request).delete_quota(subject, audit_actor(request))
+        quotas.delete_quota(subject, actor)
 
 
 class PriceController(Controller):
@@ -137,24 +134,24 @@ class PriceController(Controller):
     tags = ["admin"]
 
     @get(sync_to_thread=True)
-    def list_prices(self, request: Request) -> list[dict[str, Any]]:
+    def list_prices(self, quotas: QuotaService) -> list[JsonObject]:
         """Every price row."""
-        return _service(request).list_prices()
+        return quotas.list_prices()
 
     @get("/{model:str}", sync_to_thread=True)
-    def show_price(self, request: Request, model: str) -> dict[str, Any]:
+    def show_price(self, quotas: QuotaService, model: str) -> JsonObject:
         """Price of ``*``, a family, or ``family:variant``."""
-        return _service(request).get_price(model)
+        return quotas.get_price(model)
 
     @put("/{model:str}", sync_to_thread=True)
-    def set_price(self, request: Request, model: str, data: PriceUpdate) -> dict[str, Any]:
+    def set_price(self, quotas: QuotaService, model: str, data: PriceUpdate, actor: str) -> JsonObject:
         """Set rates per million tokens (input, output, cached)."""
         changes = {k: v for k, v in data.model_dump(include=data.model_fields_set).items() if v is not None}
-        return _service(request).set_price(model, changes, audit_actor(request))
+        return quotas.set_price(model, changes, actor)
 
     @delete("/{model:str}", sync_to_thread=True)
-    def remove_price(self, request: Request, model: str) -> None:
-        _service(request).delete_price(model, audit_actor(request))
+    def remove_price(self, quotas: QuotaService, model: str, actor: str) -> None:
+        quotas.delete_price(model, actor)
 
 
 class TeamController(Controller):
@@ -163,13 +160,13 @@ class TeamController(Controller):
     tags = ["admin"]
 
     @get(sync_to_thread=True)
-    def list_teams(self, request: Request) -> list[dict[str, Any]]:
+    def list_teams(self, quotas: QuotaService) -> list[JsonObject]:
         """Teams with their number of live keys."""
-        return _service(request).list_teams()
+        return quotas.list_teams()
 
     @post(sync_to_thread=True)
-    def create_team(self, request: Request, data: TeamCreate) -> dict[str, Any]:
-        return _service(request).create_team(data.name, audit_actor(request))
+    def create_team(self, quotas: QuotaService, data: TeamCreate, actor: str) -> JsonObject:
+        return quotas.create_team(data.name, actor)
 
 
 CONTROLLERS = [UsageController, QuotaController, PriceController, TeamController]

@@ -7,13 +7,15 @@ to go through the daemon.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 from litestar import Controller, Request, post, put
+from sqlalchemy.engine import Engine
 
-from appliance.api.access import Access, audit_actor, requires
 from appliance.accounts.users import create_user, set_password
+from appliance.api.access import Access, requires
+from appliance.db.audit import AuditTrail
+from appliance.jsontypes import JsonObject
+from appliance.webui.context import Console, console
 
 
 class UserCreate(msgspec.Struct, kw_only=True):
@@ -32,9 +34,8 @@ class UnlockRequest(msgspec.Struct, kw_only=True):
     address: str | None = None
 
 
-def _console(request: Request) -> Any:
-    from appliance.webui.context import console
-
+def _console(request: Request) -> Console:  # type: ignore[type-arg]
+    """The console's sessions and sign-in throttle, which live in the daemon's memory."""
     return console(request)
 
 
@@ -44,23 +45,22 @@ class UsersController(Controller):
     tags = ["admin: console users"]
 
     @post("/")
-    async def create(self, request: Request, data: UserCreate) -> dict[str, Any]:
-        services = request.app.state.services
-        user = create_user(services.db, data.username, data.password, role=data.role, must_change_password=data.must_change_password)
-        services.audit(audit_actor(request), "user.create", user.username, f"role={user.role}")
+    async def create(self, data: UserCreate, db: Engine, audit: AuditTrail, actor: str) -> JsonObject:
+        user = create_user(db, data.username, data.password, role=data.role, must_change_password=data.must_change_password)
+        audit.record(actor, "user.create", user.username, f"role={user.role}")
         return {"username": user.username, "role": user.role, "must_change_password": user.must_change_password}
 
     @put("/{username:str}/password")
-    async def password(self, request: Request, username: str, data: PasswordSet) -> dict[str, Any]:
-        services = request.app.state.services
-        user = set_password(services.db, username, data.password, must_change_password=data.must_change_password)
+    async def password(self, request: Request, username: str, data: PasswordSet, db: Engine, audit: AuditTrail,
+                       actor: str) -> JsonObject:
+        user = set_password(db, username, data.password, must_change_password=data.must_change_password)
         ended = _console(request).sessions.delete_for_user(user.id)
-        services.audit(audit_actor(request), "user.password_reset", user.username, f"sessions_ended={ended}")
+        audit.record(actor, "user.password_reset", user.username, f"sessions_ended={ended}")
         return {"username": user.username, "sessions_ended": ended}
 
     @post("/{username:str}/unlock", status_code=200)
-    async def unlock(self, request: Request, username: str, data: UnlockRequest) -> dict[str, Any]:
+    async def unlock(self, request: Request, username: str, data: UnlockRequest, audit: AuditTrail, actor: str) -> JsonObject:
         address = data.address
         forgotten = _console(request).throttle.unlock(username, address)
-        request.app.state.services.audit(audit_actor(request), "user.unlock", username, f"address={address} failures_forgotten={forgotten}")
+        audit.record(actor, "user.unlock", username, f"address={address} failures_forgotten={forgotten}")
         return {"username": username, "address": address, "failures_forgotten": forgotten}

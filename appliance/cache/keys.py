@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 import msgspec
 
-from appliance.api.openai_schema import ChatCompletionRequest, CompletionRequest
+from appliance.openai_schema import ChatCompletionRequest, CompletionRequest
 
 KEY_VERSION = 1
 EXCLUDED = ("model", "stream", "stream_options", "user")

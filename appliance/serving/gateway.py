@@ -10,21 +10,30 @@ byte of a plain response) is sent.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-import secrets
 import time
-from typing import Any, AsyncIterator, Awaitable
+from typing import AsyncIterator, Awaitable, TypeVar
 
 import httpx
 import msgspec
 from litestar import Request, Response
 from litestar.response import Stream
 
-from appliance.api.access import principal_of
 from appliance.accounts.keys import Principal
-from appliance.errors import ApplianceError, EngineTimeout, EngineUnavailable, PermissionDenied
-from appliance.api.openai_schema import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, prompt_text
+from appliance.cache.replay import Hit
+from appliance.cache.responses import ResponseCache
+from appliance.errors import ApplianceError, EngineTimeout, EngineUnavailable, PermissionDenied, error_envelope
+from appliance.hardware.energy import EnergyMeter
+from appliance.jsontypes import JsonObject
+from appliance.metering.meter import Meter
+from appliance.metrics import Metrics
+from appliance.openai_schema import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, prompt_text
+from appliance.serving.context import Body, RequestContext
+from appliance.serving.names import ModelNames
+from appliance.serving.router import Instance, Router
+from appliance.settings import Settings
 
 log = logging.getLogger("appliance.serving.gateway")
 
@@ -34,15 +43,11 @@ DONE = b"data: [DONE]\n\n"
 _encoder = msgspec.json.Encoder()
 
 
-def _new_request_id() -> str:
-    return "req_" + secrets.token_hex(12)
-
-
 def _engine_stopped(name: str) -> EngineUnavailable:
     return EngineUnavailable(f"The engine serving `{name}` stopped; it is being restarted. Retry shortly.", headers={"Retry-After": "2"})
 
 
-def estimate_tokens(body: Any) -> int:
+def estimate_tokens(body: Body) -> int:
     """Quota reservation of a request whose completion is not capped: prompt characters / 4 plus the completion budget."""
     prompt = len(prompt_text(body)) // 4 + 1
     if isinstance(body, EmbeddingRequest):
@@ -57,7 +62,7 @@ PROMPT_OVERHEAD_TOKENS = 64
 MESSAGE_OVERHEAD_TOKENS = 16
 
 
-def prompt_bound(body: Any) -> int:
+def prompt_bound(body: Body) -> int:
     """An upper bound of the prompt tokens a completion or chat request can be billed."""
     if isinstance(body, ChatCompletionRequest):
         size = 0
@@ -73,15 +78,18 @@ def prompt_bound(body: Any) -> int:
         if body.response_format is not None:
             size += len(_encoder.encode(body.response_format))
         return size + PROMPT_OVERHEAD_TOKENS
-    return len(prompt_text(body).encode()) + PROMPT_OVERHEAD_TOKENS
+    return len(prompt_text(body).encode()) + PROMPT_OVERHEAD_TOKENS  # completions and embeddings
 
 
-def requested_tokens(body: Any) -> int | None:
+def requested_tokens(body: Body) -> int | None:
     """The completion tokens a request asks for (``None``: as many as the engine gives)."""
     return getattr(body, "max_completion_tokens", None) or getattr(body, "max_tokens", None)
 
 
-def with_cap(body: Any, cap: int | None) -> Any:
+B = TypeVar("B", ChatCompletionRequest, CompletionRequest, EmbeddingRequest)
+
+
+def with_cap(body: B, cap: int | None) -> B:
     """``body`` asking for at most ``cap`` completion tokens (unchanged if it already asks for no more)."""
     requested = requested_tokens(body)
     if cap is None or (requested is not None and requested <= cap):
@@ -91,7 +99,7 @@ def with_cap(body: Any, cap: int | None) -> Any:
     return msgspec.structs.replace(body, max_tokens=cap)
 
 
-class EngineError(ApplianceError):
+class EngineAnswerError(ApplianceError):
     """An error the engine answered with, passed through with its status."""
 
     def __init__(self, status: int, body: bytes):
@@ -136,8 +144,10 @@ async def _unless_client_leaves(request: Request, work: Awaitable[Response]) -> 
 
 
 class Gateway:
-    def __init__(self, settings: Any, router: Any, meter: Any, cache: Any = None, metrics: Any = None, energy: Any = None):
+    def __init__(self, settings: Settings, names: ModelNames, router: Router, meter: Meter, *, cache: ResponseCache | None = None,
+                 metrics: Metrics | None = None, energy: EnergyMeter | None = None):
         self.settings = settings
+        self.names = names
         self.router = router
         self.meter = meter
         self.cache = cache
@@ -145,125 +155,123 @@ class Gateway:
         self.energy = energy
 
     # ------------------------------------------------------------------ entry
-    async def handle(self, request: Request, endpoint: str, body: Any) -> Response:
-        principal: Principal = principal_of(request)
-        name = self.router.resolve(body.model)
-        if not principal.may_use(name):
+    async def handle(self, request: Request, principal: Principal, endpoint: str, body: Body) -> Response:
+        """Serve one OpenAI-compatible request for ``principal`` (authenticated by the access guard)."""
+        target = self.names.resolve(body.model)
+        if not principal.may_use(target.name):
             raise PermissionDenied(f"This key may not use the model `{body.model}`.", param="model", code="model_not_allowed")
-        request_id = _new_request_id()
-        started = time.perf_counter()
-        stream = bool(getattr(body, "stream", False))
+        ctx = RequestContext(principal=principal, endpoint=endpoint, target=target, body=body, headers=request.headers,
+                             stream=bool(getattr(body, "stream", False)))
 
         if self.cache is not None and endpoint != "embeddings":
-            hit = await self.cache.lookup_async(principal, endpoint, name, body, request.headers)
+            hit = await self.cache.lookup_async(principal, endpoint, ctx.model, body, request.headers)
             if hit is not None:
-                return await self._serve_cached(principal, request_id, endpoint, name, body, hit, started, stream)
+                return await self._serve_cached(ctx, hit)
 
-        if endpoint == "embeddings":
-            admission = self.meter.admit(principal, request_id=request_id, endpoint=endpoint, model=name, estimated_tokens=estimate_tokens(body))
+        if isinstance(body, EmbeddingRequest):
+            ctx.admission = self.meter.admit(principal, request_id=ctx.request_id, endpoint=endpoint, model=ctx.model,
+                                             estimated_tokens=estimate_tokens(body))
         else:
             # reserve the prompt, then cap the completion to what the key's and team's budgets have left
-            admission = self.meter.admit(principal, request_id=request_id, endpoint=endpoint, model=name,
-                                         estimated_tokens=prompt_bound(body), cap=True,
-                                         max_tokens=requested_tokens(body) or self._context(name))
-            body = with_cap(body, admission.max_tokens)
-        forward = msgspec.structs.replace(body, model=name)
-        if stream:
+            ctx.admission = self.meter.admit(principal, request_id=ctx.request_id, endpoint=endpoint, model=ctx.model,
+                                             estimated_tokens=prompt_bound(body), cap=True,
+                                             max_tokens=requested_tokens(body) or self._context(ctx.model))
+            ctx.body = with_cap(body, ctx.admission.max_tokens)
+        forward = msgspec.structs.replace(ctx.body, model=ctx.model)
+        if ctx.stream:
             forward = msgspec.structs.replace(forward, stream_options={"include_usage": True})  # type: ignore[arg-type]
         payload = _encoder.encode(forward)
-        mark = self.energy.begin() if self.energy is not None else None
+        ctx.energy = self.energy.begin() if self.energy is not None else None
         try:
-            if stream:
-                return await self._stream(principal, admission, request_id, endpoint, name, body, payload, started, request.headers, mark)
-            return await _unless_client_leaves(
-                request, self._plain(principal, admission, request_id, endpoint, name, body, payload, started, request.headers, mark))
+            if ctx.stream:
+                return await self._stream(ctx, payload)
+            return await _unless_client_leaves(request, self._plain(ctx, payload))
         except BaseException as exc:
-            await self._fail(admission, name, exc.status if isinstance(exc, ApplianceError) else 499, 0, started, mark)
+            await self._fail(ctx, exc.status if isinstance(exc, ApplianceError) else 499, 0)
             raise
 
     def _context(self, name: str) -> int | None:
-        """The loaded model's context, the most a request without max_tokens can generate (None if unknown)."""
-        instance = getattr(self.router, "instances", {}).get(name)
-        context = getattr(getattr(instance, "plan", None), "context", None)
-        return context if isinstance(context, int) and context > 0 else None
+        """The loaded model's context, the most a request without max_tokens can generate (None if not loaded)."""
+        instance = self.router.instances.get(name)
+        return instance.plan.context if instance is not None and instance.plan.context > 0 else None
 
     # ------------------------------------------------------------ accounting
-    def _energy(self, mark: Any) -> float | None:
-        return self.energy.end(mark) if mark is not None and self.energy is not None else None
+    def _energy(self, ctx: RequestContext) -> float | None:
+        return self.energy.end(ctx.energy) if ctx.energy is not None and self.energy is not None else None
 
-    async def _settle(self, admission: Any, name: str, backend: str | None, usage: dict, completion_default: int,
-                      ttft_ms: float | None, started: float, mark: Any, tier: str = "miss") -> None:
+    async def _settle(self, ctx: RequestContext, backend: str | None, usage: JsonObject, completion_default: int,
+                      ttft_ms: float | None, tier: str = "miss") -> None:
         """Write the usage row and settle quotas (durable before returning), then count the request."""
-        latency_ms = (time.perf_counter() - started) * 1000
+        latency_ms = ctx.elapsed_ms()
         prompt_tokens = int(usage.get("prompt_tokens") or 0)
         completion_tokens = int(usage.get("completion_tokens") or completion_default)
         cached_tokens = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
-        energy = self._energy(mark)
+        energy = self._energy(ctx)
         await self.meter.settle(
-            admission, model=name, variant=name.split(":", 1)[-1], backend=backend, prompt_tokens=prompt_tokens,
+            ctx.admitted(), model=ctx.model, variant=ctx.target.variant, backend=backend, prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens, cached_tokens=cached_tokens, ttft_ms=ttft_ms, latency_ms=latency_ms,
             status=200, cache_tier=tier, energy_joules=energy,
         )
         if self.metrics is not None:
-            self.metrics.observe_request(name, 200, ttft_ms, latency_ms, prompt_tokens, completion_tokens, tier, energy)
+            self.metrics.observe_request(ctx.model, 200, ttft_ms, latency_ms, prompt_tokens, completion_tokens, tier, energy)
 
-    async def _fail(self, admission: Any, name: str, status: int, completion_tokens: int, started: float, mark: Any) -> None:
+    async def _fail(self, ctx: RequestContext, status: int, completion_tokens: int) -> None:
         """Record what a failed or abandoned request produced and free its reservation."""
-        energy = self._energy(mark)
-        await self.meter.release(admission, status=status, model=name, completion_tokens=completion_tokens)
+        energy = self._energy(ctx)
+        await self.meter.release(ctx.admitted(), status=status, model=ctx.model, completion_tokens=completion_tokens)
         if self.metrics is not None:
-            latency_ms = (time.perf_counter() - started) * 1000
-            self.metrics.observe_request(name, status, None, latency_ms, 0, completion_tokens, "miss", energy)
+            self.metrics.observe_request(ctx.model, status, None, ctx.elapsed_ms(), 0, completion_tokens, "miss", energy)
+
+    def _headers(self, ctx: RequestContext, tier: str = "miss") -> dict[str, str]:
+        return {**ctx.admitted().headers, "x-cache": tier, "x-request-id": ctx.request_id}
 
     # ------------------------------------------------------------- plain call
-    async def _plain(self, principal: Principal, admission: Any, request_id: str, endpoint: str, name: str, body: Any,
-                     payload: bytes, started: float, headers: Any, mark: Any) -> Response:
-        async with self.router.lease(name, principal.priority) as instance:
+    async def _plain(self, ctx: RequestContext, payload: bytes) -> Response:
+        async with self.router.lease(ctx.target, ctx.principal.priority) as instance:
             try:
-                response = await instance.engine.client.post(ENGINE_PATHS[endpoint], content=payload, headers={"content-type": "application/json"})
+                response = await instance.engine.client.post(ENGINE_PATHS[ctx.endpoint], content=payload,
+                                                             headers={"content-type": "application/json"})
             except httpx.TimeoutException:
-                raise EngineTimeout(f"The model `{name}` did not answer within {self.settings.request_timeout_seconds:.0f} s.") from None
+                raise EngineTimeout(f"The model `{ctx.model}` did not answer within {self.settings.request_timeout_seconds:.0f} s.") from None
             except httpx.TransportError:
-                raise _engine_stopped(name) from None
+                raise _engine_stopped(ctx.model) from None
         if response.status_code != 200:
-            raise EngineError(response.status_code, response.content)
+            raise EngineAnswerError(response.status_code, response.content)
         content = response.content
         result = json.loads(content)
-        await self._settle(admission, name, instance.backend, result.get("usage") or {}, 0, None, started, mark)
-        if self.cache is not None and endpoint != "embeddings":
-            self.cache.store(principal, endpoint, name, body, result, headers)
-        return Response(content=content, media_type="application/json", headers={**admission.headers, "x-cache": "miss", "x-request-id": request_id})
+        await self._settle(ctx, instance.backend, result.get("usage") or {}, 0, None)
+        if self.cache is not None and ctx.endpoint != "embeddings":
+            self.cache.store(ctx.principal, ctx.endpoint, ctx.model, ctx.body, result, ctx.headers)
+        return Response(content=content, media_type="application/json", headers=self._headers(ctx))
 
     # ---------------------------------------------------------------- streams
-    async def _stream(self, principal: Principal, admission: Any, request_id: str, endpoint: str, name: str, body: Any,
-                      payload: bytes, started: float, headers: Any, mark: Any) -> Response:
-        lease = self.router.lease(name, principal.priority)
+    async def _stream(self, ctx: RequestContext, payload: bytes) -> Response:
+        lease = self.router.lease(ctx.target, ctx.principal.priority)
         instance = await lease.__aenter__()
         try:
             client: httpx.AsyncClient = instance.engine.client
             upstream = await client.send(
-                client.build_request("POST", ENGINE_PATHS[endpoint], content=payload, headers={"content-type": "application/json"}),
+                client.build_request("POST", ENGINE_PATHS[ctx.endpoint], content=payload, headers={"content-type": "application/json"}),
                 stream=True,
             )
             if upstream.status_code != 200:
                 content = await upstream.aread()
                 await upstream.aclose()
-                raise EngineError(upstream.status_code, content)
+                raise EngineAnswerError(upstream.status_code, content)
         except httpx.TransportError:
             await lease.__aexit__(None, None, None)
-            raise _engine_stopped(name) from None
+            raise _engine_stopped(ctx.model) from None
         except BaseException as exc:
             await lease.__aexit__(type(exc), exc, exc.__traceback__)
             raise
-        want_usage = bool(body.stream_options and body.stream_options.include_usage)
-        events = self._relay(upstream, lease, instance, admission, name, started, want_usage, principal, endpoint, body, headers, mark)
-        return Stream(events, media_type="text/event-stream",
-                      headers={**admission.headers, "x-cache": "miss", "x-request-id": request_id, "cache-control": "no-cache"})
+        events = self._relay(ctx, upstream, lease, instance)
+        return Stream(events, media_type="text/event-stream", headers={**self._headers(ctx), "cache-control": "no-cache"})
 
-    async def _relay(self, upstream: httpx.Response, lease: Any, instance: Any, admission: Any, name: str, started: float,
-                     want_usage: bool, principal: Principal, endpoint: str, body: Any, headers: Any, mark: Any) -> AsyncIterator[bytes]:
+    async def _relay(self, ctx: RequestContext, upstream: httpx.Response,
+                     lease: contextlib.AbstractAsyncContextManager[Instance], instance: Instance) -> AsyncIterator[bytes]:
         """Pass the engine's SSE events through; settle before the final [DONE]."""
-        usage: dict | None = None
+        want_usage = _wants_usage(ctx.body)
+        usage: JsonObject | None = None
         ttft_ms: float | None = None
         events = 0
         buffer = b""
@@ -291,41 +299,44 @@ class Gateway:
                     else:
                         events += 1
                         if ttft_ms is None:
-                            ttft_ms = (time.perf_counter() - started) * 1000
+                            ttft_ms = ctx.elapsed_ms()
                         if collected is not None:
                             collected.append(event)
                     out.append(event + b"\n\n")
                 if out:
                     yield b"".join(out)
             usage = usage or {}
-            await self._settle(admission, name, instance.backend, usage, events, ttft_ms, started, mark)
+            await self._settle(ctx, instance.backend, usage, events, ttft_ms)
             settled = True
             if collected is not None and self.cache is not None:
-                self.cache.store_stream(principal, endpoint, name, body, collected, usage, headers)
+                self.cache.store_stream(ctx.principal, ctx.endpoint, ctx.model, ctx.body, collected, usage, ctx.headers)
             yield DONE
         except httpx.TransportError:
-            error = {"error": {"message": f"The engine serving `{name}` stopped mid-stream.", "type": "server_error", "param": None, "code": "engine_unavailable"}}
+            error = error_envelope(f"The engine serving `{ctx.model}` stopped mid-stream.", "server_error", None, "engine_unavailable")
             settled = True
-            await self._fail(admission, name, 503, events, started, mark)
+            await self._fail(ctx, 503, events)
             yield b"data: " + json.dumps(error).encode() + b"\n\n" + DONE
         finally:
             await upstream.aclose()
             await lease.__aexit__(None, None, None)
             if not settled:  # client went away: record what was produced, free the reservation
-                await self._fail(admission, name, 499, events, started, mark)
+                await self._fail(ctx, 499, events)
 
     # ------------------------------------------------------------------ cache
-    async def _serve_cached(self, principal: Principal, request_id: str, endpoint: str, name: str, body: Any, hit: Any,
-                            started: float, stream: bool) -> Response:
-        admission = self.meter.admit(principal, request_id=request_id, endpoint=endpoint, model=name,
-                                     estimated_tokens=hit.prompt_tokens + hit.completion_tokens, cached=True)
+    async def _serve_cached(self, ctx: RequestContext, hit: Hit) -> Response:
+        ctx.admission = self.meter.admit(ctx.principal, request_id=ctx.request_id, endpoint=ctx.endpoint, model=ctx.model,
+                                         estimated_tokens=hit.prompt_tokens + hit.completion_tokens, cached=True)
         usage = {"prompt_tokens": hit.prompt_tokens, "completion_tokens": hit.completion_tokens,
                  "prompt_tokens_details": {"cached_tokens": hit.prompt_tokens}}
-        await self._settle(admission, name, None, usage, 0, (time.perf_counter() - started) * 1000, started, None, hit.tier)
-        headers = {**admission.headers, "x-cache": hit.tier, "x-request-id": request_id}
+        await self._settle(ctx, None, usage, 0, ctx.elapsed_ms(), hit.tier)
+        headers = self._headers(ctx, hit.tier)
         if hit.similarity is not None:
             headers["x-cache-similarity"] = f"{hit.similarity:.4f}"
-        if stream:
-            want_usage = bool(body.stream_options and body.stream_options.include_usage)
-            return Stream(hit.as_sse(want_usage), media_type="text/event-stream", headers=headers)
+        if ctx.stream:
+            return Stream(hit.as_sse(_wants_usage(ctx.body)), media_type="text/event-stream", headers=headers)
         return Response(content=hit.body, media_type="application/json", headers=headers)
+
+
+def _wants_usage(body: Body) -> bool:
+    options = getattr(body, "stream_options", None)
+    return bool(options and options.include_usage)

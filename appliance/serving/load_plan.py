@@ -1,18 +1,21 @@
-"""From a model name to a Plan for this box: store facts + live hardware + settings → the pure planner."""
+"""From a resolved variant to a Plan for this box: store facts + live hardware + settings → the pure planner."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
-from appliance.planner.calibration import load_calibrations
+from sqlalchemy.engine import Engine
+
 from appliance.errors import DoesNotFit
+from appliance.planner.calibration import load_calibrations
 from appliance.planner.plan import plan
-from appliance.planner.types import Plan, Refusal, Variant
 from appliance.planner.service import live_snapshot, preferences_for, software
+from appliance.planner.types import Plan, Refusal, Variant
+from appliance.settings import Settings
+from appliance.store.store import ResolvedVariant
 
 
-def variant_for_planner(resolved: Any) -> Variant:
+def variant_for_planner(resolved: ResolvedVariant) -> Variant:
     facts = resolved.model_facts
     if facts is None:
         raise DoesNotFit(f"{resolved.name} has no architecture facts; re-import it so it can be inspected.")
@@ -20,12 +23,16 @@ def variant_for_planner(resolved: Any) -> Variant:
                    size_bytes=resolved.size_bytes, facts=facts, path=str(resolved.file))
 
 
-def plan_for_load(services: Any, name: str) -> Plan:
-    """Plan the load of exactly this installed ``family:variant``; raise DoesNotFit with the reason."""
-    resolved = services.store.resolve(name)
-    settings = services.settings
-    result = plan(live_snapshot(), [variant_for_planner(resolved)], preferences_for(settings, software(settings)),
-                  load_calibrations(services.db))
-    if isinstance(result, Refusal):
-        raise result.to_error()
-    return dataclasses.replace(result, model=name, model_path=str(resolved.file))
+class LoadPlanner:
+    """Plans the load of exactly one installed variant; raises DoesNotFit with the reason."""
+
+    def __init__(self, settings: Settings, db: Engine):
+        self._settings = settings
+        self._db = db
+
+    def plan(self, resolved: ResolvedVariant) -> Plan:
+        result = plan(live_snapshot(), [variant_for_planner(resolved)], preferences_for(self._settings, software(self._settings)),
+                      load_calibrations(self._db))
+        if isinstance(result, Refusal):
+            raise result.to_error()
+        return dataclasses.replace(result, model=resolved.name, model_path=str(resolved.file))

@@ -1,8 +1,9 @@
-"""Model names to loaded instances: aliases, load on demand, eviction, idle unload.
+"""Resolved variants to loaded instances: load on demand, eviction, idle unload.
 
-``family``, ``family:variant`` and admin-defined aliases (``default``,
-``fast``) resolve to one installed variant. A variant that is not loaded is
-planned and started on first use. At most ``max_loaded_instances`` run at
+Names are resolved before they get here (``appliance.serving.names``): the
+router receives the :class:`ResolvedVariant` and keys instances by its
+canonical ``family:variant`` name. A variant that is not loaded is planned and
+started on first use. At most ``max_loaded_instances`` run at
 once (and, when set, within the memory budget): to make room, idle unpinned
 instances are evicted least-recently-used first; pinned ones never are.
 """
@@ -14,10 +15,16 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
+from typing import AsyncIterator, Awaitable, Callable, Protocol
 
-from appliance.serving.admission import AdmissionQueue
+import httpx
+
 from appliance.errors import EngineUnavailable
+from appliance.jsontypes import JsonObject
+from appliance.planner.types import Plan
+from appliance.serving.admission import AdmissionQueue
+from appliance.settings import Settings
+from appliance.store.store import ResolvedVariant
 
 log = logging.getLogger("appliance.serving.router")
 
@@ -25,7 +32,8 @@ log = logging.getLogger("appliance.serving.router")
 class EngineLike(Protocol):
     name: str
     state: str
-    client: Any
+    client: httpx.AsyncClient
+    pid: int | None
 
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
@@ -38,7 +46,7 @@ class Instance:
     """A loaded model: its engine, its admission queue and its bookkeeping."""
 
     name: str  # family:variant
-    plan: Any
+    plan: Plan
     engine: EngineLike
     queue: AdmissionQueue
     pinned: bool = False
@@ -55,7 +63,7 @@ class Instance:
     def idle(self) -> bool:
         return self.inflight == 0 and self.queue.waiting == 0
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JsonObject:
         return {
             "model": self.name,
             "backend": self.plan.backend,
@@ -67,32 +75,28 @@ class Instance:
             "requests": self.requests,
             "loaded_at": self.loaded_at,
             "idle_seconds": round(time.monotonic() - self.last_used, 1),
-            "context": getattr(self.plan, "context", None),
-            "estimated_bytes": getattr(self.plan, "estimated_bytes", None),
+            "context": self.plan.context,
+            "estimated_bytes": self.plan.estimated_bytes,
             "rss_bytes": self.engine.rss_bytes(),
-            "pid": getattr(self.engine, "pid", None),
+            "pid": self.engine.pid,
         }
 
 
 class Router:
     def __init__(
         self,
-        settings: Any,
+        settings: Settings,
         *,
-        canonical_name: Callable[[str], str],
-        make_plan: Callable[[str], Any],
-        make_engine: Callable[[str, Any], EngineLike],
+        make_plan: Callable[[ResolvedVariant], Plan],
+        make_engine: Callable[[str, Plan], EngineLike],
         on_loaded: Callable[[Instance], Awaitable[None]] | None = None,
     ):
         """
-        canonical_name: maps a requested name (alias, family or family:variant) to
-            the installed ``family:variant``; raises ModelNotFound.
-        make_plan: plans a load of ``family:variant`` on this box; raises DoesNotFit.
+        make_plan: plans a load of the installed variant on this box; raises DoesNotFit.
         make_engine: builds (not starts) the engine process for a plan.
         on_loaded: called after a load succeeds (calibration, audit).
         """
         self.settings = settings
-        self._canonical = canonical_name
         self._make_plan = make_plan
         self._make_engine = make_engine
         self._on_loaded = on_loaded
@@ -100,25 +104,23 @@ class Router:
         self._locks: dict[str, asyncio.Lock] = {}
         self._capacity = asyncio.Lock()
 
-    def resolve(self, requested: str) -> str:
-        return self._canonical(requested)
-
     def is_loaded(self, name: str) -> bool:
         return name in self.instances
 
-    async def load(self, requested: str, *, pin: bool | None = None) -> Instance:
-        name = self._canonical(requested)
+    async def load(self, target: ResolvedVariant, *, pin: bool | None = None) -> Instance:
+        name = target.name
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
             instance = self.instances.get(name)
             if instance is None:
-                instance = await self._start(name)
+                instance = await self._start(target)
             if pin is not None:
                 instance.pinned = pin
             return instance
 
-    async def _start(self, name: str) -> Instance:
-        plan = self._make_plan(name)
+    async def _start(self, target: ResolvedVariant) -> Instance:
+        name = target.name
+        plan = self._make_plan(target)
         async with self._capacity:
             await self._make_room(plan)
             engine = self._make_engine(name, plan)
@@ -143,16 +145,16 @@ class Router:
         budget = self.settings.memory_budget_gib
         return int(budget * 2**30) if budget else None
 
-    async def _make_room(self, plan: Any) -> None:
+    async def _make_room(self, plan: Plan) -> None:
         """Evict idle, unpinned instances (least recently used first) until the plan fits."""
         budget = self._budget_bytes()
-        needed = int(getattr(plan, "estimated_bytes", 0) or 0)
+        needed = plan.estimated_bytes
 
         def over() -> bool:
             if len(self.instances) >= self.settings.max_loaded_instances:
                 return True
             if budget is not None:
-                used = sum(int(getattr(i.plan, "estimated_bytes", 0) or 0) for i in self.instances.values())
+                used = sum(i.plan.estimated_bytes for i in self.instances.values())
                 return used + needed > budget
             return False
 
@@ -170,8 +172,8 @@ class Router:
         self.instances.pop(instance.name, None)
         await instance.engine.stop()
 
-    async def unload(self, requested: str) -> bool:
-        name = self._canonical(requested)
+    async def unload(self, name: str) -> bool:
+        """Stop the instance of the canonical ``family:variant`` ``name``; False if it was not loaded."""
         instance = self.instances.get(name)
         if instance is None:
             return False
@@ -179,8 +181,7 @@ class Router:
             await self._stop(instance)
         return True
 
-    def pin(self, requested: str, pinned: bool) -> Instance:
-        name = self._canonical(requested)
+    def pin(self, name: str, pinned: bool) -> Instance:
         instance = self.instances.get(name)
         if instance is None:
             raise EngineUnavailable(f"{name} is not loaded; load it first.", code="not_loaded")
@@ -199,9 +200,9 @@ class Router:
         return unloaded
 
     @contextlib.asynccontextmanager
-    async def lease(self, requested: str, priority: str = "interactive") -> AsyncIterator[Instance]:
+    async def lease(self, target: ResolvedVariant, priority: str = "interactive") -> AsyncIterator[Instance]:
         """Load if needed, wait for a slot, and hold it for the request's duration."""
-        instance = self.instances.get(requested) or await self.load(requested)
+        instance = self.instances.get(target.name) or await self.load(target)
         await instance.engine.wait_ready(self.settings.queue_timeout_seconds)
         instance.last_used = time.monotonic()
         await instance.queue.acquire(priority)

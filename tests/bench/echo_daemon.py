@@ -10,6 +10,7 @@ import asyncio
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 from appliance.db import engine as dbmod
 from appliance.daemon import check_data_dir
@@ -28,6 +29,10 @@ class EchoPlan:
     parallel: int = 256
     context: int = 512
     estimated_bytes: int = 0
+    n_gpu_layers: int = 0
+
+
+ECHO_VARIANT = SimpleNamespace(name="echo:instant", family="echo", variant="instant")
 
 
 class EchoDriver:
@@ -45,6 +50,7 @@ class EchoDriver:
 
 def main() -> None:
     import appliance.daemon as daemon
+    import appliance.serving.names as names_mod
     import appliance.services as services_mod
 
     settings = load_settings()
@@ -54,15 +60,11 @@ def main() -> None:
     lock.acquire()
     dbmod.migrate(settings.db_path)
 
-    original_start = services_mod.Services.start
-
-    async def start(self):
-        self.make_plan = lambda name: EchoPlan()
-        self.make_engine = lambda name, plan: EngineProcess(name, plan, EchoDriver(), self.settings, self.settings.run_dir / "echo.sock")
-        self.canonical_name = lambda name: "echo:instant"
-        await original_start(self)
-
-    services_mod.Services.start = start
+    # Every name means the stand-in variant; its plan starts the echo engine.
+    names_mod.ModelNames.resolve = lambda self, requested: ECHO_VARIANT
+    services_mod.Services._plan = lambda self, target: EchoPlan()
+    services_mod.Services._engine = lambda self, name, plan: EngineProcess(name, plan, EchoDriver(), self.settings,
+                                                                           self.settings.run_dir / "echo.sock")
     asyncio.run(daemon.serve(settings))
 
 

@@ -10,6 +10,9 @@ from click.testing import CliRunner
 from litestar.testing import TestClient
 
 from appliance.accounts.keys import KeyRing
+from appliance.db.audit import AuditTrail
+from appliance.errors import ModelNotFound
+from appliance.serving.names import ModelNames
 from appliance.api.cache import CacheController
 from appliance.db.engine import make_engine
 from appliance.cli.client import check
@@ -18,16 +21,34 @@ from tests.appkit import local_admin_app
 from tests.cachekit import MODEL, chat, chat_result, make_cache, principal
 
 
+class RecordingAudit(AuditTrail):
+    """The real audit trail, also keeping each row's arguments for the assertions."""
+
+    def __init__(self, db, rows):
+        super().__init__(db)
+        self.rows = rows
+
+    def record(self, *args):
+        super().record(*args)
+        self.rows.append(args)
+
+
 @pytest.fixture
 def env(tmp_path):
     cache = make_cache(tmp_path)
     db = make_engine(cache.settings.db_path)
     keyring = KeyRing(db)
     audits = []
-    services = SimpleNamespace(cache=cache, keyring=keyring, db=db, canonical_name=lambda name: {"tiny": MODEL}.get(name, name),
-                               audit=lambda *args: audits.append(args))
-    app = local_admin_app([CacheController], exception_handlers=EXCEPTION_HANDLERS)
-    app.state.services = services
+    installed = {"tiny": SimpleNamespace(name=MODEL)}
+
+    def resolve(name):
+        if name not in installed:
+            raise ModelNotFound(f"The model `{name}` does not exist.")
+        return installed[name]
+
+    names = ModelNames(cache.settings, db, SimpleNamespace(resolve=resolve))
+    services = SimpleNamespace(cache=cache, keyring=keyring, db=db, names=names, audit=RecordingAudit(db, audits))
+    app = local_admin_app([CacheController], services, exception_handlers=EXCEPTION_HANDLERS)
     with TestClient(app) as client:
         yield SimpleNamespace(client=client, cache=cache, keyring=keyring, audits=audits)
     cache.close()

@@ -9,7 +9,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from litestar import Litestar
 from litestar.testing import TestClient
 
 from appliance.errors import ApplianceError
@@ -17,6 +16,9 @@ from appliance.api.errors import handle_appliance_error
 from appliance.modelfacts import ModelFacts
 from appliance.api.planning import PlanningController
 from appliance.settings import load_settings
+from appliance.db.engine import make_engine, migrate
+from appliance.store.store import ModelStore
+from tests.appkit import local_admin_app
 
 
 @pytest.fixture()
@@ -101,11 +103,23 @@ def test_plan_errors(env: Path) -> None:
 
 
 # --------------------------------------------------------------------------- API
+class ListedStore(ModelStore):
+    """A store whose installed variants are given (the handler receives a ModelStore by injection)."""
+
+    def __init__(self, variants):  # no disk and no database: only list() is asked
+        self._variants = variants
+
+    def list(self):
+        return self._variants
+
+
 def client(tmp_path: Path, store: object | None = None) -> TestClient:
-    app = Litestar(route_handlers=[PlanningController], exception_handlers={ApplianceError: handle_appliance_error})
-    app.state.settings = load_settings(data_dir=tmp_path / "data")
-    if store is not None:
-        app.state.store = store
+    settings = load_settings(data_dir=tmp_path / "data")
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    migrate(settings.db_path)
+    services = SimpleNamespace(settings=settings, store=store or ModelStore(settings, make_engine(settings.db_path)),
+                               db=make_engine(settings.db_path))
+    app = local_admin_app([PlanningController], services, exception_handlers={ApplianceError: handle_appliance_error})
     return TestClient(app)
 
 
@@ -134,7 +148,7 @@ def test_admin_plan_prefers_installed_variants(env: Path) -> None:
                            model_facts=facts, path="tiny/f16/tiny.gguf")
     broken = SimpleNamespace(family="tiny", variant="q4", status="corrupt", format="gguf", quantization="Q4_K_M", size_bytes=1,
                              model_facts=facts, path="x")
-    store = SimpleNamespace(list=lambda: [info, broken])
+    store = ListedStore([info, broken])
     with client(env, store) as c:
         body = c.get("/admin/plan", params={"model": "tiny"}).json()
     assert body["plan"]["model"] == "tiny:f16" and body["plan"]["model_path"] == "tiny/f16/tiny.gguf"

@@ -24,7 +24,7 @@ class Plan:
 
 class StandInEngine:
     def __init__(self, name: str, log: list):
-        self.name, self.state, self.client, self.log = name, "stopped", None, log
+        self.name, self.state, self.client, self.pid, self.log = name, "stopped", None, None, log
 
     async def start(self):
         self.state = "ready"
@@ -41,29 +41,33 @@ class StandInEngine:
         return None
 
 
-def make_router(max_loaded=2, budget_gib=None, known=("a:q4", "b:q4", "c:q4")):
+KNOWN = ("a:q4", "b:q4", "c:q4")
+
+
+def resolve(name: str) -> SimpleNamespace:
+    """A stand-in for ModelNames.resolve: the router only ever sees resolved variants."""
+    full = name if ":" in name else f"{name}:q4"
+    if full not in KNOWN:
+        raise ModelNotFound(f"The model `{name}` does not exist.")
+    return SimpleNamespace(name=full)
+
+
+def make_router(max_loaded=2, budget_gib=None):
     log: list = []
     settings = SimpleNamespace(max_loaded_instances=max_loaded, memory_budget_gib=budget_gib, queue_size=4, queue_timeout_seconds=1)
-
-    def canonical(name: str) -> str:
-        full = name if ":" in name else f"{name}:q4"
-        if full not in known:
-            raise ModelNotFound(f"The model `{name}` does not exist.")
-        return full
-
-    router = Router(settings, canonical_name=canonical, make_plan=lambda n: Plan(), make_engine=lambda n, p: StandInEngine(n, log))
+    router = Router(settings, make_plan=lambda target: Plan(), make_engine=lambda n, p: StandInEngine(n, log))
     return router, log
 
 
 async def test_load_on_demand_and_lru_eviction():
     router, log = make_router(max_loaded=2)
-    async with router.lease("a"):
+    async with router.lease(resolve("a")):
         pass
-    async with router.lease("b"):
+    async with router.lease(resolve("b")):
         pass
-    async with router.lease("a"):  # a is now more recent than b
+    async with router.lease(resolve("a")):  # a is now more recent than b
         pass
-    async with router.lease("c"):
+    async with router.lease(resolve("c")):
         pass
     assert set(router.instances) == {"a:q4", "c:q4"}
     assert ("stop", "b:q4") in log
@@ -71,25 +75,25 @@ async def test_load_on_demand_and_lru_eviction():
 
 async def test_pinned_and_busy_instances_are_never_evicted():
     router, _ = make_router(max_loaded=2)
-    await router.load("a", pin=True)
-    async with router.lease("b"):
+    await router.load(resolve("a"), pin=True)
+    async with router.lease(resolve("b")):
         with pytest.raises(EngineUnavailable) as info:
-            await router.load("c")
+            await router.load(resolve("c"))
     assert info.value.status == 503 and info.value.headers.get("Retry-After")
     assert set(router.instances) == {"a:q4", "b:q4"}
 
 
 async def test_memory_budget_evicts(monkeypatch):
     router, _ = make_router(max_loaded=5, budget_gib=150 / 2**30)  # room for one 100-byte plan
-    await router.load("a")
-    await router.load("b")
+    await router.load(resolve("a"))
+    await router.load(resolve("b"))
     assert set(router.instances) == {"b:q4"}
 
 
 async def test_idle_unload_skips_pinned_and_busy():
     router, _ = make_router(max_loaded=3)
-    await router.load("a")
-    await router.load("b", pin=True)
+    await router.load(resolve("a"))
+    await router.load(resolve("b"), pin=True)
     await asyncio.sleep(0.02)
     assert await router.unload_idle(0.01) == ["a:q4"]
     assert set(router.instances) == {"b:q4"}
@@ -99,7 +103,7 @@ async def test_concurrent_first_requests_load_once():
     router, log = make_router()
 
     async def use():
-        async with router.lease("a"):
+        async with router.lease(resolve("a")):
             await asyncio.sleep(0.01)
 
     await asyncio.gather(*(use() for _ in range(5)))
@@ -109,5 +113,5 @@ async def test_concurrent_first_requests_load_once():
 async def test_unknown_model():
     router, _ = make_router()
     with pytest.raises(ModelNotFound):
-        async with router.lease("nope"):
+        async with router.lease(resolve("nope")):
             pass

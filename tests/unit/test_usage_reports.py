@@ -6,16 +6,17 @@ import csv
 import io
 import json
 import sqlite3
+from types import SimpleNamespace
 
 import click
 import pytest
 from click.testing import CliRunner
-from litestar.datastructures import State
 from litestar.testing import TestClient
 
 from appliance.cli import usage as usage_cli
 from appliance.cli.client import check
 from appliance.api.errors import EXCEPTION_HANDLERS
+from appliance.metering.admin import QuotaService
 from appliance.metering.meter import Meter
 from appliance.api.metrics import MetricsController
 from appliance.metering.rollups import rollup
@@ -94,8 +95,8 @@ def test_parse_time():
 @pytest.fixture
 def app(tmp_path, db):
     meter = Meter(settings(tmp_path), db, clock=Clock())
-    application = local_admin_app([*CONTROLLERS, MetricsController], exception_handlers=EXCEPTION_HANDLERS,
-                           state=State({"db": db, "meter": meter, "metrics": meter.metrics}))
+    services = SimpleNamespace(db=db, meter=meter, metrics=meter.metrics, quotas=QuotaService(db, meter))
+    application = local_admin_app([*CONTROLLERS, MetricsController], services, exception_handlers=EXCEPTION_HANDLERS)
     with TestClient(application) as client:
         yield client, meter
     meter.close()

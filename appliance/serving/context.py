@@ -1,0 +1,54 @@
+"""One request's context, carried from authentication to settlement.
+
+The gateway builds a :class:`RequestContext` once, after the access guard has
+named the caller and :class:`~appliance.serving.names.ModelNames` has resolved
+the model; admission, the cache, routing, forwarding and settlement all read
+it instead of passing the pieces along one by one.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+
+from litestar.datastructures import Headers
+
+from appliance.accounts.keys import Principal
+from appliance.openai_schema import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
+from appliance.hardware.energy import EnergyMark
+from appliance.metering.meter import Admission
+from appliance.store.store import ResolvedVariant
+
+#: A decoded body of one of the OpenAI-compatible endpoints.
+Body = ChatCompletionRequest | CompletionRequest | EmbeddingRequest
+
+
+def new_request_id() -> str:
+    return "req_" + secrets.token_hex(12)
+
+
+@dataclass
+class RequestContext:
+    principal: Principal
+    endpoint: str  # "chat", "completions" or "embeddings"
+    target: ResolvedVariant  # the installed variant the request's `model` names, resolved once
+    body: Body  # as the client sent it, with max_tokens capped by admission
+    headers: Headers  # the client's request headers (cache-control, cache policy overrides)
+    stream: bool
+    request_id: str = field(default_factory=new_request_id)
+    started: float = field(default_factory=time.perf_counter)
+    admission: Admission | None = None  # set once the meter has admitted it
+    energy: EnergyMark | None = None
+
+    @property
+    def model(self) -> str:
+        """The canonical ``family:variant`` name."""
+        return self.target.name
+
+    def admitted(self) -> Admission:
+        assert self.admission is not None, "the request was not admitted"
+        return self.admission
+
+    def elapsed_ms(self) -> float:
+        return (time.perf_counter() - self.started) * 1000
