@@ -8,9 +8,10 @@ are ignored, as OpenAI's own server does. Structs are re-encoded with
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Literal, Union
 
 import msgspec
+from appliance.jsontypes import JsonObject
 
 Temperature = Annotated[float, msgspec.Meta(ge=0.0, le=2.0)]
 Probability = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
@@ -33,14 +34,14 @@ class StreamOptions(_Base):
 
 class ResponseFormat(_Base):
     type: Literal["text", "json_object", "json_schema"]
-    json_schema: dict[str, Any] | None = None
+    json_schema: JsonObject | None = None
 
 
 class ChatMessage(_Base):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Union[str, list[dict[str, Any]], None] = None
+    content: Union[str, list[JsonObject], None] = None
     name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: list[JsonObject] | None = None
     tool_call_id: str | None = None
 
 
@@ -59,8 +60,8 @@ class ChatCompletionRequest(_Base):
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     temperature: Temperature | None = None
-    tool_choice: Union[str, dict[str, Any], None] = None
-    tools: list[dict[str, Any]] | None = None
+    tool_choice: Union[str, JsonObject, None] = None
+    tools: list[JsonObject] | None = None
     top_p: Probability | None = None
     user: str | None = None
     # --- extensions (llama.cpp / vLLM)
@@ -108,7 +109,7 @@ class ResponsesRequest(_Base):
     """``/v1/responses`` for plain text: ``input`` is a string or a list of role/content messages."""
 
     model: ModelName
-    input: Union[str, Annotated[list[dict[str, Any]], msgspec.Meta(min_length=1, max_length=4096)]]
+    input: Union[str, Annotated[list[JsonObject], msgspec.Meta(min_length=1, max_length=4096)]]
     instructions: str | None = None
     max_output_tokens: PositiveInt | None = None
     temperature: Temperature | None = None
@@ -117,7 +118,7 @@ class ResponsesRequest(_Base):
     user: str | None = None
 
 
-def prompt_text(body: Any) -> str:
+def prompt_text(body: ChatCompletionRequest | CompletionRequest | EmbeddingRequest) -> str:
     """The text a request sends to the model (for estimates and cache keys)."""
     if isinstance(body, ChatCompletionRequest):
         parts = []

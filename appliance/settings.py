@@ -15,12 +15,14 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from appliance.errors import ConfigError
+from appliance.jsontypes import JsonObject
 
 SYSTEM_CONFIG_PATH = Path("/etc/appliance/appliance.toml")
 
@@ -150,10 +152,10 @@ class _TomlSource(PydanticBaseSettingsSource):
             return Path(named)
         return SYSTEM_CONFIG_PATH if SYSTEM_CONFIG_PATH.exists() else None
 
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:  # pragma: no cover - unused
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[object, str, bool]:  # pragma: no cover - unused
         return None, field_name, False
 
-    def __call__(self) -> dict[str, Any]:
+    def __call__(self) -> JsonObject:
         path = self._path()
         if path is None:
             return {}
@@ -165,7 +167,7 @@ class _TomlSource(PydanticBaseSettingsSource):
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
 
 
-def load_settings(**overrides: Any) -> Settings:
+def load_settings(**overrides: object) -> Settings:
     """Read settings once; turn validation errors into one readable ConfigError."""
     try:
         return Settings(**overrides)

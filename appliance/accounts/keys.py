@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, select, update
 
 from appliance.db.engine import session
-from appliance.errors import AuthenticationFailed, BadRequest, NotFound, PermissionDenied
+from appliance.errors import AuthenticationFailed, BadRequest, NotFound
 from appliance.db.tables import ApiKey
 
 KEY_PREFIX = "ak_"
@@ -199,11 +199,6 @@ class KeyRing:
                 s.commit()
         self._forget(row.id)  # type: ignore[arg-type]
         return self.get(row.id)  # type: ignore[arg-type]
-
-
-def require_admin(principal: Principal) -> None:
-    if not principal.is_admin:
-        raise PermissionDenied("This action needs an admin key.")
 
 
 def token_from_headers(authorization: str | None, x_api_key: str | None) -> str | None:

@@ -12,7 +12,7 @@ test checks that every route of the app declares one.
 from __future__ import annotations
 
 import enum
-from typing import Any, Callable
+from typing import Callable
 
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
@@ -40,7 +40,7 @@ def requires(level: Access) -> dict[str, Access]:
     return {ACCESS: level}
 
 
-def principal_of(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
+def principal_of(connection: ASGIConnection) -> Principal:
     """The authenticated caller of a keyed route (set by :class:`AccessGuard`)."""
     principal = connection.scope.get(PRINCIPAL)  # type: ignore[call-overload]
     if principal is None:
@@ -48,7 +48,7 @@ def principal_of(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
     return principal
 
 
-def audit_actor(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
+def audit_actor(connection: ASGIConnection) -> str:
     """The audit log's name for the caller: ``key:<prefix>``, ``user:<name>`` or ``local-admin``."""
     principal = principal_of(connection)
     return principal.name if principal.kind == "local" else f"{principal.kind}:{principal.name}"
@@ -61,7 +61,7 @@ class AccessGuard:
         self._keyring = keyring
         self._metrics_public = metrics_public
 
-    def __call__(self, connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
+    def __call__(self, connection: ASGIConnection, handler: BaseRouteHandler) -> None:
         level = (handler.opt or {}).get(ACCESS)
         if not isinstance(level, Access):
             raise PermissionDenied("This route declares no access level, so nobody may call it.")

@@ -22,15 +22,11 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from typing import Any, Awaitable, Callable
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from appliance.api.access import LOCAL_MARK
 from appliance.errors import ApplianceError, BadRequest, HostNotAllowed, RequestTimeout
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # A reg-name or IPv4 address, or a bracketed IPv6 address, then an optional numeric port.
 _HOST = re.compile(r"^(?P<name>[a-z0-9](?:[a-z0-9.\-]*[a-z0-9])?|\[[0-9a-f:.]+\])(?::(?P<port>[0-9]{1,5}))?$", re.IGNORECASE)
@@ -39,7 +35,7 @@ _NON_CANONICAL = re.compile(rb"%(?:2f|5c|2e|3b|25|00)|[\\;\x00]|//|/\.\.?(?:/|$)
 
 
 def error_body(exc: ApplianceError) -> bytes:
-    return json.dumps({"error": {"message": exc.message, "type": exc.type, "param": exc.param, "code": exc.code}}).encode()
+    return json.dumps(exc.envelope()).encode()
 
 
 async def send_error(send: Send, exc: ApplianceError) -> None:
@@ -106,7 +102,7 @@ def _deadline_receive(receive: Receive, seconds: float) -> Receive:
     """``receive`` whose body chunks must each arrive within ``seconds`` (then 408)."""
     body_done = False
 
-    async def timed() -> dict[str, Any]:
+    async def timed() -> Message:
         nonlocal body_done
         if body_done:
             return await receive()  # after the body: waits for a disconnect, as long as the response runs

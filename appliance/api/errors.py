@@ -13,7 +13,8 @@ import logging
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
-from appliance.errors import ApplianceError, BadRequest
+from appliance.errors import ApplianceError, BadRequest, error_envelope
+from appliance.jsontypes import JsonObject
 
 log = logging.getLogger("appliance.errors")
 
@@ -21,11 +22,7 @@ _STATUS_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403:
                  405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error"}
 
 
-def _envelope(message: str, type_: str, param: str | None, code: str | None) -> dict:
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
-
-
-def _respond(request: Request, status: int, body: dict, headers: dict[str, str] | None = None) -> Response:
+def _respond(request: Request, status: int, body: JsonObject, headers: dict[str, str] | None = None) -> Response:
     if request.headers.get("hx-request") == "true":
         message = html.escape(body["error"]["message"])
         return Response(content=f'<div class="alert alert-error" role="alert">{message}</div>', status_code=status,
@@ -36,7 +33,7 @@ def _respond(request: Request, status: int, body: dict, headers: dict[str, str] 
 def handle_appliance_error(request: Request, exc: ApplianceError) -> Response:
     if exc.status >= 500:
         log.warning("request failed: %s", exc.message, extra={"fields": {"path": request.url.path, "status": exc.status}})
-    return _respond(request, exc.status, _envelope(exc.message, exc.type, exc.param, exc.code), exc.headers)
+    return _respond(request, exc.status, exc.envelope(), exc.headers)
 
 
 def handle_validation_error(request: Request, exc: ValidationException) -> Response:
@@ -48,19 +45,19 @@ def handle_validation_error(request: Request, exc: ValidationException) -> Respo
         param = first.get("key") or None
         if first.get("message"):
             message = f"{first['message']}" + (f" (parameter '{param}')" if param else "")
-    return _respond(request, 400, _envelope(message, BadRequest.type, param, "invalid_request"))
+    return _respond(request, 400, error_envelope(message, BadRequest.type, param, "invalid_request"))
 
 
 def handle_http_exception(request: Request, exc: HTTPException) -> Response:
     status = exc.status_code
     type_ = _STATUS_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     detail = exc.detail if status < 500 else "Internal server error."
-    return _respond(request, status, _envelope(detail, type_, None, None), dict(exc.headers or {}))
+    return _respond(request, status, error_envelope(detail, type_, None, None), dict(exc.headers or {}))
 
 
 def handle_unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s", request.url.path)
-    return _respond(request, 500, _envelope("Internal server error.", "server_error", None, "internal_error"))
+    return _respond(request, 500, error_envelope("Internal server error.", "server_error", None, "internal_error"))
 
 
 EXCEPTION_HANDLERS = {

@@ -10,7 +10,6 @@ Bodies have their own per-chunk deadline at the ASGI edge (``appliance.api.edge`
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -35,7 +34,7 @@ def header_deadline_protocol(seconds: float) -> type[asyncio.Protocol]:
             if not self.transport.is_closing():
                 self.transport.close()
 
-        def connection_made(self, transport: Any) -> None:
+        def connection_made(self, transport: asyncio.Transport) -> None:
             super().connection_made(transport)
             self._arm()
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import re
 from itertools import accumulate
-from typing import Any
 
 from litestar import Request
 from litestar.types import Empty
 
 from appliance.errors import BadRequest
+from appliance.jsontypes import JsonValue
 
 MAX_JSON_DEPTH = 64
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
@@ -34,10 +34,10 @@ def json_too_deep(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
     return any(depth > limit for depth in accumulate(map(_STEP.__getitem__, brackets)))
 
 
-class ApplianceRequest(Request[Any, Any, Any]):
+class ApplianceRequest(Request):  # type: ignore[type-arg]
     """Litestar's request, with the JSON depth limit applied before decoding."""
 
-    async def json(self) -> Any:
+    async def json(self) -> JsonValue:
         if self._json is Empty and self._connection_state.json is Empty:
             body = await self.body()
             deep = await asyncio.to_thread(json_too_deep, body) if len(body) > _THREAD_ABOVE else json_too_deep(body)

@@ -5,28 +5,16 @@ Subcommands live in small modules, each with a ``register(group)`` function.
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 import click
 
 from appliance import __version__
+from appliance.cli import bench, cache, instances, keys, models, ops, planning, server, setup, usage, users
 from appliance.errors import ConfigError
 from appliance.settings import load_settings
 
-SUBCOMMAND_MODULES = (
-    "appliance.cli.server",
-    "appliance.cli.setup",
-    "appliance.cli.keys",
-    "appliance.cli.users",
-    "appliance.cli.models",
-    "appliance.cli.instances",
-    "appliance.cli.planning",
-    "appliance.cli.usage",
-    "appliance.cli.cache",
-    "appliance.cli.bench",
-    "appliance.cli.ops",
-)
+SUBCOMMANDS = (server, setup, keys, users, models, instances, planning, usage, cache, bench, ops)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -44,18 +32,8 @@ def cli(ctx: click.Context, url: str | None, api_key: str | None) -> None:
         raise click.ClickException(exc.message) from None
 
 
-def _register_all() -> None:
-    for name in SUBCOMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
-        module.register(cli)
-
-
-_register_all()
+for _module in SUBCOMMANDS:
+    _module.register(cli)
 
 
 def main() -> None:

@@ -7,12 +7,12 @@ owner and group are the appliance's). Remotely: ``--url`` and an admin API key
 
 from __future__ import annotations
 
-from typing import Any
 
 import click
 import httpx
 
 from appliance.settings import load_settings
+from appliance.jsontypes import JsonValue
 
 
 def admin_client(ctx: click.Context, timeout: float = 600.0) -> httpx.Client:
@@ -29,7 +29,7 @@ def admin_client(ctx: click.Context, timeout: float = 600.0) -> httpx.Client:
     return httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://appliance", timeout=timeout)
 
 
-def check(response: httpx.Response) -> Any:
+def check(response: httpx.Response) -> JsonValue:
     """The JSON body of a successful response, or a ClickException with the API's message."""
     if response.status_code >= 400:
         try:
@@ -44,7 +44,7 @@ def check(response: httpx.Response) -> Any:
     return response.text
 
 
-def request(ctx: click.Context, method: str, path: str, **kwargs: Any) -> Any:
+def request(ctx: click.Context, method: str, path: str, **kwargs: object) -> JsonValue:
     try:
         with admin_client(ctx) as client:
             return check(client.request(method, path, **kwargs))

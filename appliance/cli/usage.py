@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
-from typing import Any
 
 import click
 from rich.console import Console
@@ -38,7 +37,7 @@ class _Limit(click.ParamType):
     def __init__(self, money: bool = False):
         self.money = money
 
-    def convert(self, value: Any, param: Any, ctx: Any) -> float | int | None:
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float | int | None:
         if value is None or str(value).lower() in ("none", "off", "unlimited"):
             return None
         try:
@@ -54,7 +53,7 @@ def _when(ts: float | None) -> str:
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if ts else "-"
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: object) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
@@ -87,7 +86,7 @@ def register(group: click.Group) -> None:
     @click.option("--cost-per-month", type=_Limit(money=True))
     @click.option("--max-concurrent", type=_Limit())
     @click.pass_context
-    def quota_set(ctx: click.Context, subject: str, **limits: Any) -> None:
+    def quota_set(ctx: click.Context, subject: str, **limits: float | int | None) -> None:
         """Set limits of KEY_OR_TEAM; 'none' removes one, options left out keep their value."""
         source = ctx.get_parameter_source
         body = {name: value for name, value in limits.items() if source(name) == click.core.ParameterSource.COMMANDLINE}

@@ -31,9 +31,9 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from appliance.errors import BadRequest, Conflict, NotFound
+from appliance.jsontypes import JsonObject
 
 KEEP_SCHEDULED = 7
 BACKUPS_DIRNAME = "backups"
@@ -87,7 +87,7 @@ def default_name(prefix: str = "backup") -> str:
 
 
 # ---------------------------------------------------------------- backup
-def backup(db_path: Path, folder: Path, name: str | None = None) -> dict[str, Any]:
+def backup(db_path: Path, folder: Path, name: str | None = None) -> JsonObject:
     """Write a consistent copy of the live database to ``folder/name``; never replaces a file."""
     name = check_name(name) if name is not None else default_name()
     target = folder / name
@@ -130,10 +130,10 @@ def scheduled_backup(db_path: Path, backup_dir: Path) -> Path:
 
 
 # ---------------------------------------------------------------- the expected schema
-def _schema(conn: sqlite3.Connection) -> dict[str, Any]:
+def _schema(conn: sqlite3.Connection) -> JsonObject:
     """Everything about a database's schema that a restore must match exactly."""
     objects = sorted(conn.execute("SELECT type, name, tbl_name FROM sqlite_master").fetchall())
-    tables: dict[str, Any] = {}
+    tables: JsonObject = {}
     for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").fetchall():
         q = name.replace('"', '""')
         columns = [(r[1], (r[2] or "").upper(), r[3], r[5], r[6]) for r in conn.execute(f'PRAGMA table_xinfo("{q}")')]
@@ -148,7 +148,7 @@ def _schema(conn: sqlite3.Connection) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=1)
-def expected_schemas() -> tuple[dict[str, dict[str, Any]], str]:
+def expected_schemas() -> tuple[dict[str, JsonObject], str]:
     """The schema our migrations produce at each known revision (built once per process), and the head."""
     from alembic import command
     from alembic.script import ScriptDirectory
@@ -159,7 +159,7 @@ def expected_schemas() -> tuple[dict[str, dict[str, Any]], str]:
         path = Path(tmp) / "schema.db"
         script = ScriptDirectory.from_config(alembic_config(path))
         head = script.get_current_head()
-        schemas: dict[str, dict[str, Any]] = {}
+        schemas: dict[str, JsonObject] = {}
         for rev in reversed(list(script.walk_revisions())):
             command.upgrade(alembic_config(path), rev.revision)
             conn = sqlite3.connect(path)
@@ -171,7 +171,7 @@ def expected_schemas() -> tuple[dict[str, dict[str, Any]], str]:
     return schemas, head
 
 
-def _differences(got: dict[str, Any], want: dict[str, Any]) -> list[str]:
+def _differences(got: JsonObject, want: JsonObject) -> list[str]:
     out = []
     got_names = {(t, n) for t, n, _ in got["objects"]}
     want_names = {(t, n) for t, n, _ in want["objects"]}
@@ -282,7 +282,7 @@ def _verify(path: Path, page_size: int | None = None) -> str:
         conn.close()
 
 
-def restore(db_path: Path, source: Path, *, in_backups: bool) -> dict[str, Any]:
+def restore(db_path: Path, source: Path, *, in_backups: bool) -> JsonObject:
     """Replace the live database's contents with a verified, migrated copy of ``source``."""
     from appliance.db.engine import migrate
 
