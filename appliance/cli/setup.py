@@ -38,15 +38,17 @@ def systemd_is_init() -> bool:
 
 
 def unit_source(package_dir: Path | None = None, prefix: Path = SYSTEM_PREFIX) -> Path:
-    """The hardened unit file: package data of the installed `appliance` package.
+    """The hardened unit file, ``systemd/appliance.service`` in the sources.
 
-    It ships inside the package (``appliance/systemd/appliance.service``), so an
-    installed, non-editable venv such as /opt/appliance/venv finds it beside its
-    own modules; the copy of the sources install.sh leaves in ``<prefix>/src`` is
-    the fallback for venvs installed before the unit was package data.
+    It is installed as package data (``appliance/systemd/appliance.service`` in
+    site-packages), so an installed, non-editable venv such as
+    /opt/appliance/venv finds it beside its own modules; a source checkout
+    (an editable install) finds the top-level ``systemd/`` folder; the copy of
+    the sources install.sh leaves in ``<prefix>/src`` is the last fallback.
     """
     package_dir = package_dir or Path(__file__).resolve().parents[1]
-    candidates = [package_dir / "systemd" / UNIT_NAME, prefix / "src" / "appliance" / "systemd" / UNIT_NAME]
+    candidates = [package_dir / "systemd" / UNIT_NAME, package_dir.parent / "systemd" / UNIT_NAME,
+                  prefix / "src" / "systemd" / UNIT_NAME]
     for candidate in candidates:
         if candidate.is_file():
             return candidate

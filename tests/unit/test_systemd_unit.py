@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 import pytest
 
-UNIT = Path(__file__).resolve().parents[2] / "appliance" / "systemd" / "appliance.service"
+UNIT = Path(__file__).resolve().parents[2] / "systemd" / "appliance.service"
 
 needs_analyze = pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze missing (test.sh installs it)")
 
@@ -50,18 +50,27 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _installed_copy(site_packages: Path) -> None:
-    """Lay out the `appliance` package as a non-editable install does: its modules plus its declared package data."""
+    """Lay out the `appliance` package as a non-editable install does: each declared package's modules
+    (from its folder under setuptools' package-dir) plus its declared package data."""
     import tomllib
 
-    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["appliance"]
-    source = ROOT / "appliance"
-    files = {p for p in source.rglob("*.py") if "__pycache__" not in p.parts}
-    for pattern in patterns:
-        files |= set(source.glob(pattern))
-    for path in files:
-        target = site_packages / "appliance" / path.relative_to(source)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, target)
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    mapping, data = config["package-dir"], config["package-data"]
+
+    def folder(package: str) -> Path:
+        base = max((p for p in mapping if package == p or package.startswith(p + ".")), key=len)
+        return ROOT / mapping[base] / Path(*package[len(base):].lstrip(".").split(".")) if package != base else ROOT / mapping[base]
+
+    for package in config["packages"]:
+        source = folder(package)
+        target = site_packages / Path(*package.split("."))
+        files = set(source.glob("*.py"))
+        for pattern in data.get(package, ()):
+            files |= {p for p in source.glob(pattern) if p.is_file()}
+        for path in files:
+            destination = target / path.relative_to(source)
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, destination)
 
 
 def test_unit_is_found_from_an_installed_layout(tmp_path):
@@ -87,8 +96,8 @@ def test_unit_lookup_falls_back_to_the_copied_sources(tmp_path):
     prefix = tmp_path / "opt" / "appliance"
     package = prefix / "venv" / "lib" / "python3.11" / "site-packages" / "appliance"
     package.mkdir(parents=True)
-    shutil.copytree(ROOT / "appliance" / "systemd", prefix / "src" / "appliance" / "systemd")
-    assert unit_source(package, prefix) == prefix / "src" / "appliance" / "systemd" / "appliance.service"
+    shutil.copytree(ROOT / "systemd", prefix / "src" / "systemd")
+    assert unit_source(package, prefix) == prefix / "src" / "systemd" / "appliance.service"
     shutil.rmtree(prefix / "src")
     with pytest.raises(click.ClickException, match="appliance.service not found"):
         unit_source(package, prefix)
