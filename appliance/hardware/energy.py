@@ -33,27 +33,42 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol
+
+from appliance.hardware.nvml import SESSION, NvmlSession
 
 log = logging.getLogger("appliance.hardware.energy")
 
 RAPL_ROOT = Path("/sys/class/powercap")
 
 
-class _Nvml:
-    def __init__(self) -> None:
-        import pynvml  # nvidia-ml-py
+class _Reader(Protocol):
+    def read(self) -> float:
+        """Joules since an arbitrary origin."""
+        ...
 
-        pynvml.nvmlInit()
-        self._nvml = pynvml
-        count = pynvml.nvmlDeviceGetCount()
-        if count == 0:
+
+class _Nvml:
+    def __init__(self, session: NvmlSession) -> None:
+        self._session = session
+        self._handles = session.handles()
+        if not self._handles:
             raise RuntimeError("no NVIDIA GPU")
-        self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         self.read()  # raises NVMLError_NotSupported on GPUs without the counter
 
     def read(self) -> float:
-        return sum(self._nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in self._handles) / 1000.0
+        nvml = self._session.open()
+        return sum(nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in self._handles) / 1000.0
+
+
+@dataclass(slots=True)
+class _RaplZone:
+    """One package zone's counter: its file, wrap range, last raw value and accumulated µJ."""
+
+    path: Path
+    wrap: int
+    last: int
+    accumulated: int = 0
 
 
 class _Rapl:
@@ -61,7 +76,7 @@ class _Rapl:
         zones = sorted(p for p in root.glob("intel-rapl:*") if p.name.count(":") == 1)
         if not zones:
             raise RuntimeError("no RAPL package zones")
-        self._zones = []
+        self._zones: list[_RaplZone] = []
         for zone in zones:
             energy = zone / "energy_uj"
             raw = int(energy.read_text())  # PermissionError when root-only
@@ -69,20 +84,19 @@ class _Rapl:
                 wrap = int((zone / "max_energy_range_uj").read_text())
             except (OSError, ValueError):
                 wrap = 0
-            self._zones.append([energy, wrap, raw, 0])  # path, range, last raw, accumulated µJ
+            self._zones.append(_RaplZone(energy, wrap, raw))
         self._lock = threading.Lock()
 
     def read(self) -> float:
         with self._lock:
             total = 0
             for zone in self._zones:
-                path, wrap, last, acc = zone
-                raw = int(path.read_text())
-                delta = raw - last
+                raw = int(zone.path.read_text())
+                delta = raw - zone.last
                 if delta < 0:  # the counter wrapped
-                    delta += wrap
-                zone[2], zone[3] = raw, acc + max(delta, 0)
-                total += zone[3]
+                    delta += zone.wrap
+                zone.last, zone.accumulated = raw, zone.accumulated + max(delta, 0)
+                total += zone.accumulated
             return total / 1e6
 
 
@@ -98,10 +112,10 @@ class EnergyMeter:
 
     def __init__(self, *, use_nvml: bool = True, rapl_root: Path = RAPL_ROOT):
         self.source: str | None = None
-        self._reader: Any = None
+        self._reader: _Reader | None = None
         if use_nvml:
             try:
-                self._reader, self.source = _Nvml(), "nvml"
+                self._reader, self.source = _Nvml(SESSION), "nvml"
             except Exception as exc:  # no library, no driver, no GPU, or no energy counter
                 log.debug("NVML energy counter unavailable: %s", exc)
         if self._reader is None:

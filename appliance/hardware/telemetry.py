@@ -14,72 +14,65 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Protocol
 
 import psutil
 
+from appliance.hardware.nvml import SESSION, NvmlSession, text
+from appliance.jsontypes import JsonObject
 from appliance.metrics import Metrics
 
 log = logging.getLogger("appliance.hardware.telemetry")
 
 
+class _Probe(Protocol):
+    def sample(self) -> list[JsonObject]: ...
+
+
 class _NvmlProbe:
-    def __init__(self) -> None:
-        import pynvml
+    def __init__(self, session: NvmlSession) -> None:
+        nvml = session.open()
+        self.session = session
+        self.handles = session.handles()
+        self.names = [text(nvml.nvmlDeviceGetName(handle)) for handle in self.handles]
 
-        pynvml.nvmlInit()
-        self.nvml = pynvml
-        self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        self.names = []
-        for handle in self.handles:
-            name = pynvml.nvmlDeviceGetName(handle)
-            self.names.append(name.decode() if isinstance(name, bytes) else name)
-
-    def _try(self, fn, *args) -> Any:
-        try:
-            return fn(*args)
-        except self.nvml.NVMLError:
-            return None
-
-    def sample(self) -> list[dict]:
-        nv = self.nvml
+    def sample(self) -> list[JsonObject]:
+        nvml = self.session.open()
         gpus = []
         for index, (handle, name) in enumerate(zip(self.handles, self.names)):
-            util = self._try(nv.nvmlDeviceGetUtilizationRates, handle)
-            mem = self._try(nv.nvmlDeviceGetMemoryInfo, handle)
-            power = self._try(nv.nvmlDeviceGetPowerUsage, handle)  # milliwatts
-            temp = self._try(nv.nvmlDeviceGetTemperature, handle, nv.NVML_TEMPERATURE_GPU)
+            sensors = self.session.sensors(handle)
+            mem = self.session.optional(nvml.nvmlDeviceGetMemoryInfo, handle)
             gpus.append({
                 "index": index,
                 "name": name,
-                "utilization_percent": util.gpu if util is not None else None,
+                "utilization_percent": sensors.utilization_pct,
                 "memory_used_bytes": mem.used if mem is not None else None,
                 "memory_total_bytes": mem.total if mem is not None else None,
-                "power_watts": power / 1000.0 if power is not None else None,
-                "temperature_celsius": temp,
+                "power_watts": sensors.power_mw / 1000.0 if sensors.power_mw is not None else None,
+                "temperature_celsius": sensors.temperature_c,
             })
         return gpus
 
 
 class _NoGpu:
-    def sample(self) -> list[dict]:
+    def sample(self) -> list[JsonObject]:
         return []
 
 
-def _probe(metrics: Metrics) -> Any:
+def _probe(metrics: Metrics) -> _Probe:
     if metrics.telemetry_probe is None:
         try:
-            metrics.telemetry_probe = _NvmlProbe()
+            metrics.telemetry_probe = _NvmlProbe(SESSION)
         except Exception as exc:  # no library or no driver: CPU only
             log.debug("no NVML telemetry: %s", exc)
             metrics.telemetry_probe = _NoGpu()
     return metrics.telemetry_probe
 
 
-def sample_telemetry(metrics: Metrics) -> dict:
+def sample_telemetry(metrics: Metrics) -> JsonObject:
     """Take one sample, append it to ``metrics``' ring buffer, and return it."""
     memory = psutil.virtual_memory()
-    sample = {
+    sample: JsonObject = {
         "t": time.time(),
         "cpu_percent": psutil.cpu_percent(interval=None),  # since the previous sample
         "memory_used_bytes": memory.total - memory.available,

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Iterable
 
 from sqlalchemy import Engine
 from sqlmodel import select
 
 from appliance.db import engine as dbmod
-from appliance.planner.types import CalibrationPoint, Plan
 from appliance.db.tables import Calibration, now
+from appliance.hardware.nvml import NvmlModule, session_for
+from appliance.jsontypes import JsonObject
+from appliance.planner.types import CalibrationPoint, Plan
 
 log = logging.getLogger("appliance.planner.calibration")
 
@@ -53,30 +55,20 @@ def rss_of(pids: Iterable[int]) -> int:
     return total
 
 
-def gpu_bytes_of(pids: Iterable[int], nvml: Any | None = None) -> int | None:
+def gpu_bytes_of(pids: Iterable[int], nvml: NvmlModule | None = None) -> int | None:
     """GPU memory NVML charges to these processes, summed over GPUs; None without NVML."""
     wanted = set(pids)
-    try:
-        if nvml is None:
-            import pynvml as nvml  # type: ignore[no-redef]
-        nvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - no driver, no library: not measurable
-        return None
-    try:
-        total = 0
-        for i in range(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(i)
-            for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                if proc.pid in wanted and proc.usedGpuMemory:
-                    total += int(proc.usedGpuMemory)
-        return total
-    except Exception:  # noqa: BLE001
-        return None
-    finally:
+    with session_for(nvml) as session:
         try:
-            nvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass
+            lib = session.open()
+            total = 0
+            for handle in session.handles():
+                for proc in lib.nvmlDeviceGetComputeRunningProcesses(handle):
+                    if proc.pid in wanted and proc.usedGpuMemory:
+                        total += int(proc.usedGpuMemory)
+            return total
+        except Exception:  # noqa: BLE001 - no library, no driver, a failed query: not measurable
+            return None
 
 
 def measure(pid: int, *, gpu: bool = False) -> Footprint:
@@ -139,7 +131,7 @@ def estimation_error(point: CalibrationPoint) -> float:
     return (point.estimated_bytes - point.measured_bytes) / point.measured_bytes if point.measured_bytes else 0.0
 
 
-def calibration_report(points: Iterable[CalibrationPoint]) -> list[dict[str, Any]]:
+def calibration_report(points: Iterable[CalibrationPoint]) -> list[JsonObject]:
     """Rows for people: key, backend, context, both sizes and the error in percent."""
     return [
         {"variant": p.variant_key, "backend": p.backend, "context": p.context, "estimated_bytes": p.estimated_bytes,
