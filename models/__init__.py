@@ -37,32 +37,38 @@ class _Strict(BaseModel):
 
 
 class ArchFacts(_Strict):
-    """Architecture facts the planner needs (memory = weights + KV cache + buffers)."""
+    """Architecture facts the planner needs (memory = weights + KV cache + buffers).
+
+    Fields carry :class:`appliance.modelfacts.ModelFacts`' names; the catalog files
+    keep their short keys (``layers``, ``heads``, ``kv_heads``, ...), mapped here
+    by each field's alias.
+    """
 
     architecture: str = Field(description="llama.cpp / transformers architecture name, e.g. llama, qwen2, gemma3.")
-    params: int = Field(gt=0, description="Total parameter count.")
-    active_params: int | None = Field(default=None, gt=0, description="Parameters used per token (mixture-of-experts).")
+    parameter_count: int = Field(alias="params", gt=0, description="Total parameter count.")
+    active_parameter_count: int | None = Field(default=None, alias="active_params", gt=0, description="Parameters used per token (mixture-of-experts).")
     context_length: int = Field(gt=0, description="Longest context the model was trained or extended for, in tokens.")
-    layers: int = Field(gt=0, le=512)
-    heads: int = Field(gt=0)
-    kv_heads: int = Field(gt=0)
+    n_layer: int = Field(alias="layers", gt=0, le=512)
+    n_head: int = Field(alias="heads", gt=0)
+    n_head_kv: int = Field(alias="kv_heads", gt=0)
     head_dim: int = Field(gt=0)
-    embedding: int = Field(gt=0, description="Hidden size (d_model).")
-    vocab: int = Field(gt=0)
+    n_embd: int = Field(alias="embedding", gt=0, description="Hidden size (d_model).")
+    n_vocab: int = Field(alias="vocab", gt=0)
     sliding_window: int | None = Field(default=None, gt=0, description="Local attention window of the sliding-window layers, if any.")
     sliding_window_pattern: int | None = Field(default=None, gt=0, description="Every Nth layer is global; the others use the window.")
-    experts: int | None = Field(default=None, gt=1)
-    experts_used: int | None = Field(default=None, gt=0)
+    n_expert: int | None = Field(default=None, alias="experts", gt=1)
+    n_expert_used: int | None = Field(default=None, alias="experts_used", gt=0)
 
     @model_validator(mode="after")
     def _consistent(self) -> ArchFacts:
-        if self.heads % self.kv_heads:
-            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        # Messages name the catalog files' keys.
+        if self.n_head % self.n_head_kv:
+            raise ValueError(f"heads ({self.n_head}) must be a multiple of kv_heads ({self.n_head_kv})")
         if self.sliding_window is not None and self.sliding_window >= self.context_length:
             raise ValueError("sliding_window must be shorter than context_length")
-        if (self.experts is None) != (self.experts_used is None):
+        if (self.n_expert is None) != (self.n_expert_used is None):
             raise ValueError("experts and experts_used go together")
-        if self.experts is not None and self.experts_used > self.experts:  # type: ignore[operator]
+        if self.n_expert is not None and self.n_expert_used is not None and self.n_expert_used > self.n_expert:
             raise ValueError("experts_used cannot exceed experts")
         return self
 

@@ -16,7 +16,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-GiB = 1 << 30
+from appliance.hardware.units import GiB
 
 
 def _gib(n: float) -> str:

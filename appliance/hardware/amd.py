@@ -9,14 +9,35 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Protocol, TypeAlias, TypeVar
 
 from appliance.hardware.base import DetectorResult, pci_devices
 from appliance.hardware.snapshot import Finding, GpuInfo
 
 AMD_PCI_VENDOR = "0x1002"
 _CARD = re.compile(r"card(\d+)$")
+T = TypeVar("T")
+
+AmdHandle: TypeAlias = object
+"""An opaque processor handle."""
+AmdInfo: TypeAlias = dict[str, int | float | str]
+"""One of amdsmi's info dicts (numbers, or strings such as ``N/A``)."""
+
+
+class AmdSmi(Protocol):
+    """The part of ``amdsmi`` the appliance calls (its temperature enums are looked up when present)."""
+
+    def amdsmi_init(self) -> None: ...
+    def amdsmi_shut_down(self) -> None: ...
+    def amdsmi_get_processor_handles(self) -> list[AmdHandle]: ...
+    def amdsmi_get_gpu_asic_info(self, handle: AmdHandle) -> AmdInfo: ...
+    def amdsmi_get_gpu_vram_usage(self, handle: AmdHandle) -> AmdInfo: ...
+    def amdsmi_get_gpu_activity(self, handle: AmdHandle) -> AmdInfo: ...
+    def amdsmi_get_power_info(self, handle: AmdHandle) -> AmdInfo: ...
+    def amdsmi_get_gpu_device_uuid(self, handle: AmdHandle) -> str: ...
+    def amdsmi_get_temp_metric(self, handle: AmdHandle, sensor: object, metric: object) -> int: ...
 
 
 def _read_int(path: Path) -> int | None:
@@ -88,14 +109,14 @@ def sysfs_gpus(sys_root: Path, rocm: bool) -> list[GpuInfo]:
     return gpus
 
 
-def _call(fn: Any, *args: Any) -> Any:
+def _call(fn: Callable[..., T], *args: object) -> T | None:
     try:
         return fn(*args)
     except Exception:  # noqa: BLE001 - amdsmi raises its own error types per field
         return None
 
 
-def amdsmi_gpus(amdsmi: Any, rocm: bool) -> list[GpuInfo]:
+def amdsmi_gpus(amdsmi: AmdSmi, rocm: bool) -> list[GpuInfo]:
     """AMD GPUs through the amdsmi library (already initialised)."""
     gpus = []
     for i, h in enumerate(amdsmi.amdsmi_get_processor_handles()):
@@ -105,9 +126,12 @@ def amdsmi_gpus(amdsmi: Any, rocm: bool) -> list[GpuInfo]:
         activity = _call(amdsmi.amdsmi_get_gpu_activity, h) or {}
         power = _call(amdsmi.amdsmi_get_power_info, h) or {}
         temp = None
-        if hasattr(amdsmi, "AmdSmiTemperatureType"):
-            temp = _call(amdsmi.amdsmi_get_temp_metric, h, amdsmi.AmdSmiTemperatureType.HOTSPOT, amdsmi.AmdSmiTemperatureMetric.CURRENT)
+        sensors = getattr(amdsmi, "AmdSmiTemperatureType", None)
+        if sensors is not None:
+            metrics = getattr(amdsmi, "AmdSmiTemperatureMetric")
+            temp = _call(amdsmi.amdsmi_get_temp_metric, h, sensors.HOTSPOT, metrics.CURRENT)
         draw = power.get("current_socket_power") or power.get("average_socket_power")
+        target = asic.get("target_graphics_version")
         gpus.append(GpuInfo(
             index=i,
             vendor="amd",
@@ -116,7 +140,7 @@ def amdsmi_gpus(amdsmi: Any, rocm: bool) -> list[GpuInfo]:
             memory_total=total,
             memory_free=max(0, total - used),
             memory_used=used,
-            compute_capability=asic.get("target_graphics_version"),
+            compute_capability=str(target) if target is not None else None,
             utilization_pct=_num(activity.get("gfx_activity")),
             temperature_c=_num(temp),
             power_draw_w=_num(draw),
@@ -126,11 +150,11 @@ def amdsmi_gpus(amdsmi: Any, rocm: bool) -> list[GpuInfo]:
     return gpus
 
 
-def _num(v: Any) -> float | None:
+def _num(v: object) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def detect_amd(amdsmi: Any | None = None, sys_root: Path = Path("/sys"), dev_root: Path = Path("/dev"), *, use_library: bool = True) -> DetectorResult:
+def detect_amd(amdsmi: AmdSmi | None = None, sys_root: Path = Path("/sys"), dev_root: Path = Path("/dev"), *, use_library: bool = True) -> DetectorResult:
     """List AMD GPUs with findings; never raises. ``amdsmi`` is injectable for tests."""
     result = DetectorResult()
     present = pci_devices(sys_root, AMD_PCI_VENDOR)
@@ -145,7 +169,9 @@ def detect_amd(amdsmi: Any | None = None, sys_root: Path = Path("/sys"), dev_roo
     if use_library:
         try:
             if amdsmi is None:
-                import amdsmi  # type: ignore[no-redef]  # raises KeyError without ROCm
+                import amdsmi as installed  # raises KeyError without ROCm
+
+                amdsmi = installed
             amdsmi.amdsmi_init()
             try:
                 result.gpus = amdsmi_gpus(amdsmi, rocm)

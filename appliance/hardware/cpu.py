@@ -11,6 +11,7 @@ from pathlib import Path
 import psutil
 
 from appliance.hardware.snapshot import CpuInfo, Finding
+from appliance.hardware.units import GiB
 
 INTERESTING_FLAGS = (
     "sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl",
@@ -85,7 +86,7 @@ def detect_cpu(proc_root: Path = Path("/proc"), sys_root: Path = Path("/sys")) -
     total, available = vm.total, vm.available
     limit = cgroup_memory_limit(proc_root, sys_root)
     if limit is not None and limit < total:
-        findings.append(Finding("cpu", "info", f"memory is limited by the cgroup to {limit / 2**30:.1f} GiB"))
+        findings.append(Finding("cpu", "info", f"memory is limited by the cgroup to {limit / GiB:.1f} GiB"))
         total, available = limit, min(available, limit)
     arch = platform.machine() or "unknown"
     kept = tuple(f for f in INTERESTING_FLAGS if f in flags)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import socket
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
-from appliance.hardware.amd import detect_amd
+from appliance.hardware.amd import AmdSmi, detect_amd
 from appliance.hardware.base import DetectorResult
 from appliance.hardware.cpu import detect_cpu
 from appliance.hardware.nvidia import detect_nvidia
+from appliance.hardware.nvml import NvmlModule
 from appliance.hardware.snapshot import CpuInfo, Finding, HardwareSnapshot
 
 
@@ -31,8 +32,8 @@ def detect_hardware(
     proc_root: Path = Path("/proc"),
     sys_root: Path = Path("/sys"),
     dev_root: Path = Path("/dev"),
-    nvml: Any | None = None,
-    amdsmi: Any | None = None,
+    nvml: NvmlModule | None = None,
+    amdsmi: AmdSmi | None = None,
 ) -> HardwareSnapshot:
     """Snapshot this machine: CPU and RAM, NVIDIA GPUs (NVML), AMD GPUs (amdsmi or sysfs)."""
     findings: list[Finding] = []

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
 
-GiB = 1 << 30
+from appliance.jsontypes import JsonObject
 
 
 @dataclass(frozen=True)
@@ -129,7 +128,7 @@ class HardwareSnapshot:
     description: str = field(default="", compare=False)
     """Free text (fixtures say which real machine they came from)."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """Plain JSON-able dict (tuples become lists)."""
         return asdict(self)
 
@@ -137,21 +136,20 @@ class HardwareSnapshot:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "HardwareSnapshot":
+    def from_dict(cls, data: JsonObject) -> "HardwareSnapshot":
         """Inverse of :meth:`to_dict`; unknown keys are ignored."""
-        cpu = _build(CpuInfo, data["cpu"])
-        gpus = tuple(_build(GpuInfo, g) for g in data.get("gpus", ()))
-        findings = tuple(_build(Finding, f) for f in data.get("findings", ()))
+        cpu = CpuInfo(**_known(CpuInfo, data["cpu"]))
+        gpus = tuple(GpuInfo(**_known(GpuInfo, g)) for g in data.get("gpus", ()))
+        findings = tuple(Finding(**_known(Finding, f)) for f in data.get("findings", ()))
         rest = {k: v for k, v in data.items() if k not in ("cpu", "gpus", "findings")}
-        return _build(cls, rest, cpu=cpu, gpus=gpus, findings=findings)
+        return cls(**_known(cls, rest), cpu=cpu, gpus=gpus, findings=findings)
 
     @classmethod
     def from_json(cls, text: str) -> "HardwareSnapshot":
         return cls.from_dict(json.loads(text))
 
 
-def _build(klass: type, data: dict[str, Any], **extra: Any) -> Any:
+def _known(klass: type, data: JsonObject) -> JsonObject:
+    """The fields of dataclass ``klass`` in ``data`` (lists as tuples); other keys are dropped."""
     known = {f.name for f in fields(klass)}
-    values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in known}
-    values.update(extra)
-    return klass(**values)
+    return {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in known}

@@ -8,7 +8,8 @@ Public surface::
     InvalidModelFile(BadRequest)           # malformed or hostile input
 """
 
-from appliance.modelfacts.facts import InvalidModelFile, ModelFacts
+from appliance.modelfacts.errors import InvalidModelFile
+from appliance.modelfacts.facts import ModelFacts
 from appliance.modelfacts.gguf_facts import inspect_gguf
 from appliance.modelfacts.hf import inspect_hf
 

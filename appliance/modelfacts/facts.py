@@ -10,19 +10,8 @@ and the planner can read it back without touching the file again.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any
 
-from appliance.errors import BadRequest
-
-
-class InvalidModelFile(BadRequest):
-    """The model file or folder is malformed, hostile, or not a format we accept.
-
-    Raised before anything large is allocated; the message says what was wrong
-    (never an absolute path).
-    """
-
-    code = "invalid_model_file"
+from appliance.jsontypes import JsonObject
 
 
 @dataclass(frozen=True)
@@ -86,12 +75,12 @@ class ModelFacts:
         """Key plus value head size: the per-head, per-token KV elements of one layer."""
         return self.head_dim + (self.value_head_dim if self.value_head_dim is not None else self.head_dim)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """Plain JSON-able dict of every field."""
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ModelFacts":
+    def from_dict(cls, data: JsonObject) -> "ModelFacts":
         """Inverse of :meth:`to_dict`; unknown keys are ignored so older rows still load."""
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import Any
 
 from gguf import GGMLQuantizationType, LlamaFileType, PoolingType
 
-from appliance.modelfacts.facts import InvalidModelFile, ModelFacts
-from appliance.modelfacts.gguf_header import GGUFHeader, read_header
+from appliance.modelfacts.errors import InvalidModelFile
+from appliance.modelfacts.facts import ModelFacts
+from appliance.modelfacts.gguf_header import GGUFHeader, GGUFMetadata, read_header
 
 MAX_BLOCK_COUNT = 512
 """llama.cpp's own ceiling on layers (LLAMA_MAX_LAYERS); past it a file is hostile."""
@@ -28,7 +28,7 @@ def swa_layer_count(n_layer: int, pattern: int) -> int:
     return sum(1 for il in range(n_layer) if il % pattern < pattern - 1)
 
 
-def _int(meta: dict[str, Any], key: str, *, default: int | None = None, required: bool = False) -> int | None:
+def _int(meta: GGUFMetadata, key: str, *, default: int | None = None, required: bool = False) -> int | None:
     """An integer metadata value; per-layer arrays give their maximum."""
     v = meta.get(key)
     if isinstance(v, tuple):
@@ -44,7 +44,7 @@ def _int(meta: dict[str, Any], key: str, *, default: int | None = None, required
     return v
 
 
-def _file_type(meta: dict[str, Any], header: GGUFHeader) -> str | None:
+def _file_type(meta: GGUFMetadata, header: GGUFHeader) -> str | None:
     ft = meta.get("general.file_type")
     if isinstance(ft, int):
         try:
@@ -59,7 +59,7 @@ def _file_type(meta: dict[str, Any], header: GGUFHeader) -> str | None:
     return GGMLQuantizationType(by_type.most_common(1)[0][0]).name
 
 
-def _swa_layers(meta: dict[str, Any], arch: str, n_layer: int, window: int | None) -> int:
+def _swa_layers(meta: GGUFMetadata, arch: str, n_layer: int, window: int | None) -> int:
     if not window:
         return 0
     pattern = meta.get(f"{arch}.attention.sliding_window_pattern")
@@ -88,7 +88,7 @@ def facts_from_header(header: GGUFHeader) -> ModelFacts:
     head_dim = _int(meta, f"{arch}.attention.key_length", default=(n_embd // n_head) if n_head else 0) or 0
     value_dim = _int(meta, f"{arch}.attention.value_length")
     window = _int(meta, f"{arch}.attention.sliding_window")
-    n_vocab = meta.get("tokenizer.ggml.tokens#count") or _int(meta, f"{arch}.vocab_size")
+    n_vocab = _int(meta, "tokenizer.ggml.tokens#count") or _int(meta, f"{arch}.vocab_size")
     pooling = _int(meta, f"{arch}.pooling_type")
     names = {t.name for t in header.tensors}
     tensor_bytes = sum(t.n_bytes for t in header.tensors)

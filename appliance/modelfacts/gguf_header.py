@@ -20,11 +20,11 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from appliance.modelfacts.facts import InvalidModelFile
+from appliance.modelfacts.errors import InvalidModelFile
 
 MAGIC = b"GGUF"
 MAX_KV = 1 << 16
@@ -54,6 +54,11 @@ _SCALARS: dict[int, tuple[str, int]] = {
     6: ("<f", 4), 7: ("<?", 1), 10: ("<Q", 8), 11: ("<q", 8), 12: ("<d", 8),
 }
 _STRING, _ARRAY = 8, 9
+
+Scalar: TypeAlias = int | float | bool
+MetaValue: TypeAlias = Scalar | str | tuple[Scalar, ...]
+GGUFMetadata: TypeAlias = dict[str, MetaValue]
+"""Kept header metadata: scalars, strings and short numeric arrays, by key."""
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
@@ -80,7 +85,7 @@ class GGUFHeader:
     """
 
     version: int
-    metadata: dict[str, Any]
+    metadata: GGUFMetadata
     tensors: tuple[TensorInfo, ...]
     data_offset: int
     file_size: int
@@ -111,7 +116,7 @@ class _Cursor:
         self.pos += 8
         return v
 
-    def scalar(self, vtype: int, what: str) -> Any:
+    def scalar(self, vtype: int, what: str) -> Scalar:
         code, size = _SCALARS[vtype]
         self.need(size, what)
         (v,) = struct.unpack_from(code, self.buf, self.pos)
@@ -147,7 +152,7 @@ class _Cursor:
         self.pos = pos
 
 
-def _read_value(cur: _Cursor, key: str, vtype: int) -> tuple[Any, int | None]:
+def _read_value(cur: _Cursor, key: str, vtype: int) -> tuple[MetaValue | None, int | None]:
     """Read one metadata value; returns (kept value or None, string-array count or None)."""
     if vtype in _SCALARS:
         return cur.scalar(vtype, f"value of {key}"), None
@@ -241,7 +246,7 @@ def _parse(buf: mmap.mmap, size: int) -> GGUFHeader:
     # Each pair needs >= 12 bytes (key length + type), each tensor info >= 24.
     cur.need(n_kv * 12 + n_tensors * 24, "metadata and tensor table")
 
-    meta: dict[str, Any] = {}
+    meta: GGUFMetadata = {}
     for i in range(n_kv):
         key = cur.string(f"metadata key {i}", MAX_KEY_LEN)
         if key is None:

@@ -11,10 +11,13 @@ from __future__ import annotations
 import json
 import os
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-from appliance.modelfacts.facts import InvalidModelFile, ModelFacts
+from appliance.jsontypes import JsonObject
+from appliance.modelfacts.errors import InvalidModelFile
+from appliance.modelfacts.facts import ModelFacts
 from appliance.modelfacts.gguf_facts import MAX_BLOCK_COUNT
 
 MAX_JSON_BYTES = 8 << 20
@@ -28,22 +31,33 @@ DTYPE_BYTES = {
 QUANT_METHODS = {"awq", "gptq", "fp8", "compressed-tensors", "bitsandbytes", "mxfp4", "modelopt", "gptq_marlin", "awq_marlin"}
 
 
-def _read_json(path: Path, what: str) -> dict[str, Any]:
+@contextmanager
+def _reading(missing: str, unreadable: str) -> Iterator[None]:
+    """A missing file or unreadable JSON inside the block becomes InvalidModelFile with these messages."""
     try:
-        size = path.stat().st_size
-        if size > MAX_JSON_BYTES:
-            raise InvalidModelFile(f"{what} is {size} bytes (limit {MAX_JSON_BYTES})")
-        data = json.loads(path.read_bytes())
+        yield
     except FileNotFoundError:
-        raise InvalidModelFile(f"{what} is missing") from None
+        raise InvalidModelFile(missing) from None
     except (OSError, ValueError) as exc:
-        raise InvalidModelFile(f"{what} is not readable JSON: {exc.__class__.__name__}") from None
+        raise InvalidModelFile(f"{unreadable}: {exc.__class__.__name__}") from None
+
+
+def _json_object(data: object, what: str) -> JsonObject:
     if not isinstance(data, dict):
         raise InvalidModelFile(f"{what} is not a JSON object")
     return data
 
 
-def _pos_int(cfg: dict[str, Any], key: str, default: int | None = None) -> int | None:
+def _read_json(path: Path, what: str) -> JsonObject:
+    with _reading(f"{what} is missing", f"{what} is not readable JSON"):
+        size = path.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise InvalidModelFile(f"{what} is {size} bytes (limit {MAX_JSON_BYTES})")
+        data = json.loads(path.read_bytes())
+    return _json_object(data, what)
+
+
+def _pos_int(cfg: JsonObject, key: str, default: int | None = None) -> int | None:
     v = cfg.get(key, default)
     if v is None:
         return None
@@ -69,24 +83,18 @@ def _shard_names(folder: Path) -> list[str]:
     return names
 
 
-def read_safetensors_header(path: Path) -> dict[str, Any]:
+def read_safetensors_header(path: Path) -> JsonObject:
     """The JSON header of one safetensors file, bounds-checked against the file size."""
-    try:
-        with path.open("rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            raw = fh.read(8)
-            if len(raw) < 8:
-                raise InvalidModelFile(f"{path.name} is too small to be safetensors")
-            (n,) = struct.unpack("<Q", raw)
-            if n > MAX_ST_HEADER or n > size - 8:
-                raise InvalidModelFile(f"{path.name} header length {n} is past the file size or the limit")
-            header = json.loads(fh.read(n))
-    except FileNotFoundError:
-        raise InvalidModelFile(f"shard {path.name} is missing") from None
-    except (OSError, ValueError) as exc:
-        raise InvalidModelFile(f"{path.name} header is unreadable: {exc.__class__.__name__}") from None
-    if not isinstance(header, dict):
-        raise InvalidModelFile(f"{path.name} header is not a JSON object")
+    with _reading(f"shard {path.name} is missing", f"{path.name} header is unreadable"), path.open("rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        raw = fh.read(8)
+        if len(raw) < 8:
+            raise InvalidModelFile(f"{path.name} is too small to be safetensors")
+        (n,) = struct.unpack("<Q", raw)
+        if n > MAX_ST_HEADER or n > size - 8:
+            raise InvalidModelFile(f"{path.name} header length {n} is past the file size or the limit")
+        data = json.loads(fh.read(n))
+    header = _json_object(data, f"{path.name} header")
     data_size = size - 8 - n
     for name, info in header.items():
         if name == "__metadata__":
@@ -127,7 +135,7 @@ def _weights(folder: Path) -> tuple[int | None, int | None, int | None, str | No
     return total, nonlayer, elements, dominant
 
 
-def _swa_layers(cfg: dict[str, Any], n_layer: int, window: int | None) -> int:
+def _swa_layers(cfg: JsonObject, n_layer: int, window: int | None) -> int:
     if not window:
         return 0
     layer_types = cfg.get("layer_types")

@@ -3,15 +3,31 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from appliance.hardware.snapshot import GpuInfo, HardwareSnapshot
-from appliance.planner.estimates import GiB, MiB
+from appliance.hardware.units import GiB, MiB
 from appliance.planner.types import DeviceMemory, Preferences, Variant
 
 TIER_VLLM, TIER_FULL_GPU, TIER_PARTIAL, TIER_CPU = 0, 1, 2, 3
 LLAMACPP_MIN_CC = (5, 0)
 VLLM_MIN_CC = (7, 0)
+
+
+class PlanFields(TypedDict, total=False):
+    """The :class:`~appliance.planner.types.Plan` fields an attempt decides (absent: the Plan default)."""
+
+    context: int
+    threads: int | None
+    n_gpu_layers: int
+    devices: tuple[str, ...]
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    kv_cache_dtype: str
+    gpu_memory_utilization: float | None
+    distributed_executor: str | None
+    tensor_split: tuple[float, ...]
+    swa_full: bool
 
 
 @dataclass(frozen=True)
@@ -27,7 +43,7 @@ class Attempt:
     """Fits: how (``all 28 layers on GPU0, 1.3 GiB headroom``). Not: why (``needs 9.1 GiB > 7.8 GiB usable on GPU0``)."""
     placement: str
     context: int
-    fields: dict[str, Any] = field(default_factory=dict)
+    fields: PlanFields = field(default_factory=PlanFields)
     gpu_fraction: float = 0.0
 
 

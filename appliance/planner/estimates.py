@@ -21,10 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from appliance.hardware.units import GiB, MiB
 from appliance.modelfacts import ModelFacts
-
-MiB = 1 << 20
-GiB = 1 << 30
 
 N_UBATCH = 512
 """llama.cpp's default micro-batch; the compute buffers scale with it."""
@@ -84,8 +82,9 @@ def llamacpp_kv_bytes(f: ModelFacts, ctx: int, parallel: int, dtype: str = "f16"
     n_ctx 512..65536 and 1 or 8 sequences).
     """
     cells = pad(ctx * parallel, KV_PAD)
-    swa = 0 if swa_full or not f.sliding_window else min(f.swa_layers, f.n_layer)
-    swa_cells = min(cells, pad(f.sliding_window * parallel + N_UBATCH, KV_PAD)) if swa else 0
+    window = 0 if swa_full else f.sliding_window or 0
+    swa = min(f.swa_layers, f.n_layer) if window else 0
+    swa_cells = min(cells, pad(window * parallel + N_UBATCH, KV_PAD)) if swa else 0
     per = kv_per_cell_layer(f, dtype)
     return int((f.n_layer - swa) * cells * per + swa * swa_cells * per)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from appliance.hardware.snapshot import GpuInfo, HardwareSnapshot
 from appliance.planner.common import (
-    TIER_CPU, TIER_FULL_GPU, TIER_PARTIAL, Attempt, ctx_text, gib, labels, shortfall, worst_row,
+    TIER_CPU, TIER_FULL_GPU, TIER_PARTIAL, Attempt, PlanFields, ctx_text, gib, labels, shortfall, worst_row,
 )
 from appliance.planner.estimates import (
     CPU_COMPUTE_BASE, GPU_RUNTIME_BYTES, N_UBATCH, WeightSplit, llamacpp_cpu_compute, llamacpp_gpu_compute,
@@ -49,8 +49,9 @@ class _Shape:
     def head(self) -> str:
         return f"{self.quant}, {ctx_text(self.ctx)} ctx{self.ctx_note}"
 
-    def fields(self, **extra: object) -> dict[str, object]:
-        return {"context": self.ctx, "threads": self.threads, "kv_cache_dtype": self.kv_dtype, "swa_full": self.prefs.swa_full, **extra}
+    def fields(self, n_gpu_layers: int, devices: tuple[str, ...], tensor_split: tuple[float, ...] = ()) -> PlanFields:
+        return PlanFields(context=self.ctx, threads=self.threads, kv_cache_dtype=self.kv_dtype, swa_full=self.prefs.swa_full,
+                          n_gpu_layers=n_gpu_layers, devices=devices, tensor_split=tensor_split)
 
     def host_row(self, layers_on_cpu: int, output_on_cpu: bool, full_offload: bool) -> DeviceMemory:
         f, w = self.f, self.w
@@ -119,9 +120,9 @@ def full_gpu(v: Variant, snapshot: HardwareSnapshot, prefs: Preferences, gpus: l
     spare = min(r.headroom for r in rows)
     split = f" ({'/'.join(map(str, layers))})" if len(gpus) > 1 else ""
     summary = f"{s.head()}, all {f.n_layer} layers on {where}{split}, {gib(spare)} headroom"
-    extra = {"tensor_split": tuple(round(n / f.n_layer, 4) for n in layers)} if len(gpus) > 1 else {}
+    fractions = tuple(round(n / f.n_layer, 4) for n in layers) if len(gpus) > 1 else ()
     return Attempt(v, "llamacpp", TIER_FULL_GPU, True, memory, summary, where, s.ctx,
-                   s.fields(n_gpu_layers=-1, devices=tuple(g.device_id for g in gpus), **extra), 1.0)
+                   s.fields(-1, tuple(g.device_id for g in gpus), fractions), 1.0)
 
 
 def partial(v: Variant, snapshot: HardwareSnapshot, prefs: Preferences, gpus: list[GpuInfo], extra: int = 0) -> Attempt:
@@ -144,8 +145,8 @@ def partial(v: Variant, snapshot: HardwareSnapshot, prefs: Preferences, gpus: li
         why = f"not even one layer fits: {shortfall(bad, margin, _label(bad.device, gpus))}"
         return Attempt(v, "llamacpp", TIER_PARTIAL, False, rows, why, where, s.ctx)
     layers = _split_layers([c for c in capacity], on_gpu) if len(gpus) > 1 else [on_gpu]
-    rows = [DeviceMemory.of(g.device_id, int(n * w.layer), int(n * s.kv_layer), llamacpp_gpu_compute(f, False), GPU_RUNTIME_BYTES, g.memory_free)
-            for g, n in zip(gpus, layers) if n > 0]
+    rows = tuple(DeviceMemory.of(g.device_id, int(n * w.layer), int(n * s.kv_layer), llamacpp_gpu_compute(f, False), GPU_RUNTIME_BYTES, g.memory_free)
+                 for g, n in zip(gpus, layers) if n > 0)
     used_gpus = [g for g, n in zip(gpus, layers) if n > 0]
     host = s.host_row(f.n_layer - on_gpu, True, False)
     memory = (*rows, host)
@@ -155,9 +156,9 @@ def partial(v: Variant, snapshot: HardwareSnapshot, prefs: Preferences, gpus: li
     spare = min(r.headroom for r in rows)
     summary = (f"{s.head()}, {placement}, {f.n_layer - on_gpu} on CPU ({s.threads} threads), "
                f"{gib(spare)} GPU headroom, {gib(host.headroom)} RAM headroom")
-    extra = {"tensor_split": tuple(round(n / on_gpu, 4) for n in layers if n > 0)} if len(used_gpus) > 1 else {}
+    fractions = tuple(round(n / on_gpu, 4) for n in layers if n > 0) if len(used_gpus) > 1 else ()
     return Attempt(v, "llamacpp", TIER_PARTIAL, True, memory, summary, placement, s.ctx,
-                   s.fields(n_gpu_layers=on_gpu, devices=tuple(g.device_id for g in used_gpus), **extra), on_gpu / f.n_layer)
+                   s.fields(on_gpu, tuple(g.device_id for g in used_gpus), fractions), on_gpu / f.n_layer)
 
 
 def cpu_only(v: Variant, snapshot: HardwareSnapshot, prefs: Preferences, extra: int = 0) -> Attempt:
@@ -168,4 +169,4 @@ def cpu_only(v: Variant, snapshot: HardwareSnapshot, prefs: Preferences, extra: 
     if row.headroom < prefs.memory_margin:
         return _fail(s, TIER_CPU, (row,), [], "CPU")
     summary = f"{s.head()}, CPU with {s.threads} threads, {gib(row.headroom)} RAM headroom"
-    return Attempt(v, "llamacpp", TIER_CPU, True, (row,), summary, "CPU", s.ctx, s.fields(n_gpu_layers=0, devices=("cpu",)))
+    return Attempt(v, "llamacpp", TIER_CPU, True, (row,), summary, "CPU", s.ctx, s.fields(0, ("cpu",)))

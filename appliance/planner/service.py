@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
+from appliance.catalog import ArchFacts, Catalog, CatalogVariant, load_catalog
 from appliance.errors import ModelNotFound
 from appliance.hardware import HardwareSnapshot, detect_hardware, detect_software, software_findings
-from appliance.hardware.snapshot import GiB
 from appliance.hardware.software import SoftwareInfo
+from appliance.hardware.units import GiB
+from appliance.jsontypes import JsonObject
 from appliance.modelfacts import ModelFacts, inspect_gguf, inspect_hf
 from appliance.planner.plan import CalibrationPoint, Plan, Preferences, Variant, plan, plan_all
+from appliance.settings import Settings
+from appliance.store.store import ModelStore
 
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 SNAPSHOT_TTL_S = 5.0
-_cache: dict[str, tuple[float, Any]] = {}
+_cache: dict[str, tuple[float, HardwareSnapshot]] = {}
 
 
 def live_snapshot(max_age: float = SNAPSHOT_TTL_S) -> HardwareSnapshot:
@@ -32,11 +36,11 @@ def live_snapshot(max_age: float = SNAPSHOT_TTL_S) -> HardwareSnapshot:
     return hit[1]
 
 
-def software(settings: Any) -> SoftwareInfo:
+def software(settings: Settings) -> SoftwareInfo:
     return detect_software(settings.vllm_python)
 
 
-def preferences_for(settings: Any, sw: SoftwareInfo, ctx: int | None = None, parallel: int | None = None) -> Preferences:
+def preferences_for(settings: Settings, sw: SoftwareInfo, ctx: int | None = None, parallel: int | None = None) -> Preferences:
     """Planner preferences from the settings, with optional ``--ctx``/``--parallel`` overrides."""
     return Preferences(
         min_context=ctx or settings.engine_context,
@@ -45,13 +49,13 @@ def preferences_for(settings: Any, sw: SoftwareInfo, ctx: int | None = None, par
         vllm_available=sw.vllm_available,
         llamacpp_gpu=sw.llamacpp_gpu,
         ray_address=settings.ray_address,
-        backend=getattr(settings, "backend", "auto"),
+        backend=settings.backend,
         threads=settings.engine_threads,
         memory_budget=int(settings.memory_budget_gib * GiB) if settings.memory_budget_gib else None,
     )
 
 
-def hardware_report(settings: Any, snapshot: HardwareSnapshot | None = None) -> dict[str, Any]:
+def hardware_report(settings: Settings, snapshot: HardwareSnapshot | None = None) -> JsonObject:
     """The doctor's answer: snapshot, software, and every finding (errors first) with its fix."""
     snap = snapshot or detect_hardware()
     sw = software(settings)
@@ -79,14 +83,13 @@ def variants_from_path(path: Path) -> list[Variant]:
     return [Variant(family, name, facts.format, quant, size, facts, str(path))]
 
 
-def facts_from_catalog(variant: Any) -> ModelFacts:
-    """Planner facts from a catalog variant's published architecture numbers."""
-    f = variant.facts
-    swa = f.layers - f.layers // f.sliding_window_pattern if f.sliding_window and f.sliding_window_pattern else 0
-    return ModelFacts(format=variant.format, architecture=f.architecture, n_layer=f.layers, n_embd=f.embedding, n_head=f.heads,
-                      n_head_kv=f.kv_heads, head_dim=f.head_dim, context_length=f.context_length, sliding_window=f.sliding_window,
-                      swa_layers=swa, n_vocab=f.vocab, n_expert=f.experts, n_expert_used=f.experts_used,
-                      file_type=variant.quantization, parameter_count=f.params)
+def facts_from_catalog(variant: CatalogVariant, f: ArchFacts) -> ModelFacts:
+    """Planner facts from a catalog variant and its published architecture numbers (the same names)."""
+    swa = f.n_layer - f.n_layer // f.sliding_window_pattern if f.sliding_window and f.sliding_window_pattern else 0
+    return ModelFacts(format=variant.format, architecture=f.architecture, n_layer=f.n_layer, n_embd=f.n_embd, n_head=f.n_head,
+                      n_head_kv=f.n_head_kv, head_dim=f.head_dim, context_length=f.context_length, sliding_window=f.sliding_window,
+                      swa_layers=swa, n_vocab=f.n_vocab, n_expert=f.n_expert, n_expert_used=f.n_expert_used,
+                      file_type=variant.quantization, parameter_count=f.parameter_count)
 
 
 def split_name(name: str) -> tuple[str, str | None]:
@@ -94,23 +97,19 @@ def split_name(name: str) -> tuple[str, str | None]:
     return family, variant or None
 
 
-def variants_from_catalog(name: str, catalog: Any | None = None) -> list[Variant]:
+def variants_from_catalog(name: str, catalog: Catalog | None = None) -> list[Variant]:
     """Variants of a catalog family (or the one named ``family:variant``); [] when unknown."""
     if catalog is None:
-        try:
-            from appliance.catalog import load_catalog
-        except ImportError:
-            return []
         catalog = load_catalog()
     family_name, variant_name = split_name(name)
     family = catalog.family(family_name)
     if family is None:
         return []
-    chosen = [v for v in family.variants if variant_name in (None, v.name) and v.facts is not None]
-    return [Variant(family.name, v.name, v.format, v.quantization, v.size_bytes, facts_from_catalog(v), "") for v in chosen]
+    return [Variant(family.name, v.name, v.format, v.quantization, v.size_bytes, facts_from_catalog(v, v.facts), "")
+            for v in family.variants if variant_name in (None, v.name) and v.facts is not None]
 
 
-def variants_from_store(store: Any, name: str) -> list[Variant]:
+def variants_from_store(store: ModelStore, name: str) -> list[Variant]:
     """Ready installed variants of the family (or the one named) that carry inspected facts."""
     family_name, variant_name = split_name(name)
     out = []
@@ -123,7 +122,7 @@ def variants_from_store(store: Any, name: str) -> list[Variant]:
     return out
 
 
-def resolve_variants(name: str, *, store: Any | None = None, catalog: Any | None = None) -> list[Variant]:
+def resolve_variants(name: str, *, store: ModelStore | None = None, catalog: Catalog | None = None) -> list[Variant]:
     """Installed variants first, else the catalog's; raises ModelNotFound."""
     found = variants_from_store(store, name) if store is not None else []
     found = found or variants_from_catalog(name, catalog)
@@ -133,7 +132,7 @@ def resolve_variants(name: str, *, store: Any | None = None, catalog: Any | None
 
 
 def plan_report(snapshot: HardwareSnapshot, variants: Sequence[Variant], prefs: Preferences,
-                calibrations: Sequence[CalibrationPoint] = ()) -> dict[str, Any]:
+                calibrations: Sequence[CalibrationPoint] = ()) -> JsonObject:
     """The plan table: the decision (plan or refusal) and one row per variant."""
     decision = plan(snapshot, variants, prefs, calibrations)
     rows = plan_all(snapshot, variants, prefs, calibrations)

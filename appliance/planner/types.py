@@ -7,10 +7,11 @@ are a contract. Sizes are bytes.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
 
 from appliance.errors import DoesNotFit
-from appliance.hardware.snapshot import GiB, HardwareSnapshot
+from appliance.hardware.snapshot import HardwareSnapshot
+from appliance.hardware.units import GiB
+from appliance.jsontypes import JsonObject
 from appliance.modelfacts import ModelFacts
 
 
@@ -144,11 +145,11 @@ class Plan:
         """The formula's estimate before calibration: what a new measurement is compared with."""
         return self.estimated_bytes - self.calibration_bytes
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Plan":
+    def from_dict(cls, data: JsonObject) -> "Plan":
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         values["memory"] = tuple(DeviceMemory(**m) for m in values.get("memory", ()))
@@ -168,7 +169,7 @@ class Refusal:
     """What would make it fit, one line each (``8.2 GiB of free RAM (have 5.1 GiB)``)."""
     rejected: tuple[tuple[str, str], ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return asdict(self)
 
     def to_error(self) -> DoesNotFit:
@@ -193,5 +194,5 @@ class PlanRow:
     estimated_bytes: int
     memory: tuple[DeviceMemory, ...] = field(default=())
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return asdict(self)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from appliance.hardware.snapshot import GpuInfo, HardwareSnapshot
-from appliance.planner.common import TIER_CPU, TIER_VLLM, Attempt, ctx_text, gib, shortfall, vllm_gpus
+from appliance.planner.common import TIER_CPU, TIER_VLLM, Attempt, PlanFields, ctx_text, gib, shortfall, vllm_gpus
 from appliance.planner.estimates import VLLM_CPU_OVERHEAD, VLLM_GPU_OVERHEAD, vllm_compute, vllm_kv_bytes, weight_bytes
 from appliance.planner.quality import quantization_of
 from appliance.planner.types import DeviceMemory, Preferences, Variant
@@ -77,7 +77,7 @@ def _attempt(v: Variant, prefs: Preferences, context: int, note: str, chosen: li
         names = {n: g.label for n, g in chosen}
         return Attempt(v, "vllm", TIER_VLLM, False, rows, shortfall(tight, margin, names.get(tight.device, tight.device)), label, context)
     summary = f"{head}, vLLM {label}, gpu_memory_utilization {util:.2f}, {gib(tight.headroom)} headroom"
-    fields = {"context": context, "threads": None, "n_gpu_layers": -1, "devices": tuple(n for n, _ in chosen),
+    fields: PlanFields = {"context": context, "threads": None, "n_gpu_layers": -1, "devices": tuple(n for n, _ in chosen),
               "tensor_parallel_size": tp, "pipeline_parallel_size": pp, "kv_cache_dtype": _kv_dtype(prefs),
               "gpu_memory_utilization": util, "distributed_executor": "ray" if pp > 1 else None}
     return Attempt(v, "vllm", TIER_VLLM, True, rows, summary, label, context, fields, 1.0)
@@ -149,6 +149,6 @@ def vllm_cpu(v: Variant, snapshot: HardwareSnapshot, prefs: Preferences, extra: 
         return Attempt(v, "vllm", TIER_CPU, False, (row,), shortfall(row, prefs.memory_margin, "RAM"), "CPU", context)
     summary = (f"{quantization_of(v) or v.name}, {ctx_text(context)} ctx{note} x {prefs.parallel} seq, vLLM on CPU, "
                f"gpu_memory_utilization {util:.2f} of the NUMA node's RAM, {gib(row.headroom)} headroom")
-    fields = {"context": context, "threads": prefs.threads or cpu.physical_cores, "n_gpu_layers": 0, "devices": ("cpu",),
+    fields: PlanFields = {"context": context, "threads": prefs.threads or cpu.physical_cores, "n_gpu_layers": 0, "devices": ("cpu",),
               "kv_cache_dtype": _kv_dtype(prefs), "gpu_memory_utilization": util}
     return Attempt(v, "vllm", TIER_CPU, True, (row,), summary, "CPU", context, fields)

@@ -13,7 +13,8 @@ from appliance.db import engine as dbmod
 from appliance.planner.calibration import (
     calibration_report, estimation_error, gpu_bytes_of, load_calibrations, measure, record_load,
 )
-from appliance.hardware.snapshot import GiB, HardwareSnapshot
+from appliance.hardware.snapshot import HardwareSnapshot
+from appliance.hardware.units import GiB
 from appliance.planner.plan import CalibrationPoint, Plan, Preferences, plan
 from appliance.planner.types import DeviceMemory
 
@@ -23,7 +24,7 @@ MiB = 1 << 20
 
 @pytest.fixture()
 def engine(tmp_path: Path):
-    path = tmp_path / "appliance.db.engine"
+    path = tmp_path / "appliance.db"
     dbmod.migrate(path)
     eng = dbmod.make_engine(path)
     yield eng

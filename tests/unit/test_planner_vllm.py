@@ -12,7 +12,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from appliance.hardware.snapshot import GiB, GpuInfo, HardwareSnapshot
+from appliance.hardware.snapshot import GpuInfo, HardwareSnapshot
+from appliance.hardware.units import GiB
 from appliance.modelfacts import ModelFacts
 from appliance.planner.plan import Plan, Preferences, Variant, plan
 
