@@ -5,19 +5,21 @@
 templates (``appliance.webui.render``), so the app needs no template config;
 it authenticates with its own session cookie (``appliance.webui.sessions``), and
 its guard (``appliance.webui.gate``) applies sign-in, CSRF and roles to every
-route. Console actions call the services directly, never the admin API.
+route. Console actions call the daemon's collaborators directly, handed to each
+handler by dependency injection (``appliance.webui.context``), never the admin API.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+
+from litestar import Router
 
 STATIC = Path(__file__).parent / "static"
 
 
-def console_handlers() -> list[Any]:
-    from litestar import Router
+def console_handlers() -> list[Router]:
+    from litestar.handlers import HTTPRouteHandler
     from litestar.datastructures import CacheControlHeader
     from litestar.static_files import create_static_files_router
     from litestar_htmx import HTMXRequest
@@ -32,19 +34,21 @@ def console_handlers() -> list[Any]:
         routes_system,
         routes_usage,
     )
+    from appliance.webui.context import dependencies
     from appliance.webui.gate import EXCEPTION_HANDLERS, SECURITY_HEADERS, gate
 
     static = create_static_files_router(
         path="/static", directories=[STATIC], name="console-static", include_in_schema=False,
         cache_control=CacheControlHeader(max_age=3600), opt=requires(Access.PUBLIC),
     )
-    handlers: list[Any] = []
+    handlers: list[HTTPRouteHandler] = []
     for module in (routes_auth, routes_overview, routes_models, routes_playground, routes_keys, routes_usage, routes_system):
         handlers.extend(module.HANDLERS)
     console = Router(
         path="/",
         route_handlers=handlers,
         guards=[gate],
+        dependencies=dependencies(),
         opt=requires(Access.CONSOLE),
         exception_handlers=EXCEPTION_HANDLERS,
         response_headers=SECURITY_HEADERS,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Any
+
+from appliance.jsontypes import JsonObject
 
 MAX_TURNS = 40
 PENDING_TTL = 120.0
@@ -18,7 +19,7 @@ class PendingTurn:
     sid: str
     mode: str  # chat | completion
     model: str
-    params: dict[str, Any]
+    params: JsonObject  # sampling parameters of the OpenAI request
     messages: list[dict[str, str]] | None = None
     prompt: str | None = None
     created: float = field(default_factory=time.monotonic)

@@ -1,13 +1,34 @@
-"""Per-request console state: the signed-in user, the CSRF token, the console's services."""
+"""Per-request console state (the signed-in user, the CSRF token) and the console's shared state.
+
+Console handlers receive their collaborators by parameter name through
+Litestar's dependency injection: the daemon's (``store``, ``router``, ``audit``,
+...; ``appliance.api.dependencies``) and the console's own, registered on the
+console router (:func:`dependencies`): ``console``, the :class:`Console` built
+once per app, ``user``, the signed-in :class:`ConsoleUser`, and ``load_planner``,
+which plans a load of an installed variant exactly as the daemon's router does
+(the fit badges).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from litestar import Request
+from litestar.connection import ASGIConnection
+from litestar.datastructures import State
+from litestar.di import Provide
+from sqlalchemy.engine import Engine
 
 from appliance.errors import PermissionDenied
+from appliance.serving.load_plan import LoadPlanner
+from appliance.settings import Settings
+from appliance.webui.chat import ChatStore
+from appliance.webui.sessions import SessionStore, load_secret
+from appliance.webui.throttle import LoginThrottle
+
+if TYPE_CHECKING:
+    from appliance.services import Services
 
 SCOPE_USER = "appliance.console_user"
 SCOPE_CSRF = "appliance.console_csrf"
@@ -32,31 +53,34 @@ class ConsoleUser:
 
 
 class Console:
-    """Console state shared by all requests, built on first use from the app's services."""
+    """Console state shared by all requests: the CSRF secret, sessions, sign-in throttle, playground chats."""
 
-    def __init__(self, services: Any):
-        from appliance.webui.chat import ChatStore
-        from appliance.webui.sessions import SessionStore, load_secret
-        from appliance.webui.throttle import LoginThrottle
-
-        settings = services.settings
+    def __init__(self, settings: Settings, db: Engine):
         self.secret = load_secret(settings.session_secret, settings.data_dir)
-        self.sessions = SessionStore(services.db)
+        self.sessions = SessionStore(db)
         self.throttle = LoginThrottle()
         self.chats = ChatStore()
 
 
-def services(request: Request) -> Any:
-    return request.app.state.services
+def daemon_services(state: State) -> Services:
+    """The daemon's collaborators, for what runs before any handler and so cannot take DI parameters:
+    the console's guard (``appliance.webui.gate``) and the one-time build of the :class:`Console`.
+    Handlers name the collaborators they need as parameters instead."""
+    return state.services  # type: ignore[no-any-return]  # set by the app's lifespan, typed here
 
 
-def console(request: Request) -> Console:
-    state = request.app.state
-    found = getattr(state, "console", None)
+def provide_console(state: State) -> Console:
+    """The console's state: built on first use from the daemon's settings and database, then kept on the app."""
+    found: Console | None = state.get("console")
     if found is None:
-        found = Console(state.services)
-        state.console = found
+        services = daemon_services(state)
+        found = state.console = Console(services.settings, services.db)
     return found
+
+
+def console(connection: ASGIConnection) -> Console:
+    """The console's state, for code that is not a console handler (the guard, the admin API's user routes)."""
+    return provide_console(connection.app.state)
 
 
 def console_user(request: Request) -> ConsoleUser | None:
@@ -64,10 +88,17 @@ def console_user(request: Request) -> ConsoleUser | None:
 
 
 def require_user(request: Request) -> ConsoleUser:
+    """The signed-in user; a console handler names it as its ``user`` parameter."""
     user = console_user(request)
     if user is None:  # the gate guarantees one on every non-public route
         raise PermissionDenied("Sign in first.")
     return user
+
+
+def dependencies() -> dict[str, Provide]:
+    """The console's own injectables, registered on the console router."""
+    return {"console": Provide(provide_console, sync_to_thread=False), "user": Provide(require_user, sync_to_thread=False),
+            "load_planner": Provide(LoadPlanner, sync_to_thread=False)}
 
 
 def csrf_for(request: Request) -> str:
@@ -76,7 +107,3 @@ def csrf_for(request: Request) -> str:
 
 def is_https(request: Request) -> bool:
     return request.url.scheme == "https"
-
-
-def audit(request: Request, action: str, target: str | None = None, detail: str | None = None) -> None:
-    services(request).audit(require_user(request).actor, action, target, detail)

@@ -11,19 +11,21 @@ from __future__ import annotations
 
 import logging
 import secrets
-from typing import Any
+from typing import Callable
 from urllib.parse import quote
 
 from litestar import MediaType, Request, Response
 from litestar.datastructures import ResponseHeader
 from litestar.exceptions import HTTPException
+from litestar.handlers.base import BaseRouteHandler
+from litestar.types import ExceptionHandlersMap
 from sqlalchemy import Engine
 
 from appliance.db.engine import session
 from appliance.errors import ApplianceError, PermissionDenied
 from appliance.db.tables import User
 from appliance.webui import csrf
-from appliance.webui.context import SCOPE_CSRF, SCOPE_USER, ConsoleUser, console, console_user, services
+from appliance.webui.context import SCOPE_CSRF, SCOPE_USER, ConsoleUser, console, console_user, daemon_services
 from appliance.webui.sessions import COOKIE
 
 log = logging.getLogger("appliance.webui")
@@ -61,12 +63,12 @@ def load_user(db: Engine, user_id: int, sid: str) -> ConsoleUser | None:
                        must_change_password=row.must_change_password, sid=sid)
 
 
-async def gate(request: Request, handler: Any) -> None:
+async def gate(request: Request, handler: BaseRouteHandler) -> None:
     con = console(request)
     opt = handler.opt or {}
     sid = request.cookies.get(COOKIE)
     record = con.sessions.get(sid) if sid else None
-    user = load_user(services(request).db, record.user_id, sid) if record and sid else None
+    user = load_user(daemon_services(request.app.state).db, record.user_id, sid) if record and sid else None
     if user is not None:
         request.scope[SCOPE_USER] = user  # type: ignore[literal-required]
         purpose, binding = "session", sid
@@ -84,10 +86,10 @@ async def gate(request: Request, handler: Any) -> None:
     await csrf.check(request, con.secret, purpose, None if SCOPE_PRE_NEW in request.scope else binding)
 
 
-def needs(role: str):
+def needs(role: str) -> Callable[[Request, BaseRouteHandler], None]:
     """A guard: the signed-in user has at least ``role`` (viewer < operator < admin)."""
 
-    def guard(request: Request, _handler: Any) -> None:
+    def guard(request: Request, _handler: BaseRouteHandler) -> None:
         user = console_user(request)
         if user is None or not user.can(role):
             raise PermissionDenied(f"This action needs the {role} role.")
@@ -144,7 +146,7 @@ def on_unexpected(request: Request, exc: Exception) -> Response:
     return _error(request, 500, "Something went wrong; the details are in the appliance log.")
 
 
-EXCEPTION_HANDLERS: dict[Any, Any] = {
+EXCEPTION_HANDLERS: ExceptionHandlersMap = {
     LoginRequired: on_login_required,
     PasswordChangeRequired: on_password_change,
     ApplianceError: on_appliance_error,

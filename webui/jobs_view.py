@@ -9,41 +9,33 @@ waits briefly so the browser closes first and EventSource does not reconnect.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator, Callable
+from typing import AsyncIterator
 
-from litestar import Request, get
+from litestar import get
+from litestar.handlers import HTTPRouteHandler
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
-from appliance.errors import EngineUnavailable
-from appliance.webui.context import services
+from appliance.jsontypes import JsonObject
+from appliance.serving.names import ModelNames
+from appliance.store.jobs import Job, JobContext, JobRegistry, Work
 from appliance.webui.render import render
 
 LINGER_S = 15.0
 
 
-def _jobs(request: Request) -> Any:
-    jobs = getattr(services(request), "jobs", None)
-    if jobs is None:
-        raise EngineUnavailable("The job registry is not available.")
-    return jobs
+def submit(jobs: JobRegistry, names: ModelNames, kind: str, target: str, work: Work) -> Job:
+    """Start ``work`` as a job; once it ends, whatever the outcome, remembered model names are forgotten."""
 
-
-def submit(request: Request, kind: str, target: str, work: Callable[[Any], Any]) -> Any:
-    svc = services(request)
-
-    def run(ctx: Any) -> dict[str, Any] | None:
+    def run(ctx: JobContext) -> JsonObject | None:
         try:
-            info = work(ctx)
+            return work(ctx)
         finally:
-            svc.names_changed()
-        return info.to_dict() if hasattr(info, "to_dict") else None
+            names.forget()
 
-    return _jobs(request).submit(kind, target, run)
+    return jobs.submit(kind, target, run)
 
 
-async def _events(request: Request, job_id: int) -> AsyncIterator[ServerSentEventMessage]:
-    jobs = _jobs(request)
-    job = jobs.get(job_id)
+async def _events(jobs: JobRegistry, job: Job) -> AsyncIterator[ServerSentEventMessage]:
     yield ServerSentEventMessage(data=render("_job_body.html", job=job.view()), event="progress")
     async for _event in jobs.follow(job.id, 0):
         yield ServerSentEventMessage(data=render("_job_body.html", job=job.view()), event="progress")
@@ -51,10 +43,10 @@ async def _events(request: Request, job_id: int) -> AsyncIterator[ServerSentEven
     await asyncio.sleep(LINGER_S)
 
 
-def job_handlers() -> list[Any]:
+def job_handlers() -> list[HTTPRouteHandler]:
     @get("/jobs/{job_id:int}/events", include_in_schema=False)
-    async def job_events(request: Request, job_id: int) -> ServerSentEvent:
-        _jobs(request).get(job_id)  # 404 before the stream starts
-        return ServerSentEvent(_events(request, job_id), headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    async def job_events(job_id: int, jobs: JobRegistry) -> ServerSentEvent:
+        job = jobs.get(job_id)  # 404 before the stream starts
+        return ServerSentEvent(_events(jobs, job), headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
     return [job_events]

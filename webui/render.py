@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import time
 from pathlib import Path
-from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from litestar import MediaType, Request, Response
@@ -36,7 +35,7 @@ NAV = (
 )
 
 
-def human_bytes(value: Any) -> str:
+def human_bytes(value: float | None) -> str:
     if value is None:
         return "–"
     n = float(value)
@@ -47,7 +46,7 @@ def human_bytes(value: Any) -> str:
     return f"{n:.1f} TiB"  # pragma: no cover
 
 
-def human_number(value: Any, digits: int = 1) -> str:
+def human_number(value: float | None, digits: int = 1) -> str:
     if value is None:
         return "–"
     n = float(value)
@@ -57,13 +56,13 @@ def human_number(value: Any, digits: int = 1) -> str:
     return f"{n:.0f}" if n == int(n) else f"{n:.{digits}f}"
 
 
-def timestamp(value: Any) -> str:
+def timestamp(value: float | None) -> str:
     if not value:
         return "–"
     return dt.datetime.fromtimestamp(float(value), dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def ago(value: Any) -> str:
+def ago(value: float | None) -> str:
     if not value:
         return "–"
     seconds = max(0, time.time() - float(value))
@@ -73,7 +72,7 @@ def ago(value: Any) -> str:
     return f"{seconds:.0f} s ago"
 
 
-def percent(value: Any, digits: int = 0) -> str:
+def percent(value: float | None, digits: int = 0) -> str:
     return "–" if value is None else f"{float(value):.{digits}f}%"
 
 
@@ -100,11 +99,11 @@ def environment() -> Environment:
     return _ENV
 
 
-def render(name: str, **context: Any) -> str:
+def render(name: str, **context: object) -> str:
     return environment().get_template(name).render(**context)
 
 
-def _common(request: Request, active: str | None) -> dict[str, Any]:
+def _common(request: Request, active: str | None) -> dict[str, object]:
     user = console_user(request)
     rank = ROLE_RANK.get(user.role, -1) if user else -1
     nav = [item for item in NAV if rank >= ROLE_RANK[item[3]]]
@@ -120,12 +119,12 @@ def _common(request: Request, active: str | None) -> dict[str, Any]:
 
 
 def page(request: Request, name: str, *, active: str | None = None, status: int = 200,
-         headers: dict[str, str] | None = None, **context: Any) -> Response:
+         headers: dict[str, str] | None = None, **context: object) -> Response:
     """A full page (base layout), or only its content block when htmx asks for a fragment."""
     html = render(name, **_common(request, active), **context)
     return Response(content=html, media_type=MediaType.HTML, status_code=status, headers=headers)
 
 
-def partial(request: Request, name: str, *, status: int = 200, headers: dict[str, str] | None = None, **context: Any) -> Response:
+def partial(request: Request, name: str, *, status: int = 200, headers: dict[str, str] | None = None, **context: object) -> Response:
     html = render(name, **_common(request, None), **context)
     return Response(content=html, media_type=MediaType.HTML, status_code=status, headers=headers)

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from litestar import Request, Response, get, post
-from litestar.datastructures import Cookie
+from litestar.datastructures import Cookie, UploadFile
 from sqlalchemy import select, update
+from sqlalchemy.engine import Engine
 
+from appliance.accounts.users import hash_password, password_problem, verify_password
+from appliance.db.audit import AuditTrail
 from appliance.db.engine import session
 from appliance.db.tables import User
-from appliance.accounts.users import hash_password, password_problem, verify_password
 from appliance.webui import csrf
-from appliance.webui.context import console, console_user, is_https, require_user, services
+from appliance.webui.context import Console, ConsoleUser, console_user, is_https
 from appliance.webui.gate import SCOPE_PRE_NEW
 from appliance.webui.render import page
 from appliance.webui.sessions import clear_cookie, session_cookie
@@ -27,7 +27,7 @@ def _dummy_hash() -> str:
     return _DUMMY_HASH[0]
 
 
-def safe_next(value: Any) -> str:
+def safe_next(value: str | UploadFile | None) -> str:
     """Only local paths: '/x' yes; '//evil', '/\\evil', 'https://…' no."""
     if isinstance(value, str) and value.startswith("/") and not value.startswith(("//", "/\\")) and len(value) < 512:
         return value
@@ -52,30 +52,29 @@ def login_form(request: Request) -> Response:
 
 
 @post("/login", opt={"public": True}, include_in_schema=False)
-async def login(request: Request) -> Response:
-    con = console(request)
+async def login(request: Request, console: Console, db: Engine, audit: AuditTrail) -> Response:
     form = await request.form()
     username = str(form.get("username") or "").strip()[:64]
     password = str(form.get("password") or "")[:1024]
     next_url = safe_next(form.get("next"))
     client = request.client.host if request.client else None
-    wait = con.throttle.retry_after(username, client)
+    wait = console.throttle.retry_after(username, client)
     if wait is not None:  # refused before the password is checked, so a throttled guess learns nothing
         return _login_page(request, status=429, username=username, next_url=next_url,
                            headers={"Retry-After": str(wait.seconds)}, error=wait.message)
-    with session(services(request).db) as s:
+    with session(db) as s:
         row = s.execute(select(User).where(User.username == username)).scalars().first()
     ok = verify_password(row.password_hash if row else _dummy_hash(), password)
     if not ok or row is None or row.disabled:
-        con.throttle.failed(username, client)
-        services(request).audit(f"user:{username or '?'}", "console.login_failed", None, f"client={client}")
+        console.throttle.failed(username, client)
+        audit.record(f"user:{username or '?'}", "console.login_failed", None, f"client={client}")
         return _login_page(request, status=401, username=username, next_url=next_url, error="Wrong user name or password.")
-    con.throttle.succeeded(username)
+    console.throttle.succeeded(username)
     old = request.cookies.get("appliance_session")
-    con.sessions.delete(old)  # never reuse a session id across sign-ins
-    con.sessions.prune()
-    sid = con.sessions.create(row.id)  # type: ignore[arg-type]
-    services(request).audit(f"user:{row.username}", "console.login", None, f"client={client}")
+    console.sessions.delete(old)  # never reuse a session id across sign-ins
+    console.sessions.prune()
+    sid = console.sessions.create(row.id)  # type: ignore[arg-type]
+    audit.record(f"user:{row.username}", "console.login", None, f"client={client}")
     target = "/password" if row.must_change_password else next_url
     response = Response(content="", status_code=303, headers={"Location": target})
     response.set_cookie(session_cookie(sid, is_https(request)))
@@ -84,10 +83,9 @@ async def login(request: Request) -> Response:
 
 
 @post("/logout", opt={"during_setup": True}, include_in_schema=False)
-async def logout(request: Request) -> Response:
-    user = require_user(request)
-    console(request).sessions.delete(user.sid)
-    services(request).audit(user.actor, "console.logout")
+async def logout(request: Request, user: ConsoleUser, console: Console, audit: AuditTrail) -> Response:
+    console.sessions.delete(user.sid)
+    audit.record(user.actor, "console.logout")
     response = Response(content="", status_code=303, headers={"Location": "/login"})
     if request.headers.get("hx-request") == "true":
         response = Response(content="", status_code=200, headers={"HX-Redirect": "/login"})
@@ -101,13 +99,11 @@ def password_form(request: Request) -> Response:
 
 
 @post("/password", opt={"during_setup": True}, include_in_schema=False)
-async def change_password(request: Request) -> Response:
-    user = require_user(request)
+async def change_password(request: Request, user: ConsoleUser, console: Console, db: Engine, audit: AuditTrail) -> Response:
     form = await request.form()
     current = str(form.get("current") or "")
     new = str(form.get("new") or "")
     confirm = str(form.get("confirm") or "")
-    db = services(request).db
     with session(db) as s:
         row = s.get(User, user.id)
     error = None
@@ -124,8 +120,8 @@ async def change_password(request: Request) -> Response:
     with session(db) as s:
         s.execute(update(User).where(User.id == user.id).values(password_hash=hash_password(new), must_change_password=False))  # type: ignore[arg-type]
         s.commit()
-    ended = console(request).sessions.delete_for_user(user.id, keep=user.sid)
-    services(request).audit(user.actor, "user.password_change", user.username, f"other_sessions_ended={ended}")
+    ended = console.sessions.delete_for_user(user.id, keep=user.sid)
+    audit.record(user.actor, "user.password_change", user.username, f"other_sessions_ended={ended}")
     if user.must_change_password:
         return Response(content="", status_code=303, headers={"Location": "/"})
     return page(request, "password.html", error=None, done=True)

@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from dataclasses import dataclass
 
 from litestar import Request, Response, get, post
+from litestar.datastructures import FormMultiDict
 
+from appliance.accounts.keys import ApiKey, KeyRing
+from appliance.db.audit import AuditTrail
 from appliance.errors import BadRequest
-from appliance.webui.context import audit, require_user, services
+from appliance.metering.admin import QuotaService
+from appliance.serving.names import ModelNames
+from appliance.webui import forms
+from appliance.webui.context import ConsoleUser
 from appliance.webui.gate import needs
 from appliance.webui.render import page, partial
 
+TEXT_LIMIT = 128
 QUOTA_FIELDS = (
     ("requests_per_minute", "Requests / min"),
     ("tokens_per_minute", "Tokens / min"),
@@ -23,71 +30,53 @@ QUOTA_FIELDS = (
 )
 
 
-def quota_service(request: Request) -> Any:
-    svc = services(request)
-    found = getattr(svc, "quotas", None)
-    if found is not None:
-        return found
-    from appliance.metering.admin import QuotaService
+@dataclass(frozen=True)
+class CreatedKey:
+    """A key just created, with its secret: shown once, never stored."""
 
-    return QuotaService(svc.db, getattr(svc, "meter", None))
+    row: ApiKey
+    secret: str
 
 
-def _limits(request: Request, subject: str) -> dict[str, Any]:
-    try:
-        return quota_service(request).get_quota(subject)["limits"]
-    except Exception:  # quotas not set up: show no limits rather than fail the page
-        return {}
-
-
-def _models(request: Request) -> list[str]:
-    try:
-        return sorted({e["id"] for e in services(request).model_names()})
-    except Exception:
-        return []
-
-
-def keys_context(request: Request, created: dict[str, Any] | None = None, message: str | None = None) -> dict[str, Any]:
+def keys_context(request: Request, keyring: KeyRing, quotas: QuotaService, names: ModelNames, *,
+                 created: CreatedKey | None = None, message: str | None = None) -> dict[str, object]:
     show_all = request.query_params.get("all") == "1"
-    keyring = services(request).keyring
-    teams = quota_service(request).list_teams()
+    teams = quotas.list_teams()
     team_names = {t["id"]: t["name"] for t in teams}
     rows = []
     for key in keyring.list(include_revoked=show_all):
         rows.append({
             "key": key, "team": team_names.get(key.team_id),
             "allowed": json.loads(key.allowed_models) if key.allowed_models else [],
-            "limits": _limits(request, f"key:{key.id}"),
+            "limits": quotas.get_quota(f"key:{key.id}")["limits"],
         })
     for team in teams:
-        team["limits"] = _limits(request, f"team:{team['name']}")
-    return {"rows": rows, "teams": teams, "models": _models(request), "show_all": show_all, "quota_fields": QUOTA_FIELDS,
-            "created": created, "message": message}
+        team["limits"] = quotas.get_quota(f"team:{team['name']}")["limits"]
+    return {"rows": rows, "teams": teams, "models": sorted({e["id"] for e in names.listing()}), "show_all": show_all,
+            "quota_fields": QUOTA_FIELDS, "created": created, "message": message}
 
 
 @get("/keys", include_in_schema=False, sync_to_thread=True)
-def keys_page(request: Request) -> Response:
-    return page(request, "keys.html", active="keys", **keys_context(request))
+def keys_page(request: Request, keyring: KeyRing, quotas: QuotaService, names: ModelNames) -> Response:
+    return page(request, "keys.html", active="keys", **keys_context(request, keyring, quotas, names))
 
 
-def _text(form: Any, name: str, limit: int = 128) -> str | None:
-    value = form.get(name)
-    value = value.strip() if isinstance(value, str) else ""
-    if len(value) > limit:
-        raise BadRequest(f"{name} is too long.", param=name)
-    return value or None
+def _keys(request: Request, keyring: KeyRing, quotas: QuotaService, names: ModelNames, *,
+          created: CreatedKey | None = None, message: str | None = None) -> Response:
+    """The keys-and-teams fragment an action answers with."""
+    return partial(request, "_keys.html", **keys_context(request, keyring, quotas, names, created=created, message=message))
 
 
-def _allowed(form: Any) -> list[str] | None:
+def _allowed(form: FormMultiDict) -> list[str] | None:
     chosen = [v.strip() for v in form.getall("allowed_models", []) if isinstance(v, str) and v.strip()]
-    extra = _text(form, "allowed_extra", 2000)
+    extra = forms.optional(form, "allowed_extra", 2000)
     if extra:
         chosen += [p.strip() for p in extra.replace("\n", ",").split(",") if p.strip()]
     return sorted(set(chosen)) or None
 
 
-def _team_id(form: Any) -> int | None:
-    raw = _text(form, "team_id")
+def _team_id(form: FormMultiDict) -> int | None:
+    raw = forms.optional(form, "team_id", TEXT_LIMIT)
     if raw is None:
         return None
     if not raw.isdigit():
@@ -96,47 +85,50 @@ def _team_id(form: Any) -> int | None:
 
 
 @post("/keys/create", guards=[needs("admin")], include_in_schema=False)
-async def create_key(request: Request) -> Response:
+async def create_key(request: Request, keyring: KeyRing, quotas: QuotaService, names: ModelNames, audit: AuditTrail,
+                     user: ConsoleUser) -> Response:
     form = await request.form()
-    name = _text(form, "name")
+    name = forms.optional(form, "name", TEXT_LIMIT)
     if not name:
         raise BadRequest("Give the key a name.", param="name")
-    days = _text(form, "expires_in_days")
+    days = forms.optional(form, "expires_in_days", TEXT_LIMIT)
     try:
         expires = time.time() + float(days) * 86400 if days else None
     except ValueError:
         raise BadRequest("expiry must be a number of days", param="expires_in_days") from None
-    row, secret = services(request).keyring.create(
-        name, role=_text(form, "role") or "user", team_id=_team_id(form), priority=_text(form, "priority") or "interactive",
-        allowed_models=_allowed(form), expires_at=expires)
-    audit(request, "key.create", row.prefix, f"name={row.name} role={row.role}")
-    return partial(request, "_keys.html", **keys_context(request, created={"row": row, "secret": secret}))
+    row, secret = keyring.create(
+        name, role=forms.optional(form, "role", TEXT_LIMIT) or "user", team_id=_team_id(form),
+        priority=forms.optional(form, "priority", TEXT_LIMIT) or "interactive", allowed_models=_allowed(form), expires_at=expires)
+    audit.record(user.actor, "key.create", row.prefix, f"name={row.name} role={row.role}")
+    return _keys(request, keyring, quotas, names, created=CreatedKey(row, secret))
 
 
 @post("/keys/{key_id:int}/revoke", guards=[needs("admin")], include_in_schema=False)
-async def revoke_key(request: Request, key_id: int) -> Response:
-    row = services(request).keyring.revoke(key_id)
-    audit(request, "key.revoke", row.prefix)
-    return partial(request, "_keys.html", **keys_context(request, message=f"Revoked {row.prefix}…; it stops working at once."))
+async def revoke_key(request: Request, key_id: int, keyring: KeyRing, quotas: QuotaService, names: ModelNames,
+                     audit: AuditTrail, user: ConsoleUser) -> Response:
+    row = keyring.revoke(key_id)
+    audit.record(user.actor, "key.revoke", row.prefix)
+    return _keys(request, keyring, quotas, names, message=f"Revoked {row.prefix}…; it stops working at once.")
 
 
 @post("/keys/{key_id:int}/update", guards=[needs("admin")], include_in_schema=False)
-async def update_key(request: Request, key_id: int) -> Response:
+async def update_key(request: Request, key_id: int, keyring: KeyRing, quotas: QuotaService, names: ModelNames,
+                     audit: AuditTrail, user: ConsoleUser) -> Response:
     form = await request.form()
-    changes: dict[str, Any] = {"allowed_models": _allowed(form)}
+    changes: dict[str, str | int | list[str] | None] = {"allowed_models": _allowed(form)}
     for field in ("name", "priority"):
-        if _text(form, field):
-            changes[field] = _text(form, field)
+        if forms.optional(form, field, TEXT_LIMIT):
+            changes[field] = forms.optional(form, field, TEXT_LIMIT)
     changes["team_id"] = _team_id(form)
-    row = services(request).keyring.update(key_id, **changes)
-    audit(request, "key.update", row.prefix, ",".join(sorted(changes)))
-    return partial(request, "_keys.html", **keys_context(request, message=f"Saved {row.prefix}…."))
+    row = keyring.update(key_id, **changes)
+    audit.record(user.actor, "key.update", row.prefix, ",".join(sorted(changes)))
+    return _keys(request, keyring, quotas, names, message=f"Saved {row.prefix}….")
 
 
-def _quota_changes(form: Any) -> dict[str, float | int | None]:
+def _quota_changes(form: FormMultiDict) -> dict[str, float | int | None]:
     changes: dict[str, float | int | None] = {}
     for field, label in QUOTA_FIELDS:
-        raw = _text(form, field, 32)
+        raw = forms.optional(form, field, 32)
         if raw is None:
             changes[field] = None
             continue
@@ -149,19 +141,20 @@ def _quota_changes(form: Any) -> dict[str, float | int | None]:
 
 
 @post("/quotas/{subject:str}", guards=[needs("admin")], include_in_schema=False)
-async def set_quota(request: Request, subject: str) -> Response:
+async def set_quota(request: Request, subject: str, keyring: KeyRing, quotas: QuotaService, names: ModelNames,
+                    user: ConsoleUser) -> Response:
     form = await request.form()
     if not subject.startswith(("key:", "team:")):
         raise BadRequest("unknown quota subject", param="subject")
-    result = quota_service(request).set_quota(subject, _quota_changes(form), require_user(request).actor)
-    return partial(request, "_keys.html", **keys_context(request, message=f"Quota of {result['subject']} saved."))
+    result = quotas.set_quota(subject, _quota_changes(form), user.actor)
+    return _keys(request, keyring, quotas, names, message=f"Quota of {result['subject']} saved.")
 
 
 @post("/teams/create", guards=[needs("admin")], include_in_schema=False)
-async def create_team(request: Request) -> Response:
+async def create_team(request: Request, keyring: KeyRing, quotas: QuotaService, names: ModelNames, user: ConsoleUser) -> Response:
     form = await request.form()
-    team = quota_service(request).create_team(_text(form, "name", 64) or "", require_user(request).actor)
-    return partial(request, "_keys.html", **keys_context(request, message=f"Team {team['name']} created."))
+    team = quotas.create_team(forms.optional(form, "name", 64) or "", user.actor)
+    return _keys(request, keyring, quotas, names, message=f"Team {team['name']} created.")
 
 
 HANDLERS = [keys_page, create_key, revoke_key, update_key, set_quota, create_team]

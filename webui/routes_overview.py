@@ -2,35 +2,35 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from litestar import Request, Response, get
+from sqlalchemy.engine import Engine
 
+from appliance.cache.responses import ResponseCache
+from appliance.metrics import Metrics
+from appliance.serving.router import Router
 from appliance.webui import stats
-from appliance.webui.context import services
 from appliance.webui.render import page, partial
 
 
-def overview_data(request: Request) -> dict[str, Any]:
-    svc = services(request)
-    samples = stats.telemetry(svc)
+def overview_data(metrics: Metrics, db: Engine, router: Router, cache: ResponseCache) -> dict[str, object]:
+    samples = stats.telemetry(metrics)
     return {
         "host": stats.host_card(samples),
         "gpus": stats.gpu_cards(samples),
-        "serving": stats.serving(svc.db),
-        "instances": stats.instances(svc),
-        "cache": stats.cache_stats(svc),
+        "serving": stats.serving(db),
+        "instances": stats.instances(router),
+        "cache": stats.cache_stats(cache),
     }
 
 
 @get("/", include_in_schema=False, sync_to_thread=True)
-def overview(request: Request) -> Response:
-    return page(request, "overview.html", active="overview", **overview_data(request))
+def overview(request: Request, metrics: Metrics, db: Engine, router: Router, cache: ResponseCache) -> Response:
+    return page(request, "overview.html", active="overview", **overview_data(metrics, db, router, cache))
 
 
 @get("/overview/live", include_in_schema=False, sync_to_thread=True)
-def overview_live(request: Request) -> Response:
-    return partial(request, "_overview_live.html", **overview_data(request))
+def overview_live(request: Request, metrics: Metrics, db: Engine, router: Router, cache: ResponseCache) -> Response:
+    return partial(request, "_overview_live.html", **overview_data(metrics, db, router, cache))
 
 
 HANDLERS = [overview, overview_live]

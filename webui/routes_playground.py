@@ -13,19 +13,24 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any, AsyncIterator
+from typing import AsyncIterator
 
 import msgspec
 from litestar import Request, Response, get, post
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 from markupsafe import escape
 
-from appliance.api.access import PRINCIPAL
 from appliance.accounts.keys import Principal
 from appliance.errors import ApplianceError, BadRequest
-from appliance.api.openai_schema import ChatCompletionRequest, CompletionRequest
-from appliance.webui.chat import PendingTurn
-from appliance.webui.context import console, require_user, services
+from appliance.jsontypes import JsonObject
+from appliance.openai_schema import ChatCompletionRequest, CompletionRequest
+from appliance.serving.context import Body
+from appliance.serving.gateway import Gateway
+from appliance.serving.names import ModelNames
+from appliance.serving.router import Router
+from appliance.webui import forms
+from appliance.webui.chat import ChatStore, PendingTurn
+from appliance.webui.context import Console, ConsoleUser
 from appliance.webui.gate import needs
 from appliance.webui.render import page, partial, render
 
@@ -33,44 +38,22 @@ LINGER_S = 15.0
 MAX_PROMPT = 32_000
 
 
-def model_choices(request: Request) -> list[dict[str, Any]]:
-    svc = services(request)
-    router = getattr(svc, "router", None)
-    loaded = set(router.instances) if router is not None else set()
-    choices: dict[str, dict[str, Any]] = {}
-    for name in sorted(loaded):
-        choices[name] = {"name": name, "loaded": True}
-    try:
-        for entry in svc.model_names():
-            choices.setdefault(entry["id"], {"name": entry["id"], "loaded": False, "target": entry.get("target")})
-    except Exception:  # no store yet: loaded models only
-        pass
+def model_choices(router: Router, names: ModelNames) -> list[JsonObject]:
+    """Loaded models first, then every other installed variant and alias."""
+    choices: dict[str, JsonObject] = {name: {"name": name, "loaded": True} for name in sorted(router.instances)}
+    for entry in names.listing():
+        choices.setdefault(entry["id"], {"name": entry["id"], "loaded": False, "target": entry.get("target")})
     return list(choices.values())
 
 
 @get("/playground", guards=[needs("operator")], include_in_schema=False, sync_to_thread=True)
-def playground(request: Request) -> Response:
-    user = require_user(request)
-    return page(request, "playground.html", active="playground", models=model_choices(request),
-                history=console(request).chats.history(user.sid))
-
-
-def _number(form: Any, name: str, kind: type, low: float, high: float) -> Any:
-    raw = form.get(name)
-    if raw in (None, ""):
-        return None
-    try:
-        value = kind(raw)
-    except (TypeError, ValueError):
-        raise BadRequest(f"{name} must be a number.", param=name) from None
-    if not low <= value <= high:
-        raise BadRequest(f"{name} must be between {low} and {high}.", param=name)
-    return value
+def playground(request: Request, router: Router, names: ModelNames, console: Console, user: ConsoleUser) -> Response:
+    return page(request, "playground.html", active="playground", models=model_choices(router, names),
+                history=console.chats.history(user.sid))
 
 
 @post("/playground/send", guards=[needs("operator")], include_in_schema=False)
-async def send(request: Request) -> Response:
-    user = require_user(request)
+async def send(request: Request, console: Console, user: ConsoleUser) -> Response:
     form = await request.form()
     model = str(form.get("model") or "").strip()
     prompt = str(form.get("prompt") or "")
@@ -82,11 +65,11 @@ async def send(request: Request) -> Response:
     if len(prompt) > MAX_PROMPT:
         raise BadRequest("The prompt is too long for the playground.", param="prompt")
     params = {
-        "temperature": _number(form, "temperature", float, 0.0, 2.0),
-        "top_p": _number(form, "top_p", float, 0.0, 1.0),
-        "max_tokens": _number(form, "max_tokens", int, 1, 8192),
+        "temperature": forms.number(form, "temperature", float, 0.0, 2.0),
+        "top_p": forms.number(form, "top_p", float, 0.0, 1.0),
+        "max_tokens": forms.number(form, "max_tokens", int, 1, 8192),
     }
-    chats = console(request).chats
+    chats = console.chats
     turn = PendingTurn(sid=user.sid, mode=mode, model=model, params={k: v for k, v in params.items() if v is not None})
     if mode == "chat":
         system = str(form.get("system") or "").strip()
@@ -100,12 +83,12 @@ async def send(request: Request) -> Response:
 
 
 @post("/playground/clear", guards=[needs("operator")], include_in_schema=False, sync_to_thread=False)
-def clear(request: Request) -> Response:
-    console(request).chats.clear(require_user(request).sid)
+def clear(console: Console, user: ConsoleUser) -> Response:
+    console.chats.clear(user.sid)
     return Response(content="", media_type="text/html")
 
 
-def _request_body(turn: PendingTurn) -> tuple[str, Any]:
+def _request_body(turn: PendingTurn) -> tuple[str, Body]:
     common = {"model": turn.model, "stream": True, "stream_options": {"include_usage": True}, **turn.params}
     try:
         if turn.mode == "chat":
@@ -120,22 +103,21 @@ def _events(chunk_buffer: bytes) -> tuple[list[bytes], bytes]:
     return [e[6:] for e in complete if e.startswith(b"data: ")], rest
 
 
-async def _relay(request: Request, turn_id: str) -> AsyncIterator[ServerSentEventMessage]:
-    user = require_user(request)
-    chats = console(request).chats
+async def _relay(request: Request, gateway: Gateway, chats: ChatStore, user: ConsoleUser,
+                 turn_id: str) -> AsyncIterator[ServerSentEventMessage]:
     turn = chats.take(turn_id, user.sid)
     if turn is None:  # already streamed (a reconnect) or not ours
         yield ServerSentEventMessage(data="end", event="done")
         return
-    request.scope[PRINCIPAL] = Principal(kind="user", id=user.id, name=user.username, role="user")  # type: ignore[literal-required]
+    principal = Principal(kind="user", id=user.id, name=user.username, role="user")
     started = time.perf_counter()
     first: float | None = None
     text: list[str] = []
-    usage: dict[str, Any] = {}
+    usage: JsonObject = {}
     tier = "miss"
     try:
         endpoint, body = _request_body(turn)
-        response = await services(request).gateway.handle(request, endpoint, body)
+        response = await gateway.handle(request, principal, endpoint, body)
         tier = dict(response.headers).get("x-cache", "miss")
         iterator = getattr(response, "iterator", None)
         if iterator is None:  # a plain body: nothing to stream
@@ -181,8 +163,9 @@ async def _relay(request: Request, turn_id: str) -> AsyncIterator[ServerSentEven
 
 
 @get("/playground/stream/{turn_id:str}", guards=[needs("operator")], include_in_schema=False)
-async def stream(request: Request, turn_id: str) -> ServerSentEvent:
-    return ServerSentEvent(_relay(request, turn_id), headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+async def stream(request: Request, turn_id: str, gateway: Gateway, console: Console, user: ConsoleUser) -> ServerSentEvent:
+    return ServerSentEvent(_relay(request, gateway, console.chats, user, turn_id),
+                           headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
 HANDLERS = [playground, send, clear, stream]

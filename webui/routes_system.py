@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import anyio
 from litestar import Request, Response, get, post
 from sqlalchemy import or_, select, update
+from sqlalchemy.engine import Engine
 
-from appliance.db.engine import session
-from appliance.errors import BadRequest, Conflict, EngineUnavailable
-from appliance.settings import Settings
-from appliance.db.tables import AuditLog, User
 from appliance.accounts.users import ROLES, create_user, generate_password, hash_password
+from appliance.cache.responses import ResponseCache
+from appliance.db.audit import AuditTrail
+from appliance.db.engine import session
+from appliance.db.tables import AuditLog, User
+from appliance.errors import BadRequest, Conflict
+from appliance.settings import Settings
 from appliance.webui import stats
-from appliance.webui.context import audit, console, require_user, services
+from appliance.webui.context import Console, ConsoleUser
 from appliance.webui.gate import needs
 from appliance.webui.render import page, partial
 
@@ -28,44 +29,33 @@ STAT_FIELDS = ("entries", "bytes", "hit_rate", "lookups", "hits", "misses", "sto
 SHARE_MODES = ("team", "key", "global")
 
 
-def _cache_context(request: Request, message: str | None = None) -> dict[str, Any]:
-    svc = services(request)
-    cache = getattr(svc, "cache", None)
-    raw = stats.cache_stats(svc) or {}
-    policy = None
-    if cache is not None and hasattr(cache, "base_policy"):
-        base = cache.base_policy()
-        policy = {**{f: getattr(base, f) for f in ("enabled", "cache_nondeterministic", "semantic", "semantic_threshold", "share")},
-                  **(cache.get_policy("global") or {})}
-    return {"available": cache is not None, "stats": [(f, raw[f]) for f in STAT_FIELDS if f in raw],
-            "semantic": raw.get("semantic"), "serving": stats.serving(svc.db), "policy": policy, "share_modes": SHARE_MODES,
-            "settings": [(name, getattr(svc.settings, name)) for name in CACHE_SETTINGS], "message": message}
-
-
-def _cache(request: Request) -> Any:
-    cache = getattr(services(request), "cache", None)
-    if cache is None:
-        raise EngineUnavailable("The response cache is not available.")
-    return cache
+def _cache_context(cache: ResponseCache, db: Engine, settings: Settings, message: str | None = None) -> dict[str, object]:
+    raw = stats.cache_stats(cache) or {}
+    base = cache.base_policy()
+    policy = {**{f: getattr(base, f) for f in ("enabled", "cache_nondeterministic", "semantic", "semantic_threshold", "share")},
+              **(cache.get_policy("global") or {})}
+    return {"stats": [(f, raw[f]) for f in STAT_FIELDS if f in raw],
+            "semantic": raw.get("semantic"), "serving": stats.serving(db), "policy": policy, "share_modes": SHARE_MODES,
+            "settings": [(name, getattr(settings, name)) for name in CACHE_SETTINGS], "message": message}
 
 
 @get("/cache", include_in_schema=False, sync_to_thread=True)
-def cache_page(request: Request) -> Response:
-    return page(request, "cache.html", active="cache", **_cache_context(request))
+def cache_page(request: Request, cache: ResponseCache, db: Engine, settings: Settings) -> Response:
+    return page(request, "cache.html", active="cache", **_cache_context(cache, db, settings))
 
 
 @post("/cache/purge", guards=[needs("admin")], include_in_schema=False)
-async def cache_purge(request: Request) -> Response:
-    cache = _cache(request)
+async def cache_purge(request: Request, cache: ResponseCache, db: Engine, settings: Settings, audit: AuditTrail,
+                      user: ConsoleUser) -> Response:
     model = str((await request.form()).get("model") or "").strip() or None
     removed = await anyio.to_thread.run_sync(lambda: cache.purge(model=model))
-    audit(request, "cache.purge", model or "*", f"removed={removed}")
-    return partial(request, "_cache.html", **_cache_context(request, f"Cache purged: {removed} entries removed."))
+    audit.record(user.actor, "cache.purge", model or "*", f"removed={removed}")
+    return partial(request, "_cache.html", **_cache_context(cache, db, settings, f"Cache purged: {removed} entries removed."))
 
 
 @post("/cache/policy", guards=[needs("admin")], include_in_schema=False)
-async def cache_policy(request: Request) -> Response:
-    cache = _cache(request)
+async def cache_policy(request: Request, cache: ResponseCache, db: Engine, settings: Settings, audit: AuditTrail,
+                       user: ConsoleUser) -> Response:
     form = await request.form()
     try:
         threshold = float(form.get("semantic_threshold") or 0.95)
@@ -78,14 +68,13 @@ async def cache_policy(request: Request) -> Response:
         saved = cache.set_policy("global", None, policy)
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
-    audit(request, "cache.policy", "global", ",".join(f"{k}={v}" for k, v in sorted((saved or {}).items())))
-    return partial(request, "_cache.html", **_cache_context(request, "Cache policy saved."))
+    audit.record(user.actor, "cache.policy", "global", ",".join(f"{k}={v}" for k, v in sorted((saved or {}).items())))
+    return partial(request, "_cache.html", **_cache_context(cache, db, settings, "Cache policy saved."))
 
 
 # ------------------------------------------------------------------ settings
 @get("/settings", include_in_schema=False, sync_to_thread=True)
-def settings_page(request: Request) -> Response:
-    settings = services(request).settings
+def settings_page(request: Request, settings: Settings) -> Response:
     rows = []
     for name, field in Settings.model_fields.items():
         value = getattr(settings, name)
@@ -97,7 +86,7 @@ def settings_page(request: Request) -> Response:
 
 # ------------------------------------------------------------------ audit
 @get("/audit", include_in_schema=False, sync_to_thread=True)
-def audit_page(request: Request) -> Response:
+def audit_page(request: Request, db: Engine) -> Response:
     query = select(AuditLog).order_by(AuditLog.id.desc()).limit(AUDIT_PAGE + 1)  # type: ignore[union-attr]
     before = request.query_params.get("before", "")
     if before.isdigit():
@@ -106,7 +95,7 @@ def audit_page(request: Request) -> Response:
     if q:
         like = f"%{q.replace('%', '').replace('_', '')}%"
         query = query.where(or_(AuditLog.actor.like(like), AuditLog.action.like(like), AuditLog.target.like(like)))  # type: ignore[union-attr,attr-defined]
-    with session(services(request).db) as s:
+    with session(db) as s:
         rows = list(s.execute(query).scalars())
     more = len(rows) > AUDIT_PAGE
     rows = rows[:AUDIT_PAGE]
@@ -114,33 +103,32 @@ def audit_page(request: Request) -> Response:
 
 
 # ------------------------------------------------------------------ users
-def _users(request: Request, message: str | None = None, one_time: dict[str, str] | None = None) -> dict[str, Any]:
-    with session(services(request).db) as s:
+def _users(db: Engine, message: str | None = None, one_time: dict[str, str] | None = None) -> dict[str, object]:
+    with session(db) as s:
         users = list(s.execute(select(User).order_by(User.username)).scalars())  # type: ignore[arg-type]
     return {"users": users, "roles": ROLES, "message": message, "one_time": one_time}
 
 
 @get("/users", guards=[needs("admin")], include_in_schema=False, sync_to_thread=True)
-def users_page(request: Request) -> Response:
-    return page(request, "users.html", active="users", **_users(request))
+def users_page(request: Request, db: Engine) -> Response:
+    return page(request, "users.html", active="users", **_users(db))
 
 
 @post("/users/create", guards=[needs("admin")], include_in_schema=False)
-async def users_create(request: Request) -> Response:
+async def users_create(request: Request, db: Engine, audit: AuditTrail, user: ConsoleUser) -> Response:
     form = await request.form()
     username = str(form.get("username") or "").strip()
     role = str(form.get("role") or "viewer")
     password = generate_password(username)
-    create_user(services(request).db, username, password, role=role, must_change_password=True)
-    audit(request, "user.create", username, f"role={role}")
-    return partial(request, "_users.html", **_users(request, one_time={"username": username, "password": password}))
+    create_user(db, username, password, role=role, must_change_password=True)
+    audit.record(user.actor, "user.create", username, f"role={role}")
+    return partial(request, "_users.html", **_users(db, one_time={"username": username, "password": password}))
 
 
-def _change(request: Request, user_id: int, **values: Any) -> User:
-    me = require_user(request)
+def _change(db: Engine, me: ConsoleUser, user_id: int, **values: str | bool) -> User:
     if user_id == me.id and ("role" in values or values.get("disabled")):
         raise Conflict("You cannot demote or disable yourself; ask another admin.")
-    with session(services(request).db) as s:
+    with session(db) as s:
         row = s.get(User, user_id)
         if row is None:
             raise BadRequest("No such user.", param="user")
@@ -150,32 +138,34 @@ def _change(request: Request, user_id: int, **values: Any) -> User:
 
 
 @post("/users/{user_id:int}/role", guards=[needs("admin")], include_in_schema=False)
-async def users_role(request: Request, user_id: int) -> Response:
+async def users_role(request: Request, user_id: int, db: Engine, audit: AuditTrail, user: ConsoleUser) -> Response:
     role = str((await request.form()).get("role") or "")
     if role not in ROLES:
         raise BadRequest(f"role must be one of {', '.join(ROLES)}", param="role")
-    row = _change(request, user_id, role=role)
-    audit(request, "user.role", row.username, f"role={role}")
-    return partial(request, "_users.html", **_users(request, f"{row.username} is now {role}."))
+    row = _change(db, user, user_id, role=role)
+    audit.record(user.actor, "user.role", row.username, f"role={role}")
+    return partial(request, "_users.html", **_users(db, f"{row.username} is now {role}."))
 
 
 @post("/users/{user_id:int}/disable", guards=[needs("admin")], include_in_schema=False)
-async def users_disable(request: Request, user_id: int) -> Response:
+async def users_disable(request: Request, user_id: int, db: Engine, console: Console, audit: AuditTrail,
+                        user: ConsoleUser) -> Response:
     disabled = (await request.form()).get("disabled") != "false"
-    row = _change(request, user_id, disabled=disabled)
+    row = _change(db, user, user_id, disabled=disabled)
     if disabled:
-        console(request).sessions.delete_for_user(user_id)
-    audit(request, "user.disable" if disabled else "user.enable", row.username)
-    return partial(request, "_users.html", **_users(request, f"{row.username} {'disabled' if disabled else 'enabled'}."))
+        console.sessions.delete_for_user(user_id)
+    audit.record(user.actor, "user.disable" if disabled else "user.enable", row.username)
+    return partial(request, "_users.html", **_users(db, f"{row.username} {'disabled' if disabled else 'enabled'}."))
 
 
 @post("/users/{user_id:int}/reset", guards=[needs("admin")], include_in_schema=False)
-async def users_reset(request: Request, user_id: int) -> Response:
+async def users_reset(request: Request, user_id: int, db: Engine, console: Console, audit: AuditTrail,
+                      user: ConsoleUser) -> Response:
     password = generate_password()
-    row = _change(request, user_id, password_hash=hash_password(password), must_change_password=True)
-    console(request).sessions.delete_for_user(user_id)
-    audit(request, "user.password_reset", row.username)
-    return partial(request, "_users.html", **_users(request, one_time={"username": row.username, "password": password}))
+    row = _change(db, user, user_id, password_hash=hash_password(password), must_change_password=True)
+    console.sessions.delete_for_user(user_id)
+    audit.record(user.actor, "user.password_reset", row.username)
+    return partial(request, "_users.html", **_users(db, one_time={"username": row.username, "password": password}))
 
 
 HANDLERS = [cache_page, cache_purge, cache_policy, settings_page, audit_page, users_page, users_create, users_role, users_disable, users_reset]

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from typing import Any
 
 from litestar import Request, Response, get
+from sqlalchemy.engine import Engine
 
 from appliance.errors import BadRequest
-from appliance.webui.context import services
+from appliance.jsontypes import JsonObject
+from appliance.metering.reports import query_usage, to_csv
 from appliance.webui.render import page
 
 PERIODS = (1, 7, 30, 90)
@@ -23,13 +24,11 @@ def _days(request: Request) -> int:
     return int(raw)
 
 
-def _query(request: Request, by: str, days: int, now: float) -> dict[str, Any]:
-    from appliance.metering.reports import query_usage
-
-    return query_usage(services(request).db, since=now - days * 86400, until=now + 1, by=(by,), now=now)
+def _query(db: Engine, by: str, days: int, now: float) -> JsonObject:
+    return query_usage(db, since=now - days * 86400, until=now + 1, by=(by,), now=now)
 
 
-def _fill_days(rows: list[dict[str, Any]], days: int, now: float) -> list[dict[str, Any]]:
+def _fill_days(rows: list[JsonObject], days: int, now: float) -> list[JsonObject]:
     by_day = {r["day"]: r for r in rows}
     today = dt.datetime.fromtimestamp(now, dt.timezone.utc).date()
     out = []
@@ -40,7 +39,7 @@ def _fill_days(rows: list[dict[str, Any]], days: int, now: float) -> list[dict[s
     return out
 
 
-def _label(by: str, row: dict[str, Any]) -> str:
+def _label(by: str, row: JsonObject) -> str:
     if by == "key":
         return f"{row.get('key_name')} ({row.get('key')}…)" if row.get("key") else "console / local"
     if by == "team":
@@ -49,13 +48,13 @@ def _label(by: str, row: dict[str, Any]) -> str:
 
 
 @get("/usage", include_in_schema=False, sync_to_thread=True)
-def usage_page(request: Request) -> Response:
+def usage_page(request: Request, db: Engine) -> Response:
     days = _days(request)
     now = time.time()
-    daily = _query(request, "day", days, now)
+    daily = _query(db, "day", days, now)
     groups = {}
     for by in ("model", "key", "team"):
-        report = _query(request, by, days, now)
+        report = _query(db, by, days, now)
         rows = sorted(report["rows"], key=lambda r: r["total_tokens"], reverse=True)
         top = max((r["total_tokens"] for r in rows), default=0)
         groups[by] = {"rows": [{**r, "label": _label(by, r)} for r in rows], "top": top}
@@ -66,14 +65,12 @@ def usage_page(request: Request) -> Response:
 
 
 @get("/usage.csv", include_in_schema=False, sync_to_thread=True)
-def usage_csv(request: Request) -> Response:
-    from appliance.metering.reports import to_csv
-
+def usage_csv(request: Request, db: Engine) -> Response:
     days = _days(request)
     by = request.query_params.get("by", "day")
     if by not in GROUPS:
         raise BadRequest(f"by must be one of {', '.join(GROUPS)}", param="by")
-    report = _query(request, by, days, time.time())
+    report = _query(db, by, days, time.time())
     return Response(content=to_csv(report), media_type="text/csv; charset=utf-8",
                     headers={"Content-Disposition": f'attachment; filename="usage-by-{by}-{days}d.csv"'})
 

@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from sqlalchemy import Engine, text
+
+from appliance.cache.responses import ResponseCache
+from appliance.hardware.telemetry import sample_telemetry
+from appliance.jsontypes import JsonObject, JsonValue
+from appliance.metrics import Metrics
+from appliance.serving.router import Router
 
 log = logging.getLogger("appliance.webui")
 
@@ -20,16 +25,11 @@ SERIES_POINTS = 60  # telemetry samples per sparkline (5 min at one sample per 5
 STALE_AFTER_S = 8.0
 
 
-def telemetry(services: Any) -> list[dict]:
+def telemetry(metrics: Metrics) -> list[JsonObject]:
     """Recent telemetry samples, oldest first; takes a fresh one if the scheduler has not lately."""
-    metrics = getattr(services, "metrics", None)
-    if metrics is None or not hasattr(metrics, "telemetry_history"):
-        return []
     history = metrics.telemetry_history()
     if not history or time.time() - float(history[-1].get("t", 0)) > STALE_AFTER_S:
         try:
-            from appliance.hardware.telemetry import sample_telemetry
-
             sample_telemetry(metrics)
             history = metrics.telemetry_history()
         except Exception:  # telemetry is a nicety; the page must render without it
@@ -37,13 +37,13 @@ def telemetry(services: Any) -> list[dict]:
     return history[-SERIES_POINTS:]
 
 
-def _pct(used: Any, total: Any) -> float | None:
+def _pct(used: JsonValue, total: JsonValue) -> float | None:
     if used is None or not total:
         return None
     return 100.0 * float(used) / float(total)
 
 
-def host_card(samples: list[dict]) -> dict[str, Any] | None:
+def host_card(samples: list[JsonObject]) -> JsonObject | None:
     if not samples:
         return None
     last = samples[-1]
@@ -56,14 +56,14 @@ def host_card(samples: list[dict]) -> dict[str, Any] | None:
     }
 
 
-def gpu_cards(samples: list[dict]) -> list[dict[str, Any]]:
+def gpu_cards(samples: list[JsonObject]) -> list[JsonObject]:
     if not samples:
         return []
     cards = []
     for gpu in samples[-1].get("gpus") or []:
         index = gpu.get("index")
 
-        def series(field: str, index: Any = index) -> list[Any]:
+        def series(field: str, index: JsonValue = index) -> list[JsonValue]:
             return [next((g.get(field) for g in (s.get("gpus") or []) if g.get("index") == index), None) for s in samples]
 
         used, total = series("memory_used_bytes"), series("memory_total_bytes")
@@ -90,7 +90,7 @@ def _percentile(sorted_values: list[float], q: float) -> float | None:
     return sorted_values[index]
 
 
-def serving(db: Engine, now: float | None = None) -> dict[str, Any]:
+def serving(db: Engine, now: float | None = None) -> JsonObject:
     """Requests/s and tokens/s (last minute), TTFT p50/p95 and cache hit rate (last hour), tokens per minute."""
     now = time.time() if now is None else now
     with db.connect() as conn:
@@ -120,10 +120,7 @@ def serving(db: Engine, now: float | None = None) -> dict[str, Any]:
     }
 
 
-def instances(services: Any) -> list[dict[str, Any]]:
-    router = getattr(services, "router", None)
-    if router is None:
-        return []
+def instances(router: Router) -> list[JsonObject]:
     out = []
     for instance in list(router.instances.values()):
         try:
@@ -133,13 +130,10 @@ def instances(services: Any) -> list[dict[str, Any]]:
     return sorted(out, key=lambda s: s["model"])
 
 
-def cache_stats(services: Any) -> dict[str, Any] | None:
-    cache = getattr(services, "cache", None)
-    if cache is None or not hasattr(cache, "stats"):
-        return None
+def cache_stats(cache: ResponseCache) -> JsonObject | None:
+    """The response cache's figures, or None when they cannot be read (the page renders without them)."""
     try:
-        stats = cache.stats()
+        return cache.stats()
     except Exception:
         log.debug("cache stats failed", exc_info=True)
         return None
-    return stats if isinstance(stats, dict) else getattr(stats, "__dict__", None)
