@@ -215,10 +215,11 @@ class Gateway:
         if self.metrics is not None:
             self.metrics.observe_request(ctx.model, 200, ttft_ms, latency_ms, prompt_tokens, completion_tokens, tier, energy)
 
-    async def _fail(self, ctx: RequestContext, status: int, completion_tokens: int) -> None:
-        """Record what a failed or abandoned request produced and free its reservation."""
+    async def _fail(self, ctx: RequestContext, status: int, completion_tokens: int, prompt_tokens: int = 0) -> None:
+        """Record what a failed or abandoned request produced (charged), with its real status, and free the rest."""
         energy = self._energy(ctx)
-        await self.meter.release(ctx.admitted(), status=status, model=ctx.model, completion_tokens=completion_tokens)
+        await self.meter.release(ctx.admitted(), status=status, model=ctx.model, prompt_tokens=prompt_tokens,
+                                 completion_tokens=completion_tokens)
         if self.metrics is not None:
             self.metrics.observe_request(ctx.model, status, None, ctx.elapsed_ms(), 0, completion_tokens, "miss", energy)
 
@@ -226,59 +227,91 @@ class Gateway:
         return {**ctx.admitted().headers, "x-cache": tier, "x-request-id": ctx.request_id}
 
     # ------------------------------------------------------------- plain call
+    def _timed_out(self, ctx: RequestContext) -> EngineTimeout:
+        return EngineTimeout(f"The model `{ctx.model}` did not finish within request_timeout_seconds "
+                             f"({self.settings.request_timeout_seconds:g} s).")
+
+    def _deadline(self, ctx: RequestContext) -> float:
+        """The event-loop time by which the whole request (queue, generation, stream) must be done."""
+        return asyncio.get_running_loop().time() + self.settings.request_timeout_seconds - (time.perf_counter() - ctx.started)
+
     async def _plain(self, ctx: RequestContext, payload: bytes) -> Response:
-        async with self.router.lease(ctx.target, ctx.principal.priority) as instance:
-            try:
-                response = await instance.engine.client.post(ENGINE_PATHS[ctx.endpoint], content=payload,
-                                                             headers={"content-type": "application/json"})
-            except httpx.TimeoutException:
-                raise EngineTimeout(f"The model `{ctx.model}` did not answer within {self.settings.request_timeout_seconds:.0f} s.") from None
-            except httpx.TransportError:
-                raise _engine_stopped(ctx.model) from None
+        try:
+            async with asyncio.timeout_at(self._deadline(ctx)):
+                async with self.router.lease(ctx.target, ctx.principal.priority) as instance:
+                    response = await instance.engine.client.post(ENGINE_PATHS[ctx.endpoint], content=payload,
+                                                                 headers={"content-type": "application/json"})
+        except (TimeoutError, httpx.TimeoutException):  # the engine stops when its connection closes
+            raise self._timed_out(ctx) from None
+        except httpx.TransportError:
+            raise _engine_stopped(ctx.model) from None
         if response.status_code != 200:
             raise EngineAnswerError(response.status_code, response.content)
         content = response.content
         result = json.loads(content)
-        await self._settle(ctx, instance.backend, result.get("usage") or {}, 0, None)
+        # without a stream the first token reaches the client with the whole answer
+        await self._settle(ctx, instance.backend, result.get("usage") or {}, 0, ctx.elapsed_ms())
         if self.cache is not None and ctx.endpoint != "embeddings":
             self.cache.store(ctx.principal, ctx.endpoint, ctx.model, ctx.body, result, ctx.headers)
         return Response(content=content, media_type="application/json", headers=self._headers(ctx))
 
     # ---------------------------------------------------------------- streams
     async def _stream(self, ctx: RequestContext, payload: bytes) -> Response:
+        deadline = self._deadline(ctx)
         lease = self.router.lease(ctx.target, ctx.principal.priority)
-        instance = await lease.__aenter__()
+        try:
+            async with asyncio.timeout_at(deadline):
+                instance = await lease.__aenter__()
+        except TimeoutError:
+            raise self._timed_out(ctx) from None
         try:
             client: httpx.AsyncClient = instance.engine.client
-            upstream = await client.send(
-                client.build_request("POST", ENGINE_PATHS[ctx.endpoint], content=payload, headers={"content-type": "application/json"}),
-                stream=True,
-            )
+            async with asyncio.timeout_at(deadline):
+                upstream = await client.send(
+                    client.build_request("POST", ENGINE_PATHS[ctx.endpoint], content=payload, headers={"content-type": "application/json"}),
+                    stream=True,
+                )
             if upstream.status_code != 200:
                 content = await upstream.aread()
                 await upstream.aclose()
                 raise EngineAnswerError(upstream.status_code, content)
+        except (TimeoutError, httpx.TimeoutException):
+            await lease.__aexit__(None, None, None)
+            raise self._timed_out(ctx) from None
         except httpx.TransportError:
             await lease.__aexit__(None, None, None)
             raise _engine_stopped(ctx.model) from None
         except BaseException as exc:
             await lease.__aexit__(type(exc), exc, exc.__traceback__)
             raise
-        events = self._relay(ctx, upstream, lease, instance)
+        events = self._relay(ctx, upstream, lease, instance, deadline)
         return Stream(events, media_type="text/event-stream", headers={**self._headers(ctx), "cache-control": "no-cache"})
 
-    async def _relay(self, ctx: RequestContext, upstream: httpx.Response,
-                     lease: contextlib.AbstractAsyncContextManager[Instance], instance: Instance) -> AsyncIterator[bytes]:
-        """Pass the engine's SSE events through; settle before the final [DONE]."""
+    async def _relay(self, ctx: RequestContext, upstream: httpx.Response, lease: contextlib.AbstractAsyncContextManager[Instance],
+                     instance: Instance, deadline: float) -> AsyncIterator[bytes]:
+        """Pass the engine's SSE events through; settle before the final [DONE].
+
+        The ledger row carries the real outcome: 200 with the engine's usage; the
+        engine's own error event mid-stream, a stopped engine or the request
+        deadline → a 5xx row charging the tokens streamed so far (and the prompt,
+        when the engine reported it); a client that left → 499.
+        """
         want_usage = _wants_usage(ctx.body)
         usage: JsonObject | None = None
         ttft_ms: float | None = None
         events = 0
         buffer = b""
         settled = False
+        engine_failed = False
         collected: list[bytes] | None = [] if self.cache is not None else None
+        chunks = upstream.aiter_raw()
         try:
-            async for chunk in upstream.aiter_raw():
+            while True:
+                try:
+                    async with asyncio.timeout_at(deadline):  # only the wait for the engine, never the client's reads
+                        chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    break
                 buffer += chunk
                 if b"\n\n" not in buffer:
                     continue
@@ -294,6 +327,7 @@ class Gateway:
                         if not want_usage:
                             continue
                     elif b'"error"' in event and event.startswith(b'data: {"error"'):
+                        engine_failed = True
                         out.append(event + b"\n\n")
                         continue
                     else:
@@ -306,11 +340,20 @@ class Gateway:
                 if out:
                     yield b"".join(out)
             usage = usage or {}
+            if engine_failed:
+                settled = True
+                await self._fail(ctx, 500, events, int(usage.get("prompt_tokens") or 0))
+                yield DONE
+                return
             await self._settle(ctx, instance.backend, usage, events, ttft_ms)
             settled = True
             if collected is not None and self.cache is not None:
                 self.cache.store_stream(ctx.principal, ctx.endpoint, ctx.model, ctx.body, collected, usage, ctx.headers)
             yield DONE
+        except TimeoutError:
+            settled = True
+            await self._fail(ctx, 504, events, int((usage or {}).get("prompt_tokens") or 0))
+            yield b"data: " + json.dumps(self._timed_out(ctx).envelope()).encode() + b"\n\n" + DONE
         except httpx.TransportError:
             error = error_envelope(f"The engine serving `{ctx.model}` stopped mid-stream.", "server_error", None, "engine_unavailable")
             settled = True
