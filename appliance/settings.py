@@ -120,7 +120,7 @@ class Settings(BaseSettings):
     # Paths derived from data_dir: one place names them all.
     @property
     def db_path(self) -> Path:
-        return self.data_dir / "appliance.db.engine"
+        return self.data_dir / "appliance.db"
 
     @property
     def store_dir(self) -> Path:

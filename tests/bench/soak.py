@@ -228,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         code = daemon.stop(120)
         report["load_avg_end"] = os.getloadavg()
-    conn = sqlite3.connect(daemon.data_dir / "appliance.db.engine")
+    conn = sqlite3.connect(daemon.data_dir / "appliance.db")
     try:
         integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
     finally:

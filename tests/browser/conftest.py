@@ -41,7 +41,7 @@ def console_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running
     from appliance.accounts.users import create_user, ensure_initial_admin
 
     running = start_daemon(tmp_path_factory.mktemp("console"), APPLIANCE_ALLOW_PRIVATE_PULL_HOSTS='["127.0.0.1"]')
-    engine = make_engine(running.data_dir / "appliance.db.engine")
+    engine = make_engine(running.data_dir / "appliance.db")
     running.initial_password = ensure_initial_admin(engine)  # what the installer prints: user `admin`
     for name, (role, password) in USERS.items():
         create_user(engine, name, password, role=role)

@@ -45,7 +45,7 @@ def test_one_time_password_is_kept_and_shown_again_until_changed(tmp_path):
     password = shown.group(1)
     assert saved.read_text().strip() == password
     assert stat.S_IMODE(saved.stat().st_mode) == 0o600
-    engine = dbmod.make_engine(data_dir / "appliance.db.engine")
+    engine = dbmod.make_engine(data_dir / "appliance.db")
     try:
         admin = _admin(engine)
         assert admin.must_change_password and verify_password(admin.password_hash, password)

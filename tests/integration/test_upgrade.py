@@ -29,7 +29,7 @@ def _installer(data_dir, port):
 def test_install_migrates_an_older_database_and_keeps_its_data(tmp_path):
     data_dir = tmp_path / "data"
     (data_dir).mkdir()
-    db = data_dir / "appliance.db.engine"
+    db = data_dir / "appliance.db"
     command.upgrade(alembic_config(db), "0001")  # the first released schema
     conn = sqlite3.connect(db)
     conn.execute("INSERT INTO api_keys (name, prefix, secret_hash, role, priority, created_at) VALUES (?, ?, ?, 'user', 'interactive', ?)",
@@ -65,7 +65,7 @@ def test_install_migrates_an_older_database_and_keeps_its_data(tmp_path):
 
 
 def test_upgrade_command_migrates_forward(tmp_path):
-    db = tmp_path / "appliance.db.engine"
+    db = tmp_path / "appliance.db"
     command.upgrade(alembic_config(db), "0001")
     env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
     env["APPLIANCE_DATA_DIR"] = str(tmp_path)

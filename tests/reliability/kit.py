@@ -112,7 +112,7 @@ def sse_events(lines: Iterator[str]) -> Iterator[Any]:
 
 def db_rows(data_dir: Path, sql: str, *args: Any) -> list[tuple]:
     """Rows from the daemon's database, opened read-only from outside the daemon."""
-    conn = sqlite3.connect(f"file:{data_dir / 'appliance.db.engine'}?mode=ro", uri=True, timeout=30)
+    conn = sqlite3.connect(f"file:{data_dir / 'appliance.db'}?mode=ro", uri=True, timeout=30)
     try:
         return conn.execute(sql, args).fetchall()
     finally:

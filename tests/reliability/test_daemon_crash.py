@@ -65,7 +65,7 @@ def test_kill_9_of_the_daemon_under_mixed_load_loses_no_acknowledged_usage(tmp_p
         assert any(not o.acknowledged for o in outcomes), "the kill should have cut some requests short"
 
         daemon = restart(daemon)
-        conn = sqlite3.connect(daemon.data_dir / "appliance.db.engine", timeout=30)
+        conn = sqlite3.connect(daemon.data_dir / "appliance.db", timeout=30)
         try:
             assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
         finally:

@@ -120,7 +120,7 @@ def test_no_ping_while_the_event_loop_is_stalled(tmp_path, tiny_gguf):
         key = daemon.create_key("stall")
         with daemon.admin() as admin:
             assert admin.put(f"/admin/quotas/key:{key[:12]}", json={"tokens_per_day": 1_000_000}).status_code == 200
-        lock = sqlite3.connect(data_dir / "appliance.db.engine", isolation_level=None, timeout=30)
+        lock = sqlite3.connect(data_dir / "appliance.db", isolation_level=None, timeout=30)
         lock.execute("BEGIN EXCLUSIVE")  # another writer holds the database
         asker = threading.Thread(target=lambda: daemon.client(key, timeout=60).post("/v1/chat/completions", json=chat_body()))
         asker.start()

@@ -56,7 +56,7 @@ def key_works(d: RunningDaemon, key: str) -> bool:
 
 
 def tree(root: Path) -> set[str]:
-    return {str(p.relative_to(root)) for p in root.rglob("*") if not p.name.startswith("appliance.db.engine-")}
+    return {str(p.relative_to(root)) for p in root.rglob("*") if not p.name.startswith("appliance.db-")}
 
 
 # ---------------------------------------------------------------- backups
@@ -228,7 +228,7 @@ def test_remote_admin_cannot_restore_from_outside_the_backups_folder(
     outside = tmp_path / "outside.db"
     shutil.copyfile(good_backup, outside)
     after = d.create_key("made-after-the-backup")
-    for body in ({"path": str(outside)}, {"name": "../" + outside.name}, {"path": str(backups(d) / ".." / "appliance.db.engine")},
+    for body in ({"path": str(outside)}, {"name": "../" + outside.name}, {"path": str(backups(d) / ".." / "appliance.db")},
                  {"path": "/etc/passwd"}):
         response = remote_admin.post("/admin/ops/restore", json=body)
         assert 400 <= response.status_code < 500, f"{body}: {response.status_code} {response.text}"

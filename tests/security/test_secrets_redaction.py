@@ -259,7 +259,7 @@ def test_canary_key_is_nowhere_and_errors_carry_no_paths(tmp_path_factory, tiny_
     # The secret part of the canary is nowhere.
     places = {f"log file {p.name}": p.read_text(errors="replace") for p in (box.data_dir / "logs").glob("*.log*")}
     places["daemon stdout/stderr"] = box.log()
-    conn = sqlite3.connect(box.data_dir / "appliance.db.engine")
+    conn = sqlite3.connect(box.data_dir / "appliance.db")
     try:
         places["database dump"] = "\n".join(conn.iterdump())
         places["audit log"] = json.dumps(conn.execute("SELECT * FROM audit_log").fetchall())

@@ -13,7 +13,7 @@ def test_env_moves_data_dir(monkeypatch, tmp_path):
     monkeypatch.setenv("APPLIANCE_DATA_DIR", str(tmp_path / "d"))
     settings = load_settings()
     assert settings.data_dir == (tmp_path / "d").resolve()
-    assert settings.db_path == settings.data_dir / "appliance.db.engine"
+    assert settings.db_path == settings.data_dir / "appliance.db"
     assert settings.admin_socket.parent == settings.data_dir / "run"
 
 

@@ -22,8 +22,8 @@ class Clock:
 
 @pytest.fixture
 def db(tmp_path):
-    migrate(tmp_path / "appliance.db.engine")
-    engine = make_engine(tmp_path / "appliance.db.engine")
+    migrate(tmp_path / "appliance.db")
+    engine = make_engine(tmp_path / "appliance.db")
     yield engine
     engine.dispose()
 
