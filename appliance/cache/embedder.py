@@ -15,9 +15,15 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+
+from appliance.settings import Settings
+
+if TYPE_CHECKING:
+    import llama_cpp
 
 MODELS_DIR = Path(__file__).parent / "embedding_models"
 DEFAULT_MODEL = MODELS_DIR / "all-MiniLM-L6-v2.Q8_0.gguf"
@@ -65,20 +71,18 @@ class LlamaCppEmbedder:
         self.name = name or path.stem
         self.context = context
         self._lock = threading.Lock()
-        self._model: Any = llama_cpp.Llama(
+        self._model: llama_cpp.Llama | None = llama_cpp.Llama(
             model_path=str(path), embedding=True, n_ctx=context, n_batch=context, n_ubatch=context,
             n_threads=threads, n_threads_batch=threads, verbose=False,
         )
         self.dim = int(self._model.n_embd())
 
-    def count_tokens(self, text: str) -> int:
-        with self._lock:
-            return len(self._model.tokenize(text.encode("utf-8", "replace"), add_bos=True))
-
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         with self._lock:
+            if self._model is None:
+                raise RuntimeError("the embedding model is closed")
             rows = [self._model.embed(t, truncate=True) for t in texts]
         return normalize(np.asarray(rows, dtype=np.float32))
 
@@ -89,12 +93,11 @@ class LlamaCppEmbedder:
                 model.close()
 
 
-def make_embedder(settings: Any) -> Embedder | None:
+def make_embedder(settings: Settings) -> Embedder | None:
     """The embedder of the semantic tier, or None when the cache is off.
 
     It is loaded even when the tier is off by default, so that a team or key policy can turn it on.
     """
-    if not getattr(settings, "cache_enabled", True):
+    if not settings.cache_enabled:
         return None
-    path = getattr(settings, "cache_embedding_model", None) or DEFAULT_MODEL
-    return LlamaCppEmbedder(Path(path), threads=getattr(settings, "cache_embedding_threads", 1))
+    return LlamaCppEmbedder(settings.cache_embedding_model or DEFAULT_MODEL, threads=settings.cache_embedding_threads)
