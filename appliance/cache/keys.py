@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import TypeAlias
 
 import msgspec
 
+from appliance.accounts.keys import Principal
+from appliance.jsontypes import JsonObject
 from appliance.openai_schema import ChatCompletionRequest, CompletionRequest
 
 KEY_VERSION = 1
@@ -29,6 +32,9 @@ EXCLUDED = ("model", "stream", "stream_options", "user")
 GREEDY_IGNORED = ("seed", "top_p", "top_k", "min_p")
 SHARE_MODES = ("team", "key", "global")
 _encode = msgspec.json.Encoder(order="sorted").encode
+
+#: The request bodies the cache answers: chat and text completions.
+CacheableRequest: TypeAlias = ChatCompletionRequest | CompletionRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +51,26 @@ class Policy:
 POLICY_FIELDS = {"enabled": bool, "cache_nondeterministic": bool, "semantic": bool, "semantic_threshold": float, "share": str}
 
 
-def validate_policy(raw: Mapping[str, Any]) -> dict[str, Any]:
+@dataclass(slots=True)
+class Prepared:
+    """A cacheable request as the cache sees it: its keys, partition, policy and what the client allows."""
+
+    endpoint: str
+    model: str
+    key: str
+    policy: Policy
+    doc: JsonObject
+    part: str
+    key_id: int | None
+    may_read: bool
+    may_write: bool
+    text: str | None = None  # for the semantic tier, when it applies
+    scope: str | None = None
+
+
+def validate_policy(raw: JsonObject) -> JsonObject:
     """Check a policy document (as stored or as sent to the admin API); returns a clean copy."""
-    clean: dict[str, Any] = {}
+    clean: JsonObject = {}
     for name, value in raw.items():
         kind = POLICY_FIELDS.get(name)
         if kind is None:
@@ -64,7 +87,7 @@ def validate_policy(raw: Mapping[str, Any]) -> dict[str, Any]:
     return clean
 
 
-def merge_policy(base: Policy, *layers: Mapping[str, Any] | None) -> Policy:
+def merge_policy(base: Policy, *layers: JsonObject | None) -> Policy:
     """Apply policy layers in order; ``enabled: false`` at any layer wins (a team opt-out binds its keys).
 
     Fields that do not validate are ignored (policies are validated when written)."""
@@ -84,31 +107,29 @@ def merge_policy(base: Policy, *layers: Mapping[str, Any] | None) -> Policy:
     return Policy(**values)
 
 
-def is_deterministic(body: Any) -> bool:
+def is_deterministic(body: CacheableRequest) -> bool:
     """Greedy (temperature 0) or seeded sampling. OpenAI's default temperature is 1."""
-    temperature = getattr(body, "temperature", None)
-    return (temperature is not None and temperature == 0) or getattr(body, "seed", None) is not None
+    return (body.temperature is not None and body.temperature == 0) or body.seed is not None
 
 
-def partition(principal: Any, share: str) -> str:
+def partition(principal: Principal, share: str) -> str:
     """Who may share an entry. Default `team`: a hit reveals that someone asked the same
     thing before, so entries are not shared across teams unless policy says so."""
     if share == "global":
         return "global"
-    if share == "team" and getattr(principal, "team_id", None) is not None:
+    if share == "team" and principal.team_id is not None:
         return f"team:{principal.team_id}"
-    ident = getattr(principal, "id", None)
-    return f"key:{ident}" if ident is not None else f"{getattr(principal, 'kind', 'anon')}:{getattr(principal, 'name', '')}"
+    return f"key:{principal.id}" if principal.id is not None else f"{principal.kind}:{principal.name}"
 
 
-def _message(m: dict[str, Any]) -> dict[str, Any]:
+def _message(m: JsonObject) -> JsonObject:
     content = m.get("content")
     if isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict) and content[0].get("type") == "text":
         m = {**m, "content": content[0].get("text", "")}
     return m
 
 
-def normalized(body: Any) -> dict[str, Any]:
+def normalized(body: CacheableRequest) -> JsonObject:
     """The request fields that determine the answer, in one canonical spelling."""
     doc = msgspec.to_builtins(body)  # omit_defaults: unset fields are absent
     for name in EXCLUDED:
@@ -133,15 +154,15 @@ def normalized(body: Any) -> dict[str, Any]:
     return doc
 
 
-def _digest(doc: Any) -> str:
+def _digest(doc: list[object]) -> str:
     return hashlib.sha256(_encode(doc)).hexdigest()
 
 
-def cache_key(part: str, endpoint: str, model: str, doc: dict[str, Any]) -> str:
+def cache_key(part: str, endpoint: str, model: str, doc: JsonObject) -> str:
     return _digest([KEY_VERSION, part, endpoint, model, doc])
 
 
-def semantic_text(endpoint: str, doc: dict[str, Any]) -> str | None:
+def semantic_text(endpoint: str, doc: JsonObject) -> str | None:
     """The text the semantic tier embeds: the last user message, or the prompt."""
     if endpoint == "completions":
         prompt = doc.get("prompt")
@@ -152,7 +173,7 @@ def semantic_text(endpoint: str, doc: dict[str, Any]) -> str | None:
     return messages[-1]["content"]
 
 
-def scope_key(part: str, endpoint: str, model: str, doc: dict[str, Any]) -> str:
+def scope_key(part: str, endpoint: str, model: str, doc: JsonObject) -> str:
     """Everything but the embedded text: model, system prompt, earlier turns, tools, sampling."""
     rest = dict(doc)
     if endpoint == "completions":

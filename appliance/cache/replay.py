@@ -11,9 +11,11 @@ import itertools
 import json
 import secrets
 import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
 
 import msgspec
+
+from appliance.jsontypes import JsonObject
 
 DONE = b"data: [DONE]\n\n"
 _encode = msgspec.json.encode
@@ -29,7 +31,7 @@ def _new_id(endpoint: str) -> str:
     return f"{'chatcmpl-' if endpoint == 'chat' else 'cmpl-'}{_ID_PREFIX}{next(_ids):012x}"
 
 
-def complete_response(endpoint: str, result: Any) -> bool:
+def complete_response(endpoint: str, result: object) -> bool:
     """Whether a response is a finished answer worth caching (no error, one choice with a finish reason)."""
     if not isinstance(result, dict) or "error" in result:
         return False
@@ -44,13 +46,19 @@ def complete_response(endpoint: str, result: Any) -> bool:
     return isinstance(choice.get("text"), str)
 
 
-def from_stream(endpoint: str, events: list[bytes], usage: dict | None) -> dict | None:
+def usage_tokens(response: JsonObject) -> tuple[int, int]:
+    """(prompt tokens, completion tokens) an answer's ``usage`` reports (0 where it says nothing)."""
+    usage = response.get("usage") or {}
+    return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+
+
+def from_stream(endpoint: str, events: list[bytes], usage: JsonObject | None) -> JsonObject | None:
     """Fold SSE events (``data: {...}``, no trailing blank line) into the non-streamed response, or None."""
-    head: dict[str, Any] | None = None
+    head: JsonObject | None = None
     role, finish = "assistant", None
     text: list[str] = []
     reasoning: list[str] = []
-    tools: dict[int, dict[str, Any]] = {}
+    tools: dict[int, JsonObject] = {}
     for event in events:
         if not event.startswith(b"data:"):
             continue
@@ -95,7 +103,7 @@ def from_stream(endpoint: str, events: list[bytes], usage: dict | None) -> dict 
     if head.get("system_fingerprint"):
         base["system_fingerprint"] = head["system_fingerprint"]
     if endpoint == "chat":
-        message: dict[str, Any] = {"role": role, "content": "".join(text) if text or not tools else None}
+        message: JsonObject = {"role": role, "content": "".join(text) if text or not tools else None}
         if reasoning:
             message["reasoning_content"] = "".join(reasoning)
         if tools:
@@ -111,7 +119,7 @@ class Hit:
 
     __slots__ = ("tier", "similarity", "prompt_tokens", "completion_tokens", "endpoint", "response", "entry_id", "_body", "_id", "_created")
 
-    def __init__(self, tier: str, endpoint: str, response: dict, prompt_tokens: int, completion_tokens: int,
+    def __init__(self, tier: str, endpoint: str, response: JsonObject, prompt_tokens: int, completion_tokens: int,
                  similarity: float | None = None, entry_id: int | None = None):
         self.tier = tier
         self.similarity = similarity
@@ -124,7 +132,7 @@ class Hit:
         self._id = _new_id(endpoint)
         self._created = int(time.time())
 
-    def _usage(self) -> dict[str, Any]:
+    def _usage(self) -> JsonObject:
         usage = dict(self.response.get("usage") or {})
         usage.setdefault("prompt_tokens", self.prompt_tokens)
         usage.setdefault("completion_tokens", self.completion_tokens)
@@ -146,11 +154,11 @@ class Hit:
         if self.response.get("system_fingerprint"):
             base["system_fingerprint"] = self.response["system_fingerprint"]
         finish = choice.get("finish_reason") or "stop"
-        chunks: list[dict[str, Any]] = []
+        chunks: list[JsonObject] = []
         if self.endpoint == "chat":
             obj = "chat.completion.chunk"
             message = choice.get("message") or {}
-            delta: dict[str, Any] = {"role": message.get("role") or "assistant", "content": message.get("content") or ""}
+            delta: JsonObject = {"role": message.get("role") or "assistant", "content": message.get("content") or ""}
             if message.get("reasoning_content"):
                 delta["reasoning_content"] = message["reasoning_content"]
             chunks.append({**base, "object": obj, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]})

@@ -140,7 +140,7 @@ def test_lexical_check_examples():
 async def test_semantic_lookups_are_skipped_when_the_embedding_thread_is_busy(cache):
     import asyncio
 
-    from appliance.cache.responses import SEMANTIC_MAX_PENDING
+    from appliance.cache.semantic_tier import SEMANTIC_MAX_PENDING
 
     questions = [f"Question number {i}: what colour is the sky?" for i in range(SEMANTIC_MAX_PENDING + 3)]
     results = await asyncio.gather(*(cache.lookup_async(WHO, "chat", MODEL, chat(q), {}) for q in questions))
