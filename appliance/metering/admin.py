@@ -11,15 +11,18 @@ import json
 import math
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
 
 from sqlalchemy import Engine, delete, select, text
+from sqlalchemy.orm import Session
 
 from appliance.db.engine import session
 from appliance.errors import BadRequest, Conflict, NotFound
+from appliance.metering.meter import Meter
 from appliance.metering.quotas import BY_NAME, DIMENSIONS, Windows
 from appliance.db.tables import ApiKey, AuditLog, Price, Quota, Team
+from appliance.jsontypes import JsonObject
 
 TEAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 PRICE_FIELDS = ("input_per_m", "output_per_m", "cached_per_m")
@@ -36,7 +39,7 @@ class Subject:
 class QuotaService:
     """Quotas, prices and teams. ``meter`` (optional) is told about changes at once."""
 
-    def __init__(self, db: Engine, meter: Any | None = None, clock: Callable[[], float] = time.time):
+    def __init__(self, db: Engine, meter: Meter | None = None, clock: Callable[[], float] = time.time):
         self.db = db
         self.meter = meter
         self._clock = clock
@@ -61,7 +64,7 @@ class QuotaService:
             return Subject("team", team.id, f"team:{team.name}")
 
     # -- quotas -------------------------------------------------------------------------
-    def get_quota(self, subject: str) -> dict:
+    def get_quota(self, subject: str) -> JsonObject:
         """Limits of a key or team, and its counters in the current windows."""
         sub = self.resolve(subject)
         with session(self.db) as s:
@@ -69,7 +72,7 @@ class QuotaService:
             limits = {d.name: (getattr(row, d.name) if row else None) for d in DIMENSIONS}
             return {"subject": sub.label, "limits": limits, "usage": self._usage(s, sub)}
 
-    def _usage(self, s, sub: Subject) -> dict:
+    def _usage(self, s: Session, sub: Subject) -> JsonObject:
         now = self._clock()
         windows = Windows()
         usage = {}
@@ -92,7 +95,7 @@ class QuotaService:
                 }
         return usage
 
-    def set_quota(self, subject: str, changes: dict[str, float | int | None], actor: str) -> dict:
+    def set_quota(self, subject: str, changes: dict[str, float | int | None], actor: str) -> JsonObject:
         """Set the given dimensions (None clears one); the others keep their values."""
         sub = self.resolve(subject)
         unknown = set(changes) - set(BY_NAME)
@@ -146,18 +149,18 @@ class QuotaService:
             raise BadRequest("Model must be '*', 'family' or 'family:variant'.", param="model")
         return model
 
-    def list_prices(self) -> list[dict]:
+    def list_prices(self) -> list[JsonObject]:
         with session(self.db) as s:
             return [p.model_dump() for p in s.execute(select(Price).order_by(Price.model)).scalars()]
 
-    def get_price(self, model: str) -> dict:
+    def get_price(self, model: str) -> JsonObject:
         with session(self.db) as s:
             row = s.get(Price, self._check_model(model))
             if row is None:
                 raise NotFound(f"No price for {model}.")
             return row.model_dump()
 
-    def set_price(self, model: str, changes: dict[str, float | None], actor: str) -> dict:
+    def set_price(self, model: str, changes: dict[str, float | None], actor: str) -> JsonObject:
         """Set the given rates (per million tokens); a new row starts at zero."""
         self._check_model(model)
         for name, value in changes.items():
@@ -192,7 +195,7 @@ class QuotaService:
             self.meter.prices.invalidate()
 
     # -- teams ----------------------------------------------------------------------------
-    def create_team(self, name: str, actor: str) -> dict:
+    def create_team(self, name: str, actor: str) -> JsonObject:
         if not TEAM_NAME.match(name or ""):
             raise BadRequest("Team names are 1 to 64 letters, digits, '.', '_' or '-'.", param="name")
         with session(self.db) as s:
@@ -205,7 +208,7 @@ class QuotaService:
             s.commit()
             return {"id": team.id, "name": team.name, "created_at": team.created_at, "keys": 0}
 
-    def list_teams(self) -> list[dict]:
+    def list_teams(self) -> list[JsonObject]:
         with session(self.db) as s:
             rows = s.execute(
                 text("SELECT t.id, t.name, t.created_at, count(k.id) FROM teams t"
@@ -214,5 +217,5 @@ class QuotaService:
         return [{"id": i, "name": n, "created_at": c, "keys": k} for i, n, c, k in rows]
 
     # -- audit -------------------------------------------------------------------------
-    def _audit(self, s, actor: str, action: str, target: str, detail: dict | None) -> None:
+    def _audit(self, s: Session, actor: str, action: str, target: str, detail: JsonObject | None) -> None:
         s.add(AuditLog(actor=actor, action=action, target=target, detail=json.dumps(detail, sort_keys=True) if detail is not None else None))

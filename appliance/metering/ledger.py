@@ -17,13 +17,20 @@ import logging
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Generic, TypeVar, cast
 
 log = logging.getLogger("appliance.metering.ledger")
 
-Apply = Callable[[sqlite3.Connection, Any], Any]
 LOCKED_RETRY_SECONDS = 60.0
+
+Record = TypeVar("Record")
+Result = TypeVar("Result")
+#: What a transaction's work returns.
+T = TypeVar("T")
+#: A record's result, or the error that kept it from being written.
+Outcome = tuple[Result | None, BaseException | None]
 
 
 @dataclass(slots=True)
@@ -34,13 +41,13 @@ class WriterStats:
     failed: int = 0
 
 
-def _resolve(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
+def _resolve(future: asyncio.Future[Result], result: Result | None, error: BaseException | None) -> None:
     if future.done():  # the awaiting task was cancelled; the record is written all the same
         return
     if error is not None:
         future.set_exception(error)
-    else:
-        future.set_result(result)
+    else:  # written: ``result`` is what ``apply`` returned
+        future.set_result(cast(Result, result))
 
 
 def _is_locked(exc: sqlite3.OperationalError) -> bool:
@@ -48,7 +55,7 @@ def _is_locked(exc: sqlite3.OperationalError) -> bool:
     return "locked" in text or "busy" in text
 
 
-def transaction(conn: sqlite3.Connection, lock: threading.Lock, work: Callable[[], Any]) -> Any:
+def transaction(conn: sqlite3.Connection, lock: threading.Lock | threading.RLock, work: Callable[[], T]) -> T:
     """Run ``work`` in one ``BEGIN IMMEDIATE`` transaction on ``conn`` under ``lock``."""
     with lock:
         conn.execute("BEGIN IMMEDIATE")
@@ -62,15 +69,18 @@ def transaction(conn: sqlite3.Connection, lock: threading.Lock, work: Callable[[
         return result
 
 
-class GroupCommitWriter:
-    """A single writer thread over one connection shared (under ``lock``) with the caller."""
+class GroupCommitWriter(Generic[Record, Result]):
+    """A single writer thread over one connection shared (under ``lock``) with the caller.
 
-    def __init__(self, conn: sqlite3.Connection, lock: threading.Lock, apply: Apply, name: str = "ledger-writer"):
+    ``apply`` writes one record inside the batch's transaction and returns what its submitter gets."""
+
+    def __init__(self, conn: sqlite3.Connection, lock: threading.Lock | threading.RLock,
+                 apply: Callable[[sqlite3.Connection, Record], Result], name: str = "ledger-writer"):
         self._conn = conn
         self._lock = lock
         self._apply = apply
         self._name = name
-        self._pending: list[tuple[Any, asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self._pending: list[tuple[Record, asyncio.AbstractEventLoop, asyncio.Future[Result]]] = []
         self._cond = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -87,7 +97,7 @@ class GroupCommitWriter:
         self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
         self._thread.start()
 
-    def submit(self, record: Any) -> asyncio.Future:
+    def submit(self, record: Record) -> asyncio.Future[Result]:
         """Queue ``record``; the future resolves to ``apply``'s result once committed."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
@@ -109,7 +119,7 @@ class GroupCommitWriter:
         thread.join()
         self._thread = None
 
-    def write_now(self, records: list[Any]) -> list[tuple[Any, BaseException | None]]:
+    def write_now(self, records: list[Record]) -> list[Outcome[Result]]:
         """Apply records synchronously, grouped as the thread would (used when it is not running)."""
         return self._write(records)
 
@@ -133,7 +143,7 @@ class GroupCommitWriter:
                 except RuntimeError:  # the loop is closed: nobody is waiting any more
                     pass
 
-    def _write(self, records: list[Any]) -> list[tuple[Any, BaseException | None]]:
+    def _write(self, records: list[Record]) -> list[Outcome[Result]]:
         try:
             results = self._retrying(lambda: [self._apply(self._conn, r) for r in records])
             self._count(len(records))
@@ -146,7 +156,7 @@ class GroupCommitWriter:
             log.warning("ledger batch of %d failed (%s); writing its records one by one", len(records), exc)
         return [outcome for record in records for outcome in self._write([record])]
 
-    def _retrying(self, work: Callable[[], Any]) -> Any:
+    def _retrying(self, work: Callable[[], T]) -> T:
         deadline = time.monotonic() + LOCKED_RETRY_SECONDS
         while True:
             try:

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from sqlalchemy import Engine, text
 
 from appliance.errors import BadRequest
+from appliance.jsontypes import JsonObject
 
 DEFAULT_RANGE_SECONDS = 30 * 86400
 _RELATIVE = re.compile(r"^(\d{1,6})([smhdw])$")
@@ -79,13 +80,13 @@ def query_usage(
     model: str | None = None,
     by: tuple[str, ...] = (),
     now: float | None = None,
-) -> dict:
+) -> JsonObject:
     """Usage between ``since`` (inclusive) and ``until`` (exclusive), grouped by ``by``."""
     now = time.time() if now is None else now
     until = now + 1 if until is None else until
     since = until - DEFAULT_RANGE_SECONDS if since is None else since
     where = ["u.created_at >= :since", "u.created_at < :until"]
-    params: dict = {"since": since, "until": until}
+    params: dict[str, float | int | str] = {"since": since, "until": until}
     if key_id is not None:
         where.append("u.key_id = :key_id")
         params["key_id"] = key_id
@@ -112,7 +113,7 @@ def query_usage(
     return {"since": since, "until": until, "by": list(by), "rows": rows, "totals": totals}
 
 
-def to_csv(report: dict) -> str:
+def to_csv(report: JsonObject) -> str:
     columns = [c for b in report["by"] for c in _GROUP_COLUMNS[b]] + list(MEASURES)
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore", lineterminator="\n")

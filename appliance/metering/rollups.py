@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 
 HOUR = 3600
 DAY = 86400
@@ -24,11 +24,11 @@ LAST_RUN = "rollups.last_run_at"
 _SUMS = "count(*), coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0), coalesce(sum(cached_tokens), 0), coalesce(sum(cost), 0)"
 
 
-def _get(conn, key: str) -> str | None:
+def _get(conn: Connection, key: str) -> str | None:
     return conn.execute(text("SELECT value FROM kv WHERE key = :k"), {"k": key}).scalar()
 
 
-def _put(conn, key: str, value: str) -> None:
+def _put(conn: Connection, key: str, value: str) -> None:
     conn.execute(
         text("INSERT INTO kv (key, value) VALUES (:k, :v) ON CONFLICT(key) DO UPDATE SET value = excluded.value"), {"k": key, "v": value}
     )
