@@ -16,7 +16,11 @@ import logging
 import math
 import threading
 from collections import defaultdict, deque
-from typing import Any, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol, TypeAlias
+
+from appliance.jsontypes import JsonObject
 
 log = logging.getLogger("appliance.metrics")
 
@@ -47,7 +51,18 @@ _GPU_GAUGES = {
     "temperature_celsius": ("appliance_gpu_temperature_celsius", "Accelerator temperature."),
 }
 
-GaugeSource = Callable[[], "float | int | Mapping[Any, float] | None"]
+#: What a gauge source returns: one number, numbers by label value (a string for one label, a tuple for
+#: several), or None when there is nothing to report.
+#: Label values of one series, in the order of its label names.
+Labels: TypeAlias = tuple[str, ...]
+GaugeValue: TypeAlias = float | Mapping[str, float] | Mapping[tuple[str, ...], float] | None
+GaugeSource: TypeAlias = Callable[[], GaugeValue]
+
+
+class TelemetryProbe(Protocol):
+    """Reads the accelerators for a telemetry sample (see :mod:`appliance.hardware.telemetry`)."""
+
+    def sample(self) -> list[JsonObject]: ...
 
 
 def _escape(value: object) -> str:
@@ -65,28 +80,35 @@ def _num(value: float) -> str:
     return repr(float(value)) if not float(value).is_integer() else str(int(value))
 
 
+@dataclass(slots=True)
+class _Series:
+    counts: list[int]  # per bucket, then the overflow
+    total: float = 0.0
+    count: int = 0
+
+
 class _Histogram:
     def __init__(self, buckets: tuple[float, ...]):
         self.buckets = buckets
-        self.series: dict[tuple, list] = {}  # labels -> [counts per bucket + overflow, sum, count]
+        self.series: dict[Labels, _Series] = {}
 
-    def observe(self, labels: tuple, value: float) -> None:
+    def observe(self, labels: Labels, value: float) -> None:
         entry = self.series.get(labels)
         if entry is None:
-            entry = self.series[labels] = [[0] * (len(self.buckets) + 1), 0.0, 0]
-        entry[0][bisect.bisect_left(self.buckets, value)] += 1
-        entry[1] += value
-        entry[2] += 1
+            entry = self.series[labels] = _Series([0] * (len(self.buckets) + 1))
+        entry.counts[bisect.bisect_left(self.buckets, value)] += 1
+        entry.total += value
+        entry.count += 1
 
     def render(self, name: str, help_: str, label_names: tuple[str, ...]) -> list[str]:
         lines = [f"# HELP {name} {help_}", f"# TYPE {name} histogram"]
-        for labels, (counts, total, count) in sorted(self.series.items()):
+        for labels, series in sorted(self.series.items(), key=lambda item: item[0]):
             running = 0
-            for bound, n in zip((*self.buckets, math.inf), counts):
+            for bound, n in zip((*self.buckets, math.inf), series.counts):
                 running += n
                 lines.append(f"{name}_bucket{_labels((*label_names, 'le'), (*labels, _num(bound)))} {running}")
-            lines.append(f"{name}_sum{_labels(label_names, labels)} {_num(total)}")
-            lines.append(f"{name}_count{_labels(label_names, labels)} {count}")
+            lines.append(f"{name}_sum{_labels(label_names, labels)} {_num(series.total)}")
+            lines.append(f"{name}_count{_labels(label_names, labels)} {series.count}")
         return lines
 
 
@@ -95,16 +117,16 @@ class Metrics:
 
     def __init__(self, telemetry_samples: int = TELEMETRY_SAMPLES):
         self._lock = threading.Lock()
-        self._requests: dict[tuple, int] = defaultdict(int)  # (model, status, cache_tier)
-        self._tokens: dict[tuple, int] = defaultdict(int)  # (model, kind)
-        self._refusals: dict[tuple, int] = defaultdict(int)  # (model, dimension)
-        self._cache: dict[tuple, int] = defaultdict(int)  # (result,)
-        self._energy: dict[tuple, float] = defaultdict(float)  # (model,)
+        self._requests: dict[Labels, int] = defaultdict(int)  # (model, status, cache_tier)
+        self._tokens: dict[Labels, int] = defaultdict(int)  # (model, kind)
+        self._refusals: dict[Labels, int] = defaultdict(int)  # (model, dimension)
+        self._cache: dict[Labels, int] = defaultdict(int)  # (result,)
+        self._energy: dict[Labels, float] = defaultdict(float)  # (model,)
         self._ttft = _Histogram(TTFT_BUCKETS)
         self._latency = _Histogram(LATENCY_BUCKETS)
         self._sources: dict[str, tuple[str, tuple[str, ...], GaugeSource]] = {}
-        self._telemetry: deque[dict] = deque(maxlen=telemetry_samples)
-        self.telemetry_probe: Any = None  # set by appliance.hardware.telemetry on first sample
+        self._telemetry: deque[JsonObject] = deque(maxlen=telemetry_samples)
+        self.telemetry_probe: TelemetryProbe | None = None  # set by appliance.hardware.telemetry on first sample
 
     # -- what the gateway and the meter call ---------------------------------------
     def observe_request(
@@ -151,14 +173,11 @@ class Metrics:
         known_help, known_labels = KNOWN_GAUGES.get(full, (f"{full} (gauge).", ()))
         self._sources[full] = (help or known_help, tuple(labels if labels is not None else known_labels), source)
 
-    def remove_gauge_source(self, name: str) -> None:
-        self._sources.pop(name if name.startswith("appliance_") else f"appliance_{name}", None)
-
     # -- telemetry ----------------------------------------------------------------
-    def record_telemetry(self, sample: dict) -> None:
+    def record_telemetry(self, sample: JsonObject) -> None:
         self._telemetry.append(sample)
 
-    def telemetry_history(self) -> list[dict]:
+    def telemetry_history(self) -> list[JsonObject]:
         """Telemetry samples, oldest first (each: t, cpu_percent, memory_*_bytes, gpus: [...])."""
         return list(self._telemetry)
 
@@ -188,7 +207,7 @@ class Metrics:
         return "\n".join(lines) + "\n"
 
     @staticmethod
-    def _counter(name: str, help_: str, label_names: tuple[str, ...], values: Mapping[tuple, float]) -> list[str]:
+    def _counter(name: str, help_: str, label_names: tuple[str, ...], values: Mapping[Labels, float]) -> list[str]:
         lines = [f"# HELP {name} {help_}", f"# TYPE {name} counter"]
         lines += [f"{name}{_labels(label_names, k)} {_num(v)}" for k, v in sorted(values.items())]
         return lines
