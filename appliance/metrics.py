@@ -150,10 +150,11 @@ class Metrics:
                 self._cache[("miss",)] += 1
             elif cache_tier in ("exact", "semantic"):
                 self._cache[(cache_tier,)] += 1
+            source = "cache" if cache_tier in ("exact", "semantic") else "engine"  # hits would flatter the engine's percentiles
             if ttft_ms is not None:
-                self._ttft.observe((model,), ttft_ms / 1000.0)
+                self._ttft.observe((model, source), ttft_ms / 1000.0)
             if latency_ms is not None:
-                self._latency.observe((model,), latency_ms / 1000.0)
+                self._latency.observe((model, source), latency_ms / 1000.0)
             if energy_joules is not None:
                 self._energy[(model,)] += energy_joules
 
@@ -200,8 +201,9 @@ class Metrics:
             lines += self._counter("appliance_cache_misses_total", "Requests the response cache could not answer.", (),
                                    {(): cache.get(("miss",), 0)})
             lines += self._counter("appliance_energy_joules_total", "Energy attributed to requests, by model.", ("model",), energy)
-            lines += self._ttft.render("appliance_ttft_seconds", "Time to first token.", ("model",))
-            lines += self._latency.render("appliance_request_latency_seconds", "Request latency, admission to last byte.", ("model",))
+            lines += self._ttft.render("appliance_ttft_seconds", "Time to first token (source: engine or cache).", ("model", "source"))
+            lines += self._latency.render("appliance_request_latency_seconds", "Request latency, admission to last byte (source: engine or cache).",
+                                          ("model", "source"))
         lines += self._pulled_gauges()
         lines += self._telemetry_gauges()
         return "\n".join(lines) + "\n"

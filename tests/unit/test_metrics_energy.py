@@ -23,10 +23,13 @@ def test_exposition_counters_histograms_and_escaping():
     assert 'appliance_tokens_total{model="m",kind="prompt"} 10' in text
     assert 'appliance_cache_hits_total{tier="exact"} 1' in text and "appliance_cache_misses_total 2" in text
     assert 'appliance_quota_refusals_total{model="m",dimension="tokens_per_day"} 1' in text
-    assert 'appliance_ttft_seconds_bucket{model="m",le="0.05"} 1' in text
-    assert 'appliance_ttft_seconds_bucket{model="m",le="0.025"} 0' in text
-    assert 'appliance_request_latency_seconds_bucket{model="m",le="+Inf"} 2' in text
-    assert 'appliance_request_latency_seconds_count{model="m"} 2' in text
+    assert 'appliance_ttft_seconds_bucket{model="m",source="engine",le="0.05"} 1' in text
+    assert 'appliance_ttft_seconds_bucket{model="m",source="engine",le="0.025"} 0' in text
+    assert 'appliance_request_latency_seconds_bucket{model="m",source="engine",le="+Inf"} 2' in text
+    assert 'appliance_request_latency_seconds_count{model="m",source="engine"} 2' in text
+    # cache hits are counted apart, so they never flatter the engine's percentiles
+    assert 'appliance_ttft_seconds_count{model="we\\"ird\\\\name",source="cache"} 1' in text
+    assert 'appliance_ttft_seconds_count{model="we\\"ird\\\\name",source="engine"}' not in text
     # every sample line is `name{labels} value`
     for line in text.splitlines():
         assert line.startswith("# ") or re.fullmatch(r'[a-z_]+(\{.*\})? -?[0-9.e+Inf-]+', line), line
