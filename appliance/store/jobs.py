@@ -22,13 +22,15 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable
+from typing import AsyncIterator, Callable
 
 from sqlalchemy import Engine, update
 
 from appliance.db import engine as dbmod
-from appliance.errors import ApplianceError, NotFound
 from appliance.db.tables import Job as JobRow
+from appliance.errors import ApplianceError, NotFound
+from appliance.jsontypes import JsonObject
+from appliance.store.errors import JobCancelled
 
 log = logging.getLogger("appliance.store.jobs")
 
@@ -36,14 +38,6 @@ TERMINAL = ("done", "failed", "cancelled")
 EVENT_INTERVAL_S = 0.2  # at most ~5 progress events a second reach subscribers
 DB_INTERVAL_S = 1.0
 MAX_EVENTS = 1000
-
-
-class JobCancelled(ApplianceError):
-    """The job was cancelled by an admin."""
-
-    status = 409
-    type = "invalid_request_error"
-    code = "cancelled"
 
 
 @dataclass
@@ -55,13 +49,13 @@ class Job:
     done_bytes: int = 0
     total_bytes: int | None = None
     message: str | None = None
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
+    result: JsonObject | None = None
+    error: JsonObject | None = None
     created_at: float = field(default_factory=time.time)
     finished_at: float | None = None
     cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
-    _events: deque = field(default_factory=lambda: deque(maxlen=MAX_EVENTS), repr=False)
-    _seq: itertools.count = field(default_factory=lambda: itertools.count(1), repr=False)
+    _events: deque[JsonObject] = field(default_factory=lambda: deque(maxlen=MAX_EVENTS), repr=False)
+    _seq: itertools.count[int] = field(default_factory=lambda: itertools.count(1), repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _process: subprocess.Popen | None = field(default=None, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
@@ -78,19 +72,19 @@ class Job:
     def finished(self) -> bool:
         return self.state in TERMINAL
 
-    def view(self) -> dict[str, Any]:
+    def view(self) -> JsonObject:
         return {"id": self.id, "kind": self.kind, "target": self.target, "state": self.state, "progress": self.progress,
                 "done_bytes": self.done_bytes, "total_bytes": self.total_bytes, "message": self.message,
                 "result": self.result, "error": self.error, "created_at": self.created_at, "finished_at": self.finished_at}
 
-    def _emit(self, type_: str, **extra: Any) -> dict[str, Any]:
+    def _emit(self, type_: str, **extra: str) -> JsonObject:
         with self._lock:
             event = {"seq": next(self._seq), "type": type_, "job": self.id, "state": self.state, "done_bytes": self.done_bytes,
                      "total_bytes": self.total_bytes, "progress": self.progress, "message": self.message, "time": time.time(), **extra}
             self._events.append(event)
             return event
 
-    def events_after(self, seq: int) -> list[dict[str, Any]]:
+    def events_after(self, seq: int) -> list[JsonObject]:
         with self._lock:
             return [e for e in self._events if e["seq"] > seq]
 
@@ -160,7 +154,7 @@ def _terminate(proc: subprocess.Popen) -> None:
             pass
 
 
-Work = Callable[[JobContext], "dict[str, Any] | None"]
+Work = Callable[[JobContext], "JsonObject | None"]
 
 
 class JobRegistry:
@@ -186,9 +180,6 @@ class JobRegistry:
 
     def list(self) -> list[Job]:
         return sorted(self._jobs.values(), key=lambda j: j.id, reverse=True)
-
-    def active_for(self, target: str) -> Job | None:
-        return next((j for j in self._jobs.values() if j.target == target and not j.finished), None)
 
     # ------------------------------------------------------------ control
     def submit(self, kind: str, target: str | None, work: Work) -> Job:
@@ -219,7 +210,7 @@ class JobRegistry:
         for job in list(self._jobs.values()):
             job.wait(max(0.0, deadline - time.monotonic()))
 
-    async def follow(self, job_id: int, after: int = 0, poll: float = EVENT_INTERVAL_S) -> AsyncIterator[dict[str, Any]]:
+    async def follow(self, job_id: int, after: int = 0, poll: float = EVENT_INTERVAL_S) -> AsyncIterator[JsonObject]:
         """Events of a job from ``after`` on, until it ends (for SSE)."""
         job = self.get(job_id)
         while True:
@@ -260,8 +251,8 @@ class JobRegistry:
             finally:
                 job._process = None
 
-    def _finish(self, job: Job, state: str, *, message: str | None = None, result: dict[str, Any] | None = None,
-                error: dict[str, Any] | None = None) -> None:
+    def _finish(self, job: Job, state: str, *, message: str | None = None, result: JsonObject | None = None,
+                error: JsonObject | None = None) -> None:
         job.message = message
         job.result = result
         job.error = error
