@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import click
 import httpx
@@ -18,14 +17,15 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from rich.table import Table
 
 from appliance.cli.client import admin_client, check, request, subgroup
-from appliance.store.pull import human_size
+from appliance.jsontypes import JsonObject
+from appliance.store.disk import human_size
 
 
 def _size(n: int | None) -> str:
     return human_size(n) if n else "-"
 
 
-def _follow(ctx: click.Context, job: dict[str, Any], detach: bool) -> dict[str, Any]:
+def _follow(ctx: click.Context, job: JsonObject, detach: bool) -> JsonObject:
     """Show a job's progress until it ends; Ctrl-C cancels it. Returns the final job."""
     job_id = job["id"]
     if detach:
@@ -57,7 +57,7 @@ def _follow(ctx: click.Context, job: dict[str, Any], detach: bool) -> dict[str, 
     return final
 
 
-def _done(final: dict[str, Any], verb: str) -> None:
+def _done(final: JsonObject, verb: str) -> None:
     result = final.get("result") or {}
     if final["state"] == "done" and result:
         click.echo(f"{verb} {result['name']}: {result['status']}, {_size(result['size_bytes'])}, sha256 {result['sha256']}")

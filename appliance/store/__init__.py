@@ -1,6 +1,11 @@
-"""The model store: installed variants on disk and in the database (``store``), checked names and paths
-(``paths``), local imports (``imports``), SSRF-checked resumable pulls (``pull``), quantization,
-the default model and the background jobs that run the long work.
+"""The model store: installed variants on disk and in the database.
 
+``store`` (``ModelStore``: checks requests, runs pulls, imports, quantizations, verification and deletes),
+``registry`` (the variants' rows), ``installs`` (the one install path from files), ``variants`` (what the store
+reports), ``paths`` (checked names and paths), ``imports`` (local file policy and hashing), ``pull`` (the SSRF checks
+of a pull), ``download`` (the resumable download), ``disk`` (free space), ``quantize``, ``default_model``, ``jobs``
+(the background jobs that run the long work) and ``errors``.
+
+Imports run one way: ``store`` → ``installs`` → ``registry`` → ``variants``; ``default_model`` → ``store``.
 May import modelfacts, catalog, db; never serving or api.
 """

