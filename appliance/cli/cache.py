@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from appliance.cli.client import request
-from appliance.store.pull import human_size
+from appliance.store.disk import human_size
 
 
 

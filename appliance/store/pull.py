@@ -17,10 +17,9 @@ from typing import Iterable
 from urllib.parse import urlsplit
 
 from appliance.errors import BadRequest
-from appliance.store.disk import human_size  # where `appliancectl cache` imports it from
 from appliance.store.errors import PullNotAllowed, UpstreamError
 
-__all__ = ["Target", "check_url", "embedded_ipv4", "human_size", "resolve_checked"]
+__all__ = ["Target", "check_url", "embedded_ipv4", "resolve_checked"]
 
 
 @dataclass(frozen=True)
