@@ -9,7 +9,38 @@ plan, so every argument list is testable without starting anything.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
+
+
+class EnginePlan(Protocol):
+    """The plan fields every driver reads (``appliance.planner.types.Plan`` has them).
+
+    Backend-specific fields a plan may lack are read with defaults by the driver that uses them.
+    """
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def model_path(self) -> str: ...
+    @property
+    def context(self) -> int: ...
+    @property
+    def parallel(self) -> int: ...
+    @property
+    def threads(self) -> int | None: ...
+    @property
+    def n_gpu_layers(self) -> int: ...
+
+
+class EngineSettings(Protocol):
+    """The settings drivers read (``appliance.settings.Settings`` has them)."""
+
+    @property
+    def vllm_python(self) -> Path | None: ...
+    @property
+    def ray_address(self) -> str | None: ...
+    @property
+    def data_dir(self) -> Path: ...
 
 
 @runtime_checkable
@@ -21,13 +52,15 @@ class Driver(Protocol):
     routes: frozenset[str]
     #: Route that answers 200 once the engine is ready.
     health_path: str
-    supports_embeddings: bool
 
-    def command(self, plan: Any, socket_path: Path, settings: Any) -> list[str]:
+    def command(self, plan: EnginePlan, socket_path: Path, settings: EngineSettings) -> list[str]:
         """The engine's argv. Pure: no I/O, no environment reads."""
 
-    def environment(self, plan: Any, settings: Any) -> dict[str, str]:
+    def environment(self, plan: EnginePlan, settings: EngineSettings) -> dict[str, str]:
         """Extra environment variables for the engine process."""
+
+    def client_headers(self, plan: EnginePlan) -> dict[str, str]:
+        """Headers every request to the engine must carry (the supervisor's HTTP client sends them)."""
 
 
 def get_driver(backend: str) -> Driver:

@@ -7,8 +7,9 @@ run by the interpreter of a separate environment (``settings.vllm_python``; see
 Three things keep it behind the gateway:
 
 - it listens on a Unix socket only (``--uds``), never on TCP;
-- the gateway forwards an allow-list of routes (:attr:`VllmDriver.routes`): vLLM's
-  ``--api-key`` does not cover every route (``/invocations``, ``/tokenize``, ...);
+- the gateway forwards an allow-list of routes (:attr:`VllmDriver.routes`, through
+  ``EngineProcess.route``): vLLM's ``--api-key`` does not cover every route
+  (``/invocations``, ``/tokenize``, ...);
 - it still requires a random per-instance key on ``/v1``. The key travels in the
   environment (``VLLM_API_KEY``, readable by the same user only), not on the command
   line, where ``ps`` would show it to every local user; the supervisor's HTTP client
@@ -22,8 +23,11 @@ from __future__ import annotations
 import re
 import secrets
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+
+from appliance.drivers import EnginePlan, EngineSettings
+from appliance.drivers.errors import PlanNotServable
 
 ENTRYPOINT = "vllm.entrypoints.openai.api_server"
 
@@ -40,11 +44,7 @@ _KV_CACHE_DTYPES = {"bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"}
 _KV_DEFAULT = {"", "auto", "f16"}
 
 
-class PlanNotServable(ValueError):
-    """The plan asks for something vLLM cannot do (a planner bug, reported at load)."""
-
-
-def interpreter(settings: Any) -> str:
+def interpreter(settings: EngineSettings) -> str:
     """The Python that runs vLLM: ``settings.vllm_python``, else the appliance's own."""
     configured = getattr(settings, "vllm_python", None)
     return str(configured) if configured else sys.executable
@@ -70,7 +70,7 @@ def kv_cache_dtype_arg(kv_cache_dtype: str | None) -> str | None:
     raise PlanNotServable(f"vLLM has no KV-cache type {kv_cache_dtype!r}; use one of auto, {', '.join(sorted(_KV_CACHE_DTYPES))}")
 
 
-def build_args(plan: Any, socket_path: Path | str, settings: Any) -> list[str]:
+def build_args(plan: EnginePlan, socket_path: Path | str, settings: EngineSettings) -> list[str]:
     """The engine's argv for ``plan``. Pure: no I/O, no environment reads."""
     argv = [
         interpreter(settings), "-m", ENTRYPOINT,
@@ -105,7 +105,7 @@ def build_args(plan: Any, socket_path: Path | str, settings: Any) -> list[str]:
     return argv
 
 
-def _device_indices(devices: Any, kind: str) -> list[str]:
+def _device_indices(devices: Iterable[str] | None, kind: str) -> list[str]:
     """``("cuda:0", "cuda:2")`` → ``["0", "2"]`` for ``kind`` ``cuda``."""
     out = []
     for device in devices or ():
@@ -115,7 +115,7 @@ def _device_indices(devices: Any, kind: str) -> list[str]:
     return out
 
 
-def build_env(plan: Any, settings: Any, api_key: str) -> dict[str, str]:
+def build_env(plan: EnginePlan, settings: EngineSettings, api_key: str) -> dict[str, str]:
     """Environment added to the engine's: key, privacy, devices, Ray. Pure."""
     env = {
         "VLLM_API_KEY": api_key,
@@ -160,21 +160,20 @@ class VllmDriver:
     """Driver for vLLM's OpenAI server. One instance per engine (it holds the engine's key)."""
 
     name = "vllm"
+    #: Only pooling (embedding) models answer /v1/embeddings; plans for those do not exist yet.
     routes = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
     health_path = "/health"
-    #: Only pooling (embedding) models answer /v1/embeddings; plans for those do not exist yet.
-    supports_embeddings = False
 
     def __init__(self, api_key: str | None = None):
         self._api_key = api_key or secrets.token_urlsafe(32)
 
-    def command(self, plan: Any, socket_path: Path, settings: Any) -> list[str]:
+    def command(self, plan: EnginePlan, socket_path: Path, settings: EngineSettings) -> list[str]:
         return build_args(plan, socket_path, settings)
 
-    def environment(self, plan: Any, settings: Any) -> dict[str, str]:
+    def environment(self, plan: EnginePlan, settings: EngineSettings) -> dict[str, str]:
         return build_env(plan, settings, self._api_key)
 
-    def client_headers(self, plan: Any) -> dict[str, str]:
+    def client_headers(self, plan: EnginePlan) -> dict[str, str]:
         """Headers every request to this engine must carry (the supervisor's client sets them)."""
         return {"Authorization": f"Bearer {self._api_key}"}
 

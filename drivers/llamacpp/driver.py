@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+
+from appliance.drivers import EnginePlan, EngineSettings
 
 #: n-gram size for prompt-lookup drafts when a plan asks for speculative decoding.
 SPEC_NGRAM = 3
@@ -16,7 +17,7 @@ SPEC_NGRAM = 3
 ROUTES = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/models"})
 
 
-def worker_command(plan: Any, socket_path: str | Path, python: str = sys.executable) -> list[str]:
+def worker_command(plan: EnginePlan, socket_path: str | Path, python: str = sys.executable) -> list[str]:
     """The worker's argv for ``plan``. Pure: reads only the plan's attributes.
 
     Required plan attributes: ``model_path``, ``context`` (tokens per request),
@@ -49,12 +50,15 @@ class LlamaCppDriver:
     name = "llamacpp"
     routes = ROUTES
     health_path = "/health"
-    supports_embeddings = True
 
-    def command(self, plan: Any, socket_path: Path, settings: Any = None) -> list[str]:
-        python = getattr(settings, "python", None) or sys.executable
-        return worker_command(plan, socket_path, python=python)
+    def command(self, plan: EnginePlan, socket_path: Path, settings: EngineSettings | None = None) -> list[str]:
+        """The worker runs on the daemon's own interpreter."""
+        return worker_command(plan, socket_path)
 
-    def environment(self, plan: Any, settings: Any = None) -> dict[str, str]:
+    def environment(self, plan: EnginePlan, settings: EngineSettings | None = None) -> dict[str, str]:
         # libllama's own OpenMP/BLAS pools must not oversubscribe the cores the plan gave us.
         return {"OMP_NUM_THREADS": str(int(plan.threads))}
+
+    def client_headers(self, plan: EnginePlan) -> dict[str, str]:
+        """None: the worker's socket is reachable by the daemon's user only (mode 0600)."""
+        return {}

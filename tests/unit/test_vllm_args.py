@@ -14,7 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from appliance.drivers import Driver, get_driver
-from appliance.drivers.vllm import ENTRYPOINT, PlanNotServable, VllmDriver, build_args, build_env
+from appliance.drivers.errors import PlanNotServable
+from appliance.drivers.vllm import ENTRYPOINT, VllmDriver, build_args, build_env
 
 SOCKET = Path("/data/run/engine-tiny.sock")
 
