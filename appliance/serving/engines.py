@@ -20,12 +20,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import httpx
 
 from appliance.drivers import Driver
-from appliance.errors import EngineUnavailable
+from appliance.errors import BadRequest, EngineUnavailable
+from appliance.planner.types import Plan
+from appliance.settings import Settings
 
 log = logging.getLogger("appliance.serving.engines")
 
@@ -36,6 +38,8 @@ RESTART_WINDOW_S = 300.0
 STOP_GRACE_S = 5.0
 ENGINE_LOG_LINE_LIMIT = 1 << 20
 _PR_SET_PDEATHSIG = 1
+#: The engine route of each gateway endpoint (OpenAI's paths; the driver's routes allow them).
+ENDPOINT_ROUTES = {"chat": "/v1/chat/completions", "completions": "/v1/completions", "embeddings": "/v1/embeddings"}
 
 
 def _load_prctl() -> Callable[..., int] | None:
@@ -75,14 +79,14 @@ class EngineStats:
     restart_times: list[float] = field(default_factory=list)
 
 
-def _pool_size(plan: Any) -> int:
+def _pool_size(plan: Plan) -> int:
     return min(int(getattr(plan, "parallel", 8) or 8), 64) + 4
 
 
 class EngineProcess:
     """One engine child process serving one plan on one Unix socket."""
 
-    def __init__(self, name: str, plan: Any, driver: Driver, settings: Any, socket_path: Path,
+    def __init__(self, name: str, plan: Plan, driver: Driver, settings: Settings, socket_path: Path,
                  on_state: Callable[["EngineProcess"], None] | None = None):
         self.name = name
         self.plan = plan
@@ -99,17 +103,26 @@ class EngineProcess:
         self._stopping = False
         self._on_state = on_state
         self._ready = asyncio.Event()
-        # Drivers whose engine wants a credential (vLLM's per-instance key) name its headers.
-        client_headers = getattr(driver, "client_headers", None)
         self.client = httpx.AsyncClient(
             transport=httpx.AsyncHTTPTransport(uds=str(socket_path), retries=0),
             base_url="http://engine",
-            headers=client_headers(plan) if client_headers else None,
+            # An engine that wants a credential (vLLM's per-instance key) gets it on every request.
+            headers=driver.client_headers(plan),
             timeout=httpx.Timeout(settings.request_timeout_seconds, connect=5.0),
             # The admission queue already bounds requests to the engine's slots. A pool much larger
             # than that only costs time: httpcore polls every idle connection on each request.
             limits=httpx.Limits(max_connections=_pool_size(plan), max_keepalive_connections=_pool_size(plan)),
         )
+
+    def route(self, endpoint: str) -> str:
+        """The engine route that serves a gateway endpoint (``chat``, ``completions``, ``embeddings``).
+
+        The driver's ``routes`` are the allow-list: an endpoint outside it is refused.
+        """
+        path = ENDPOINT_ROUTES[endpoint]
+        if path not in self.driver.routes:
+            raise BadRequest(f"The model `{self.name}` does not serve {path}.", param="model")
+        return path
 
     def _set_state(self, state: str) -> None:
         self.state = state
