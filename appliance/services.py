@@ -52,7 +52,7 @@ class Services:
         self.quotas = QuotaService(self.db, self.meter)
         self.energy = EnergyMeter()
         self.load_planner = LoadPlanner(settings, self.db)
-        self.router = Router(settings, make_plan=self._plan, make_engine=self._engine, on_loaded=self._after_load)
+        self.router = Router(settings, make_plan=self._plan, make_engine_process=self._engine, on_loaded=self._after_load)
         self.cache = ResponseCache(settings, self.db, make_embedder(settings))
         self.gateway = Gateway(settings, self.names, self.router, self.meter, cache=self.cache, metrics=self.metrics, energy=self.energy)
         self.scheduler: AsyncIOScheduler | None = None

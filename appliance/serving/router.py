@@ -88,17 +88,17 @@ class Router:
         settings: Settings,
         *,
         make_plan: Callable[[ResolvedVariant], Plan],
-        make_engine: Callable[[str, Plan], EngineLike],
+        make_engine_process: Callable[[str, Plan], EngineLike],
         on_loaded: Callable[[Instance], Awaitable[None]] | None = None,
     ):
         """
         make_plan: plans a load of the installed variant on this box; raises DoesNotFit.
-        make_engine: builds (not starts) the engine process for a plan.
+        make_engine_process: builds (not starts) the engine process for a plan.
         on_loaded: called after a load succeeds (calibration, audit).
         """
         self.settings = settings
         self._make_plan = make_plan
-        self._make_engine = make_engine
+        self._make_engine_process = make_engine_process
         self._on_loaded = on_loaded
         self.instances: dict[str, Instance] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -123,7 +123,7 @@ class Router:
         plan = self._make_plan(target)
         async with self._capacity:
             await self._make_room(plan)
-            engine = self._make_engine(name, plan)
+            engine = self._make_engine_process(name, plan)
             instance = Instance(
                 name=name,
                 plan=plan,

@@ -55,7 +55,7 @@ def resolve(name: str) -> SimpleNamespace:
 def make_router(max_loaded=2, budget_gib=None):
     log: list = []
     settings = SimpleNamespace(max_loaded_instances=max_loaded, memory_budget_gib=budget_gib, queue_size=4, queue_timeout_seconds=1)
-    router = Router(settings, make_plan=lambda target: Plan(), make_engine=lambda n, p: StandInEngine(n, log))
+    router = Router(settings, make_plan=lambda target: Plan(), make_engine_process=lambda n, p: StandInEngine(n, log))
     return router, log
 
 
