@@ -15,12 +15,14 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from appliance.errors import BadRequest
+from appliance.jsontypes import JsonObject, JsonValue
+
+from .errors import ChatTemplateError
 
 GEMMA_TEMPLATE = (
     "{{ bos_token }}"
@@ -45,12 +47,6 @@ PLAIN_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}Assistant:{% endif %}"
 )
-
-
-class ChatTemplateError(BadRequest):
-    """The model's chat template failed, or tried something the sandbox forbids."""
-
-    code = "chat_template_error"
 
 
 def _raise_exception(message: str) -> None:
@@ -79,7 +75,7 @@ def pick_fallback(has_token: Callable[[str], bool]) -> str:
     return PLAIN_TEMPLATE
 
 
-def _content_text(content: Any) -> str:
+def _content_text(content: JsonValue) -> str:
     if content is None:
         return ""
     if isinstance(content, str):
@@ -97,7 +93,7 @@ def _content_text(content: Any) -> str:
     raise BadRequest("message content must be a string or a list of parts", param="messages")
 
 
-def normalize_messages(messages: Any) -> list[dict[str, Any]]:
+def normalize_messages(messages: JsonValue) -> list[JsonObject]:
     if not isinstance(messages, list) or not messages:
         raise BadRequest("messages must be a non-empty list", param="messages")
     out = []
@@ -129,11 +125,11 @@ class ChatRenderer:
             self._template = None
             self._error = f"the model's chat template does not compile: {exc.__class__.__name__}"
 
-    def render(self, messages: list[dict[str, Any]], *, tools: Any = None, add_generation_prompt: bool = True,
-               extra: dict[str, Any] | None = None) -> str:
+    def render(self, messages: list[JsonObject], *, tools: JsonValue = None, add_generation_prompt: bool = True,
+               extra: JsonObject | None = None) -> str:
         if self._template is None:
             raise ChatTemplateError(self._error or "the model's chat template is unusable")
-        ctx: dict[str, Any] = {
+        ctx: JsonObject = {
             "messages": messages,
             "add_generation_prompt": add_generation_prompt,
             "bos_token": self.bos_token,
@@ -198,7 +194,7 @@ def _tojson_str(s: str) -> str:
     return out.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").replace("'", "\\u0027")
 
 
-def strip_nonchars(value: Any) -> Any:
+def strip_nonchars(value: JsonValue) -> JsonValue:
     """``value`` with the sentinel characters (U+FDD0–U+FDEF) removed from every string."""
     if isinstance(value, str):
         return _NONCHAR.sub("", value)
@@ -220,7 +216,7 @@ class _Masker:
         self.texts.append(s)
         return _sentinel(len(self.texts) - 1)
 
-    def free(self, value: Any) -> Any:
+    def free(self, value: JsonValue) -> JsonValue:
         """Free text: every string leaf becomes a sentinel (dict keys stay, checked)."""
         if isinstance(value, str):
             return self.mask(value)
@@ -231,7 +227,7 @@ class _Masker:
             return [self.free(v) for v in value]
         return value
 
-    def keep(self, value: Any) -> Any:
+    def keep(self, value: JsonValue) -> JsonValue:
         """Structure passed verbatim: remember its strings for the special-token check."""
         if isinstance(value, str):
             self.verbatim.append(value)
@@ -244,8 +240,8 @@ class _Masker:
                 self.keep(v)
         return value
 
-    def message(self, m: dict[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def message(self, m: JsonObject) -> JsonObject:
+        out: JsonObject = {}
         for k, v in m.items():
             self.keep(k)
             if k in FREE_TEXT_FIELDS:
@@ -256,10 +252,10 @@ class _Masker:
                 out[k] = self.keep(v)
         return out
 
-    def tool_call(self, call: Any) -> Any:
+    def tool_call(self, call: JsonValue) -> JsonValue:
         if not isinstance(call, dict):
             return self.keep(call)
-        out: dict[str, Any] = {}
+        out: JsonObject = {}
         for k, v in call.items():
             self.keep(k)
             if k == "function" and isinstance(v, dict):
@@ -306,8 +302,8 @@ def _locate(plain: str, pieces: list[tuple[str, int, bool]], texts: list[str]) -
     return out if pos == len(plain) else None
 
 
-def render_chat(renderer: "ChatRenderer", messages: list[dict[str, Any]], *, tools: Any = None,
-                add_generation_prompt: bool = True, extra: dict[str, Any] | None = None) -> RenderedChat:
+def render_chat(renderer: ChatRenderer, messages: list[JsonObject], *, tools: JsonValue = None,
+                add_generation_prompt: bool = True, extra: JsonObject | None = None) -> RenderedChat:
     """Render a conversation as template text and user text, kept apart."""
     messages = strip_nonchars(messages)
     tools = strip_nonchars(tools)

@@ -11,19 +11,21 @@ hundreds of inputs does not stop generation while it is embedded.
 
 from __future__ import annotations
 
+import collections
 import math
+import time
+from collections.abc import Callable
+from typing import TypeAlias
 
 import llama_cpp.llama_cpp as ll
 
+from .errors import EmbeddingError
 from .model import LoadedModel
-
 
 #: Most tokens embedded between two decode steps (an input longer than this goes alone).
 EMBED_STEP_TOKENS = 128
-
-
-class EmbeddingError(RuntimeError):
-    """The embedding context could not be created or a decode failed."""
+#: Receives a request's vectors, or the exception that ended it (called on the decode thread).
+EmbedDone: TypeAlias = Callable[[list[list[float]] | BaseException], None]
 
 
 class EmbedJob:
@@ -38,6 +40,8 @@ class EmbedJob:
 
 
 class Embedder:
+    """The embedding context: packs inputs several sequences per decode and pools each."""
+
     def __init__(self, model: LoadedModel, *, ctx: int, n_seq: int, threads: int) -> None:
         self.model = model
         self.size = ctx
@@ -114,3 +118,68 @@ class Embedder:
             ll.llama_batch_free(self.batch)
             ll.llama_free(self.ctx)
             self.ctx = None
+
+
+class EmbedQueue:
+    """Embedding requests waiting for the decode thread, embedded one bounded group per turn.
+
+    The batcher appends under its lock (:meth:`add`) and the decode thread does the
+    rest. While generation runs, embedding gets at most as much of the thread's time
+    as decoding does: :attr:`debt` is how far embedding ran ahead.
+    """
+
+    def __init__(self, model: LoadedModel, *, ctx: int, n_seq: int, threads: int) -> None:
+        self._model = model
+        self._ctx, self._n_seq, self._threads = ctx, n_seq, threads
+        self._waiting: collections.deque[tuple[list[list[int]], EmbedDone]] = collections.deque()
+        self._current: tuple[EmbedJob, EmbedDone] | None = None
+        self._embedder: Embedder | None = None  # created on first use
+        self.debt = 0.0
+
+    @property
+    def idle(self) -> bool:
+        return self._current is None and not self._waiting
+
+    def add(self, inputs: list[list[int]], done: EmbedDone) -> None:
+        """Queue a request (the caller holds the batcher's lock)."""
+        self._waiting.append((inputs, done))
+
+    def take(self) -> None:
+        """Start the next waiting request unless one is being embedded (the caller holds the lock)."""
+        if self._current is None and self._waiting:
+            inputs, done = self._waiting.popleft()
+            self._current = (EmbedJob(inputs), done)
+
+    def turn(self, decoding: bool, generating: bool) -> None:
+        """Embed the next group, unless sequences are ``decoding`` and embedding ran ahead of them.
+
+        Embedding time counts against decoding only while ``generating`` (any slot is busy).
+        """
+        if self._current is None:
+            self.debt = 0.0
+            return
+        if not decoding or self.debt <= 0.0:
+            t_e = time.perf_counter()
+            self._step()
+            self.debt = self.debt + time.perf_counter() - t_e if generating else 0.0
+
+    def decoded(self, seconds: float) -> None:
+        """A decode step took ``seconds``: embedding may catch up by as much."""
+        self.debt = max(0.0, self.debt - seconds)
+
+    def _step(self) -> None:
+        job, done = self._current
+        try:
+            if self._embedder is None:
+                self._embedder = Embedder(self._model, ctx=self._ctx, n_seq=self._n_seq, threads=self._threads)
+            if self._embedder.step(job, EMBED_STEP_TOKENS):
+                self._current = None
+                done(job.out)
+        except BaseException as exc:  # handed to the waiting request
+            self._current = None
+            done(exc)
+
+    def close(self) -> None:
+        if self._embedder is not None:
+            self._embedder.close()
+            self._embedder = None

@@ -17,11 +17,11 @@ converter runs.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
 
 from appliance.errors import BadRequest
+from appliance.jsontypes import JsonValue
 
 #: Largest serialised JSON schema accepted in ``response_format``.
 MAX_SCHEMA_BYTES = 64 * 1024
@@ -31,7 +31,7 @@ MAX_ALTERNATIVES = 256
 MAX_GBNF_BYTES = 128 * 1024
 
 
-def count_alternatives(schema: Any) -> int:
+def count_alternatives(schema: JsonValue) -> int:
     """``enum`` values plus ``anyOf``/``oneOf`` branches anywhere in ``schema``.
 
     Iterative; the walk is bounded by the schema's size, checked first.
@@ -55,7 +55,7 @@ def count_alternatives(schema: Any) -> int:
     return total
 
 
-def grammar_for(response_format: Any) -> str | None:
+def grammar_for(response_format: JsonValue) -> str | None:
     """Return the GBNF grammar for an OpenAI ``response_format``, or None for plain text."""
     if response_format is None:
         return None

@@ -2,7 +2,7 @@
 
 Thin, allocation-aware wrappers over libllama's ctypes API. Everything here is
 safe to call from any thread (libllama's model and vocab are read-only once
-loaded); contexts live in :mod:`llamacpp_batcher`.
+loaded); contexts live in :mod:`.context` and :mod:`.embed`.
 """
 
 from __future__ import annotations
@@ -14,16 +14,14 @@ from dataclasses import dataclass
 
 import llama_cpp.llama_cpp as ll
 
+from .errors import ModelLoadError
+
 _LOG_LEVEL_ERROR = 4  # GGML_LOG_LEVEL_ERROR
 _LOG_LEVEL_CONT = 5  # continues the previous message (progress dots)
 _last_level = [0]
 # llama_token_attr bits of the tokens libllama matches as whole tokens in text
 # (llama-vocab.cpp cache_special_tokens): unknown, control, user-defined.
 _ATTR_SPECIAL = (1 << 0) | (1 << 3) | (1 << 4)
-
-
-class ModelLoadError(RuntimeError):
-    """libllama refused the model file (missing, corrupt or unsupported)."""
 
 
 @ll.llama_log_callback

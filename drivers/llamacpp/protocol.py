@@ -13,9 +13,9 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
 
-from appliance.errors import ApplianceError, BadRequest
+from appliance.errors import BadRequest
+from appliance.jsontypes import JsonObject, JsonValue
 
 from .grammar import grammar_for
 from .sampling import SamplingParams
@@ -34,18 +34,14 @@ class GenRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     prompt_text: str | None = None
     prompt_tokens: list[int] | None = None
-    messages: list[dict[str, Any]] | None = None
-    tools: Any = None
-    template_kwargs: dict[str, Any] | None = None
-
-
-def error_body(exc: ApplianceError) -> dict[str, Any]:
-    return {"error": {"message": exc.message, "type": exc.type, "param": exc.param, "code": exc.code}}
+    messages: list[JsonObject] | None = None
+    tools: JsonValue = None
+    template_kwargs: JsonObject | None = None
 
 
 # -- parsing -------------------------------------------------------------------
 
-def _num(body: dict, name: str, default, *, lo=None, hi=None, integer=False):
+def _num(body: JsonObject, name: str, default, *, lo=None, hi=None, integer=False):
     v = body.get(name)
     if v is None:
         return default
@@ -56,7 +52,7 @@ def _num(body: dict, name: str, default, *, lo=None, hi=None, integer=False):
     return v
 
 
-def _stop(body: dict) -> list[str]:
+def _stop(body: JsonObject) -> list[str]:
     s = body.get("stop")
     if s is None:
         return []
@@ -67,7 +63,7 @@ def _stop(body: dict) -> list[str]:
     return [x for x in s if x]
 
 
-def _logit_bias(body: dict, n_vocab: int) -> dict[int, float]:
+def _logit_bias(body: JsonObject, n_vocab: int) -> dict[int, float]:
     lb = body.get("logit_bias")
     if lb is None:
         return {}
@@ -87,7 +83,7 @@ def _logit_bias(body: dict, n_vocab: int) -> dict[int, float]:
     return out
 
 
-def _common(body: Any, kind: str, n_vocab: int) -> GenRequest:
+def _common(body: JsonValue, kind: str, n_vocab: int) -> GenRequest:
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     n = _num(body, "n", 1, integer=True)
@@ -134,7 +130,7 @@ def _common(body: Any, kind: str, n_vocab: int) -> GenRequest:
     )
 
 
-def parse_completion(body: Any, n_vocab: int) -> GenRequest:
+def parse_completion(body: JsonValue, n_vocab: int) -> GenRequest:
     req = _common(body, "completion", n_vocab)
     p = body.get("prompt")
     if isinstance(p, list) and len(p) == 1 and isinstance(p[0], (str, list)):
@@ -152,7 +148,7 @@ def parse_completion(body: Any, n_vocab: int) -> GenRequest:
     return req
 
 
-def parse_chat(body: Any, n_vocab: int) -> GenRequest:
+def parse_chat(body: JsonValue, n_vocab: int) -> GenRequest:
     from .chat import normalize_messages
 
     req = _common(body, "chat", n_vocab)
@@ -170,7 +166,7 @@ def parse_chat(body: Any, n_vocab: int) -> GenRequest:
 
 # -- shaping -------------------------------------------------------------------
 
-def usage_dict(prompt: int, completion: int, cached: int) -> dict[str, Any]:
+def usage_dict(prompt: int, completion: int, cached: int) -> JsonObject:
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
@@ -179,14 +175,14 @@ def usage_dict(prompt: int, completion: int, cached: int) -> dict[str, Any]:
     }
 
 
-def _dumps(obj: Any) -> bytes:
+def _dumps(obj: JsonValue) -> bytes:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 DONE = b"data: [DONE]\n\n"
 
 
-def sse(obj: Any) -> bytes:
+def sse(obj: JsonObject) -> bytes:
     return b"data: " + _dumps(obj) + b"\n\n"
 
 
@@ -222,18 +218,18 @@ class Shaper:
             {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None, "logprobs": None}]})
 
     def final_chunk(self, finish_reason: str) -> bytes:
-        choice: dict[str, Any] = {"index": 0, "finish_reason": finish_reason, "logprobs": None}
+        choice: JsonObject = {"index": 0, "finish_reason": finish_reason, "logprobs": None}
         if self.kind == "chat":
             choice["delta"] = {}
         else:
             choice["text"] = ""
         return sse({**self._base, "choices": [choice]})
 
-    def usage_chunk(self, usage: dict[str, Any]) -> bytes:
+    def usage_chunk(self, usage: JsonObject) -> bytes:
         return sse({**self._base, "choices": [], "usage": usage})
 
-    def full(self, text: str, finish_reason: str, usage: dict[str, Any]) -> bytes:
-        choice: dict[str, Any] = {"index": 0, "finish_reason": finish_reason, "logprobs": None}
+    def full(self, text: str, finish_reason: str, usage: JsonObject) -> bytes:
+        choice: JsonObject = {"index": 0, "finish_reason": finish_reason, "logprobs": None}
         if self.kind == "chat":
             choice["message"] = {"role": "assistant", "content": text}
         else:

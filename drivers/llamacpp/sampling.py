@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import llama_cpp.llama_cpp as ll
 
+from .errors import GrammarError
+
 PENALTY_LAST_N = 64
 
 
@@ -34,10 +36,6 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0
-
-
-class GrammarError(ValueError):
-    """libllama could not parse the grammar built for response_format."""
 
 
 def _bias_sampler(n_vocab: int, bias: dict[int, float]):
@@ -111,5 +109,5 @@ def free_chain(chain) -> None:
         ll.llama_sampler_free(chain)
 
 
-__all__ = ["SamplingParams", "GrammarError", "build_chain", "build_grammar", "drop_first_link", "free_chain",
+__all__ = ["SamplingParams", "build_chain", "build_grammar", "drop_first_link", "free_chain",
            "has_penalties"]

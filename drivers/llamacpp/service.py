@@ -9,22 +9,17 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
 
 from appliance.errors import BadRequest
+from appliance.jsontypes import JsonObject, JsonValue
 
-from .batcher import Batcher, Sequence
+from .batcher import Batcher
 from .chat import PLAIN_STOPS, PLAIN_TEMPLATE, ChatRenderer, pick_fallback, render_chat
+from .errors import ContextLengthExceeded, GrammarError
 from .model import LoadedModel
 from .protocol import GenRequest
-from .sampling import GrammarError, build_chain, build_grammar, free_chain, has_penalties
-
-
-class ContextLengthExceeded(BadRequest):
-    """The prompt does not fit in one slot's context."""
-
-    code = "context_length_exceeded"
-
+from .sampling import build_chain, build_grammar, free_chain, has_penalties
+from .sequence import Sequence
 
 #: Most inputs in one /v1/embeddings request (OpenAI allows 2048; each input is a pooled
 #: sequence, and 512 short inputs take seconds of engine time on two cores).
@@ -49,7 +44,9 @@ def _text_bytes(req: GenRequest) -> int:
 
 
 @dataclass(frozen=True)
-class EngineConfig:
+class WorkerConfig:
+    """What the worker serves: its command line, parsed."""
+
     model_path: str
     served_name: str
     ctx: int = 4096
@@ -61,8 +58,10 @@ class EngineConfig:
     embedding: bool = False
 
 
-class Engine:
-    def __init__(self, cfg: EngineConfig) -> None:
+class WorkerEngine:
+    """The worker's model and batcher, and the preparation of every request for them."""
+
+    def __init__(self, cfg: WorkerConfig) -> None:
         self.cfg = cfg
         self.model = LoadedModel(cfg.model_path, n_gpu_layers=cfg.n_gpu_layers)
         try:
@@ -124,8 +123,8 @@ class Engine:
         # (as in llama-server and vLLM): its special tokens are parsed.
         return self.model.tokenize(req.prompt_text or "", add_special=True, parse_special=True)
 
-    def chat_tokens(self, messages: list[dict[str, Any]], *, tools: Any = None,
-                    extra: dict[str, Any] | None = None) -> list[int]:
+    def chat_tokens(self, messages: list[JsonObject], *, tools: JsonValue = None,
+                    extra: JsonObject | None = None) -> list[int]:
         """A conversation's prompt ids: special tokens only where the chat template wrote them.
 
         Message contents, reasoning and tool-call arguments are tokenised as plain
@@ -186,12 +185,12 @@ class Engine:
         return seq
 
     # -- embeddings -------------------------------------------------------------
-    def embedding_inputs(self, body: Any) -> list[list[int]]:
+    def embedding_inputs(self, body: JsonValue) -> list[list[int]]:
         if not isinstance(body, dict):
             raise BadRequest("the request body must be a JSON object")
         inp = body.get("input")
         if isinstance(inp, str):
-            items: list[Any] = [inp]
+            items: list[JsonValue] = [inp]
         elif isinstance(inp, list) and inp and all(isinstance(t, int) and not isinstance(t, bool) for t in inp):
             items = [inp]
         elif isinstance(inp, list) and inp:

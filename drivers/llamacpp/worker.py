@@ -26,45 +26,30 @@ import struct
 import sys
 import time
 import traceback
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TypeAlias
 
 from appliance.errors import ApplianceError, BadRequest, EngineUnavailable, NotFound
+from appliance.jsontypes import JsonObject, JsonValue
 
-from .batcher import FINISH_CANCELLED, FINISH_ERROR, FINISH_LENGTH, EngineFailure, Sequence
-from .embed import EmbeddingError
-from .model import ModelLoadError
-from .sampling import free_chain
-from .protocol import DONE, Shaper, error_body, parse_chat, parse_completion, sse, usage_dict
-from .service import Engine, EngineConfig
+from .errors import DecodeFailure, EmbeddingError, MethodNotAllowed, ModelLoadError, PayloadTooLarge, WorkerError
+from .protocol import DONE, GenRequest, Shaper, parse_chat, parse_completion, sse, usage_dict
+from .sequence import FINISH_CANCELLED, FINISH_ERROR, FINISH_LENGTH, Sequence
+from .service import WorkerConfig, WorkerEngine
 
 MAX_BODY = 32 * 1024 * 1024
 #: Longest a request's preparation (grammar conversion, template, tokenising) may take, in seconds.
 PREPARE_TIMEOUT = 10.0
 _JSON = [(b"content-type", b"application/json")]
 _SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+#: ASGI's callables as uvicorn hands them to the app; messages are plain dicts.
+Receive: TypeAlias = Callable[[], Awaitable[JsonObject]]
+Send: TypeAlias = Callable[[JsonObject], Awaitable[None]]
 
 
-class MethodNotAllowed(ApplianceError):
-    status = 405
-    type = "invalid_request_error"
-    code = "method_not_allowed"
-
-
-class PayloadTooLarge(ApplianceError):
-    status = 413
-    type = "invalid_request_error"
-    code = "payload_too_large"
-
-
-class EngineError(ApplianceError):
-    status = 500
-    type = "server_error"
-    code = "engine_error"
-
-
-async def _send_json(send, status: int, obj: Any, headers: list | None = None) -> None:
+async def _send_json(send: Send, status: int, obj: JsonObject) -> None:
     body = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
-    await send({"type": "http.response.start", "status": status, "headers": (headers or _JSON)})
+    await send({"type": "http.response.start", "status": status, "headers": _JSON})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -90,12 +75,10 @@ def _discard(fut: asyncio.Future) -> None:
         return
     seq = fut.result()
     if isinstance(seq, Sequence):
-        free_chain(seq.chain)
-        free_chain(seq.grammar)
-        seq.chain = seq.grammar = None
+        seq.free_samplers()
 
 
-async def _read_json(receive) -> Any:
+async def _read_json(receive: Receive) -> JsonValue:
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -120,10 +103,10 @@ class WorkerApp:
 
     def __init__(self, served_name: str) -> None:
         self.served_name = served_name
-        self.engine: Engine | None = None
+        self.engine: WorkerEngine | None = None
         self.created = int(time.time())
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: JsonObject, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return  # lifespan is off; websockets are not served
         path, method = scope["path"], scope["method"]
@@ -146,33 +129,33 @@ class WorkerApp:
         except ConnectionAbortedError:
             return
         except ApplianceError as exc:
-            await _send_json(send, exc.status, error_body(exc))
+            await _send_json(send, exc.status, exc.envelope())
         except Exception:  # a bug: log it, answer in the OpenAI shape, keep serving
             traceback.print_exc(file=sys.stderr)
             try:
-                await _send_json(send, 500, error_body(EngineError("internal engine error")))
+                await _send_json(send, 500, WorkerError("internal engine error").envelope())
             except Exception:
                 pass
 
     # -- routes ------------------------------------------------------------------
-    async def models(self, receive, send) -> None:
+    async def models(self, receive: Receive, send: Send) -> None:
         await _send_json(send, 200, {"object": "list", "data": [
             {"id": self.served_name, "object": "model", "created": self.created, "owned_by": "appliance"}]})
 
-    async def stats(self, receive, send) -> None:
+    async def stats(self, receive: Receive, send: Send) -> None:
         await _send_json(send, 200, self.engine.batcher.snapshot())
 
-    async def completions(self, receive, send) -> None:
+    async def completions(self, receive: Receive, send: Send) -> None:
         body = await _read_json(receive)
         req = await _off_loop(parse_completion, body, self.engine.model.info.n_vocab, param="response_format")
         await self._generate(req, receive, send)
 
-    async def chat_completions(self, receive, send) -> None:
+    async def chat_completions(self, receive: Receive, send: Send) -> None:
         body = await _read_json(receive)
         req = await _off_loop(parse_chat, body, self.engine.model.info.n_vocab, param="response_format")
         await self._generate(req, receive, send)
 
-    async def embeddings(self, receive, send) -> None:
+    async def embeddings(self, receive: Receive, send: Send) -> None:
         body = await _read_json(receive)
         engine = self.engine
         inputs = await _off_loop(engine.embedding_inputs, body, param="input")
@@ -181,11 +164,11 @@ class WorkerApp:
             raise BadRequest("encoding_format must be float or base64", param="encoding_format")
         try:
             vectors = await engine.batcher.embed(inputs)
-        except (EngineFailure, EmbeddingError) as exc:
-            raise EngineError(str(exc)) from None
+        except (DecodeFailure, EmbeddingError) as exc:
+            raise WorkerError(str(exc)) from None
         data = []
         for i, vec in enumerate(vectors):
-            emb: Any = vec
+            emb: list[float] | str = vec
             if fmt == "base64":
                 emb = base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode()
             data.append({"object": "embedding", "index": i, "embedding": emb})
@@ -193,7 +176,7 @@ class WorkerApp:
         await _send_json(send, 200, {"object": "list", "data": data, "model": self.served_name,
                                      "usage": {"prompt_tokens": n, "total_tokens": n}})
 
-    async def _generate(self, req, receive, send) -> None:
+    async def _generate(self, req: GenRequest, receive: Receive, send: Send) -> None:
         engine = self.engine
         seq = await _off_loop(engine.prepare, req, param="prompt")  # BadRequest → 400 before anything is sent
         shaper = Shaper(req.kind, self.served_name)
@@ -204,17 +187,15 @@ class WorkerApp:
                 msg = await receive()
                 if msg["type"] == "http.disconnect":
                     batcher.cancel(seq)
-                    seq._push("", FINISH_CANCELLED)
+                    seq.push("", FINISH_CANCELLED)
                     return
 
         watcher = asyncio.get_running_loop().create_task(watch_disconnect())
         if seq.max_new > 0:
             batcher.submit(seq)
         else:  # max_tokens=0: nothing to generate, no slot needed
-            free_chain(seq.chain)
-            free_chain(seq.grammar)
-            seq.chain = seq.grammar = None
-            seq._push("", FINISH_LENGTH)
+            seq.free_samplers()
+            seq.push("", FINISH_LENGTH)
         try:
             if req.stream:
                 await self._stream(req, seq, shaper, send)
@@ -226,7 +207,7 @@ class WorkerApp:
                 if finish == FINISH_CANCELLED:
                     return
                 if finish == FINISH_ERROR:
-                    raise EngineError(f"generation failed: {seq.error}")
+                    raise WorkerError(f"generation failed: {seq.error}")
                 usage = usage_dict(len(seq.prompt), seq.n_gen, seq.cached)
                 body = shaper.full("".join(parts), finish, usage)
                 await send({"type": "http.response.start", "status": 200, "headers": _JSON})
@@ -236,7 +217,7 @@ class WorkerApp:
             if seq.finish is None or seq.finish == FINISH_CANCELLED:
                 batcher.cancel(seq)
 
-    async def _stream(self, req, seq, shaper: Shaper, send) -> None:
+    async def _stream(self, req: GenRequest, seq: Sequence, shaper: Shaper, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": _SSE})
         body = "http.response.body"
         if req.kind == "chat":
@@ -248,8 +229,8 @@ class WorkerApp:
             if finish == FINISH_CANCELLED:
                 return
             if finish == FINISH_ERROR:
-                err = EngineError(f"generation failed: {seq.error}")
-                await send({"type": body, "body": sse(error_body(err)) + DONE})
+                err = WorkerError(f"generation failed: {seq.error}")
+                await send({"type": body, "body": sse(err.envelope()) + DONE})
                 return
             out = shaper.chunk(text) if text else b""
             out += shaper.final_chunk(finish)
@@ -351,12 +332,12 @@ async def serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, server.request_exit)
     serve_task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
-    cfg = EngineConfig(model_path=args.model, served_name=args.served_name, ctx=args.ctx, parallel=args.parallel,
+    cfg = WorkerConfig(model_path=args.model, served_name=args.served_name, ctx=args.ctx, parallel=args.parallel,
                        threads=args.threads, n_gpu_layers=args.n_gpu_layers, batch_size=args.batch_size,
                        spec_ngram=args.spec_ngram, embedding=args.embedding)
     try:
-        engine = await asyncio.get_running_loop().run_in_executor(None, Engine, cfg)
-    except (ModelLoadError, EngineFailure) as exc:
+        engine = await asyncio.get_running_loop().run_in_executor(None, WorkerEngine, cfg)
+    except (ModelLoadError, DecodeFailure) as exc:
         print(f"llamacpp_worker: cannot load the model: {exc}", file=sys.stderr, flush=True)
         server.should_exit = True
         await serve_task

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.drivers.llamacpp.service import Engine, EngineConfig
+from appliance.drivers.llamacpp.service import WorkerConfig, WorkerEngine
 from tests.chatfamilies import FAMILIES
 from tests.reliability.kit import chat_body, import_model, start_tiny_daemon
 
@@ -43,7 +43,7 @@ def test_turn_markers_in_a_message_are_billed_and_decoded_as_plain_text(box, key
     import_model(box, path, model)
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": family.attack}]
 
-    engine = Engine(EngineConfig(str(path), name, ctx=512, parallel=1, threads=1))
+    engine = WorkerEngine(WorkerConfig(str(path), name, ctx=512, parallel=1, threads=1))
     try:
         safe = engine.chat_tokens(messages)
         rendered = engine.chat.render(messages)

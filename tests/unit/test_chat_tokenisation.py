@@ -3,7 +3,7 @@
 A message holding ``<end_of_turn>`` (Gemma), ``<|im_end|>`` (ChatML), ``<|eot_id|>``
 (Llama 3), ``[/INST]`` (Mistral), ``<|end|>`` (Phi-3) or ``<｜User｜>`` (DeepSeek-R1)
 must not close its turn. Tested with the worker's own tokenisation
-(:meth:`Engine.chat_tokens`) on a real llama.cpp model: a tiny GGUF per family
+(:meth:`WorkerEngine.chat_tokens`) on a real llama.cpp model: a tiny GGUF per family
 whose vocabulary has the family's markers as control tokens.
 """
 
@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.drivers.llamacpp.chat import ChatRenderer, ChatTemplateError, render_chat
-from appliance.drivers.llamacpp.service import Engine, EngineConfig
+from appliance.drivers.llamacpp.chat import ChatRenderer, render_chat
+from appliance.drivers.llamacpp.errors import ChatTemplateError
+from appliance.drivers.llamacpp.service import WorkerConfig, WorkerEngine
 from appliance.errors import BadRequest
 from tests.chatfamilies import FAMILIES
 
@@ -24,7 +25,7 @@ def engines(tmp_path_factory):
     directory = tmp_path_factory.mktemp("families")
     built = {}
     for name, family in FAMILIES.items():
-        built[name] = Engine(EngineConfig(str(family.gguf(directory)), name, ctx=512, parallel=1, threads=1))
+        built[name] = WorkerEngine(WorkerConfig(str(family.gguf(directory)), name, ctx=512, parallel=1, threads=1))
     yield built
     for e in built.values():
         e.close()
@@ -34,7 +35,7 @@ def conversation(user_text: str, system: str = "Be brief.") -> list[dict]:
     return [{"role": "system", "content": system}, {"role": "user", "content": user_text}]
 
 
-def marker_ids(engine: Engine, family) -> set[int]:
+def marker_ids(engine: WorkerEngine, family) -> set[int]:
     ids = {engine.model.single_token(m) for m in family.markers}
     assert None not in ids  # each marker is one control token of the vocabulary
     return ids
@@ -44,7 +45,7 @@ def skeleton(ids: list[int], markers: set[int]) -> list[int]:
     return [t for t in ids if t in markers]
 
 
-def old_tokenisation(engine: Engine, messages: list[dict]) -> list[int]:
+def old_tokenisation(engine: WorkerEngine, messages: list[dict]) -> list[int]:
     """The whole rendered prompt tokenised with special parsing (the behaviour being replaced)."""
     text = engine.chat.render(messages)
     bos = engine.model.token_text(engine.model.info.bos)

@@ -9,10 +9,10 @@ from appliance.drivers.llamacpp.chat import (
     GEMMA_TEMPLATE,
     PLAIN_TEMPLATE,
     ChatRenderer,
-    ChatTemplateError,
     normalize_messages,
     pick_fallback,
 )
+from appliance.drivers.llamacpp.errors import ChatTemplateError
 from appliance.errors import BadRequest
 
 MSGS = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from appliance.drivers.llamacpp.errors import GrammarError
 from appliance.drivers.llamacpp.grammar import grammar_for
 from appliance.drivers.llamacpp.model import LoadedModel
 from appliance.drivers.llamacpp.sampling import (
-    GrammarError,
     SamplingParams,
     build_chain,
     build_grammar,

@@ -1,0 +1,75 @@
+"""The decode context: one ``llama_context`` whose unified KV cache holds every slot, and its batch.
+
+Owned by the decode thread. The batch's arrays are exposed as attributes so the
+step loop fills them without a call per token.
+"""
+
+from __future__ import annotations
+
+import time
+
+import llama_cpp.llama_cpp as ll
+
+from .errors import DecodeFailure
+from .model import LoadedModel
+
+
+class DecodeContext:
+    """``parallel`` sequences of ``ctx_per_slot`` tokens each in one KV cache, decoded ``n_batch`` tokens at a time."""
+
+    def __init__(self, model: LoadedModel, *, ctx_per_slot: int, parallel: int, threads: int, n_batch: int) -> None:
+        p = ll.llama_context_default_params()
+        p.n_ctx = ctx_per_slot * parallel
+        p.n_batch = n_batch
+        p.n_ubatch = n_batch
+        p.n_seq_max = parallel
+        p.n_threads = threads
+        p.n_threads_batch = threads
+        p.kv_unified = True
+        p.no_perf = True
+        self.ctx = ll.llama_init_from_model(model.ptr, p)
+        if not self.ctx:
+            raise DecodeFailure("llama.cpp could not create the context (out of memory?)")
+        self.mem = ll.llama_get_memory(self.ctx)
+        self.batch = ll.llama_batch_init(n_batch, 0, 1)
+        b = self.batch
+        self.tok, self.pos, self.lg = b.token, b.pos, b.logits
+        self.sid = [b.seq_id[i] for i in range(n_batch)]
+        for i in range(n_batch):
+            b.n_seq_id[i] = 1
+        self.decode_s = 0.0  # time inside llama_decode
+        self._warmup(model.info.bos)
+
+    def _warmup(self, bos: int) -> None:
+        """One tiny decode so the first request does not pay for page-in."""
+        self.tok[0], self.pos[0], self.sid[0][0], self.lg[0] = bos if bos >= 0 else 0, 0, 0, 1
+        self.batch.n_tokens = 1
+        ll.llama_decode(self.ctx, self.batch)
+        ll.llama_memory_clear(self.mem, True)
+
+    def decode(self, n_tokens: int) -> None:
+        """Decode the first ``n_tokens`` entries of the batch."""
+        self.batch.n_tokens = n_tokens
+        t0 = time.perf_counter()
+        rc = ll.llama_decode(self.ctx, self.batch)
+        self.decode_s += time.perf_counter() - t0
+        if rc != 0:
+            raise DecodeFailure(f"llama_decode failed ({rc}): the KV cache is full or the batch was rejected")
+
+    def drop(self, sid: int, start: int = -1) -> bool:
+        """Forget ``sid``'s KV from position ``start`` on (all of it for -1); False if libllama cannot cut there."""
+        return ll.llama_memory_seq_rm(self.mem, sid, start, -1)
+
+    def copy(self, src: int, dst: int, n: int) -> None:
+        """Share the KV cells of ``src``'s first ``n`` positions into ``dst``."""
+        ll.llama_memory_seq_cp(self.mem, src, dst, 0, n)
+
+    def first_position(self, sid: int) -> int:
+        """The lowest position ``sid`` still holds (sliding-window layers drop old ones)."""
+        return ll.llama_memory_seq_pos_min(self.mem, sid)
+
+    def close(self) -> None:
+        if self.ctx is not None:
+            ll.llama_batch_free(self.batch)
+            ll.llama_free(self.ctx)
+            self.ctx = None

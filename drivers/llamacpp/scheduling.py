@@ -1,0 +1,90 @@
+"""Prefill scheduling: which slot a new prompt takes, and how much of each prompt a step reads.
+
+Prefix cache: a slot keeps the tokens of its last request in KV after it
+finishes. A new prompt takes the free slot sharing the longest prefix with it
+and only prefills the rest; if a busy slot shares a longer prefix, its cells
+are shared into the new slot with ``llama_memory_seq_cp``.
+
+Prefill budget: a step's prompt tokens are shared max-min fairly among the
+prompts still being read (:func:`fair_shares`), so a short prompt joining
+beside a long one is read in its first step instead of after the long one.
+"""
+
+from __future__ import annotations
+
+from .context import DecodeContext
+from .sequence import Sequence, Slot
+
+
+def fair_shares(wants: list[int], budget: int) -> list[int]:
+    """Max-min fair split of ``budget`` tokens among requests wanting ``wants`` tokens.
+
+    Smaller wants are served whole; the rest share what remains equally (the
+    first ones get the remainder of the division). Never more than wanted.
+    """
+    shares = [0] * len(wants)
+    order = sorted(range(len(wants)), key=lambda i: wants[i])
+    left = len(wants)
+    for i in order:
+        fair = budget // left if left else 0
+        if budget % left:
+            fair += 1
+        give = min(wants[i], fair, budget)
+        shares[i] = give
+        budget -= give
+        left -= 1
+    return shares
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class PrefixCache:
+    """Places new prompts in the slots of one decode context, reusing the KV they already hold."""
+
+    def __init__(self, context: DecodeContext, slots: list[Slot], n_swa: int) -> None:
+        self._context = context
+        self._slots = slots
+        self._n_swa = n_swa
+
+    def place(self, seq: Sequence, free: list[Slot]) -> Slot:
+        """Pick the free slot with the longest cached prefix; reuse or share KV; set ``seq.cached``."""
+        prompt = seq.prompt
+        limit = len(prompt) - 1  # the last prompt token is always decoded (its logits are needed)
+        best, best_len = free[0], -1
+        for s in free:
+            n = min(common_prefix(s.tokens, prompt), limit)
+            if n > best_len or (n == best_len and s.last_used < best.last_used):
+                best, best_len = s, n
+        donor, donor_len = None, best_len
+        for s in self._slots:
+            if s is not best and s.tokens:
+                n = min(common_prefix(s.tokens, prompt), limit)
+                if n > donor_len:
+                    donor, donor_len = s, n
+        context, sid = self._context, best.id
+        if donor is not None:
+            context.drop(sid)
+            context.copy(donor.id, sid, donor_len)
+            best.tokens = donor.tokens[:donor_len]
+            n = donor_len
+        else:
+            n = best_len
+            if not context.drop(sid, n):
+                context.drop(sid)
+                n = 0
+            del best.tokens[n:]
+        n_swa = self._n_swa
+        if n > 0 and n_swa > 0:
+            # Sliding-window layers may have dropped cells the reused prefix still needs.
+            if context.first_position(sid) > max(0, n - n_swa):
+                context.drop(sid)
+                best.tokens = []
+                n = 0
+        seq.cached = n
+        return best

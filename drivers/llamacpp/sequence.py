@@ -1,0 +1,115 @@
+"""The state the decode loop shares with the HTTP side: requests (sequences) and KV slots.
+
+A :class:`Sequence` is one generation request: the decode thread writes its counters
+and queues ``(text, finish)`` events; the asyncio side reads them through
+:meth:`Sequence.events` and may set :attr:`Sequence.cancelled`. A :class:`Slot` is one
+``seq_id`` of the unified KV cache and belongs to the decode thread alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import Future
+from typing import TypeAlias
+
+from .sampling import free_chain
+from .text import TextStream
+
+FINISH_STOP = "stop"
+FINISH_LENGTH = "length"
+FINISH_CANCELLED = "cancelled"
+FINISH_ERROR = "error"
+
+
+class Sequence:
+    """One generation request, shared between the decode thread and asyncio.
+
+    The decode thread writes the counters and pushes (text, finish) events;
+    the asyncio side reads them through :meth:`events`.
+    """
+
+    __slots__ = ("prompt", "max_new", "chain", "grammar", "chain_grammar", "ban_first", "text", "cancelled", "n_gen",
+                 "cached", "finish", "error", "outbox", "waiter", "t_submit", "t_first", "spec")
+
+    def __init__(self, prompt: list[int], max_new: int, chain, stops: list[str], *, ban_first: bool = False,
+                 spec: bool = False, lstrip: bool = False) -> None:
+        self.prompt = prompt
+        self.max_new = max_new
+        self.chain = chain
+        self.grammar = None  # stand-alone grammar sampler (fast path), if any
+        self.chain_grammar = False  # the chain itself holds a grammar (sampled in a helper thread)
+        self.ban_first = ban_first
+        self.text = TextStream(stops, lstrip=lstrip)
+        self.cancelled = False
+        self.n_gen = 0
+        self.cached = 0
+        self.finish: str | None = None
+        self.error: str | None = None
+        self.outbox: list[tuple[str, str | None]] = []
+        self.waiter: asyncio.Future[None] | None = None
+        self.t_submit = time.perf_counter()
+        self.t_first = 0.0
+        self.spec = spec
+
+    def free_samplers(self) -> None:
+        """Free the sampler chain and the grammar (the sequence samples no more)."""
+        free_chain(self.chain)
+        free_chain(self.grammar)
+        self.chain = self.grammar = None
+
+    # -- asyncio side -------------------------------------------------------
+    def push(self, text: str, finish: str | None) -> None:
+        """Queue one event for :meth:`events` (asyncio thread only)."""
+        if self.finish is not None:
+            return  # already over (e.g. the client left and the engine confirms it)
+        if finish is not None:
+            self.finish = finish
+        self.outbox.append((text, finish))
+        w = self.waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    async def events(self) -> AsyncIterator[tuple[str, str | None]]:
+        """Yield (text, finish_reason|None) until a finish reason arrives.
+
+        Events that piled up while the consumer was busy are merged into one.
+        """
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self.outbox:
+                self.waiter = loop.create_future()
+                await self.waiter
+                self.waiter = None
+            items, self.outbox = self.outbox, []
+            if len(items) == 1:
+                yield items[0]
+                if items[0][1] is not None:
+                    return
+            else:
+                finish = items[-1][1]
+                yield "".join(t for t, _ in items), finish
+                if finish is not None:
+                    return
+
+
+#: What one decode step hands to the asyncio side: (sequence, text, finish reason or None).
+Event: TypeAlias = tuple[Sequence, str, str | None]
+
+
+class Slot:
+    """One ``seq_id`` of the KV cache and the sequence it serves (decode thread only)."""
+
+    __slots__ = ("id", "tokens", "seq", "feed", "out_idx", "chunk_end", "last_used", "drafts", "job")
+
+    def __init__(self, sid: int) -> None:
+        self.id = sid
+        self.tokens: list[int] = []  # exactly the tokens whose KV this seq_id holds, positions 0..n-1
+        self.seq: Sequence | None = None
+        self.feed = -1  # sampled token to decode next step (-1: none / prefilling)
+        self.out_idx = -1
+        self.chunk_end = 0
+        self.last_used = 0.0
+        self.drafts: list[int] = []
+        self.job: Future[int] | None = None  # a token being sampled in a helper thread
