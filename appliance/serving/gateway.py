@@ -37,7 +37,6 @@ from appliance.settings import Settings
 
 log = logging.getLogger("appliance.serving.gateway")
 
-ENGINE_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions", "embeddings": "/v1/embeddings"}
 DEFAULT_MAX_TOKENS_ESTIMATE = 256
 DONE = b"data: [DONE]\n\n"
 _encoder = msgspec.json.Encoder()
@@ -239,7 +238,7 @@ class Gateway:
         try:
             async with asyncio.timeout_at(self._deadline(ctx)):
                 async with self.router.lease(ctx.target, ctx.principal.priority) as instance:
-                    response = await instance.engine.client.post(ENGINE_PATHS[ctx.endpoint], content=payload,
+                    response = await instance.engine.client.post(instance.engine.route(ctx.endpoint), content=payload,
                                                                  headers={"content-type": "application/json"})
         except (TimeoutError, httpx.TimeoutException):  # the engine stops when its connection closes
             raise self._timed_out(ctx) from None
@@ -268,7 +267,7 @@ class Gateway:
             client: httpx.AsyncClient = instance.engine.client
             async with asyncio.timeout_at(deadline):
                 upstream = await client.send(
-                    client.build_request("POST", ENGINE_PATHS[ctx.endpoint], content=payload, headers={"content-type": "application/json"}),
+                    client.build_request("POST", instance.engine.route(ctx.endpoint), content=payload, headers={"content-type": "application/json"}),
                     stream=True,
                 )
             if upstream.status_code != 200:

@@ -39,7 +39,9 @@ class EchoDriver:
     name = "echo"
     routes = frozenset({"/v1/chat/completions"})
     health_path = "/health"
-    supports_embeddings = False
+
+    def client_headers(self, plan):
+        return {}
 
     def command(self, plan, socket_path, settings):
         return [sys.executable, str(ECHO), "--socket", str(socket_path)]
