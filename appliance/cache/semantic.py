@@ -10,9 +10,9 @@ millisecond, so no vector extension is needed — this Python's sqlite3 cannot
 load one anyway.
 
 Embeddings place "What is 2+2?" and "What is 2+3?" close together, so a
-candidate above the threshold must also agree with the query on its numbers
-and on negation (see :func:`compatible`); near misses of that kind are the
-false hits a cache must not serve.
+candidate above the threshold must also agree with the query on its numbers,
+units of measure and negation (see :func:`compatible`); near misses of that
+kind are the false hits a cache must not serve.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import Counter
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 import numpy as np
 
@@ -63,37 +63,113 @@ def _names(text: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def signature(text: str) -> tuple[frozenset, int, frozenset[str], frozenset[str]]:
-    """(numbers, negation count, named things, all words) of a prompt."""
+class Signature(NamedTuple):
+    """What a prompt says that its embedding barely sees."""
+
+    numbers: frozenset[tuple[str, int]]
+    """Each number (digits, or a number word as digits) with how often it occurs."""
+    negations: int
+    """How many negation words it uses."""
+    names: frozenset[str]
+    """Named things (capitalized words, acronyms), lower-cased; unit names are left to ``units``."""
+    words: frozenset[str]
+    units: frozenset[str]
+    """Units of measure and currencies named, as canonical symbols (``kilometres`` and ``km`` are ``km``)."""
+    quantities: frozenset[tuple[tuple[str, str], int]]
+    """Each (number, unit) written together (``5 km``, ``five kilometres``, ``$5``), with how often it occurs."""
+
+
+def signature(text: str) -> Signature:
+    """The :class:`Signature` of a prompt."""
     words = _words(text)
     numbers = Counter(n.replace(",", "") for n in _NUMBER.findall(text))
     numbers.update(_NUMBER_WORDS[w] for w in words if w in _NUMBER_WORDS)
     negations = sum(1 for w in words if w in _NEGATION)
-    return frozenset(numbers.items()), negations, _names(text), frozenset(words)
+    units, quantities = _measures(text)
+    names = frozenset(n for n in _names(text) if n not in _UNIT)  # `Celsius`, `GB`: compared as units
+    return Signature(frozenset(numbers.items()), negations, names, frozenset(words), units, quantities)
 
 
 def compatible(query: str, candidate: str) -> bool:
     """Whether two similar prompts may share an answer.
 
     Sentence embeddings are known to be nearly blind to numbers, negation,
-    antonyms and swapped roles, so beyond the similarity threshold the two
-    prompts must have the same numbers and as many negations, name the same
-    things (case-insensitively), use no pair of opposites (a listed antonym, or
-    one word that is the other with an opposite prefix: enable/disable,
-    upload/download), and, when they use the very same words, put the same word
-    after each direction word (`from English to German` / `from German to English`).
+    antonyms, units and swapped roles, so beyond the similarity threshold the
+    two prompts must have the same numbers and as many negations, name the same
+    units of measure with the same quantity on each (`5 km` / `5 miles`,
+    `5 km and 3 miles` / `3 km and 5 miles` differ; `5 km` / `five kilometres`
+    do not), name the same things (case-insensitively), use no pair of
+    opposites (a listed antonym, or one word that is the other with an
+    opposite prefix: enable/disable, upload/download), and, when they use the
+    very same words, put the same word after each direction word
+    (`from English to German` / `from German to English`).
     """
-    qn, qneg, qnames, qwords = signature(query)
-    cn, cneg, cnames, cwords = signature(candidate)
-    if qn != cn or qneg != cneg:
+    q, c = signature(query), signature(candidate)
+    if q.numbers != c.numbers or q.negations != c.negations:
         return False
-    if not (all(_in(n, cwords) for n in qnames) and all(_in(n, qwords) for n in cnames)):
+    if q.units != c.units or q.quantities != c.quantities:
         return False
-    only_q, only_c = qwords - cwords, cwords - qwords
-    if _opposites(only_q, only_c):
+    if not (all(_in(n, c.words) for n in q.names) and all(_in(n, q.words) for n in c.names)):
+        return False
+    if _opposites(q.words - c.words, c.words - q.words):
         return False
     # the same words in another order around a direction word: roles swapped (`miles to km` / `km to miles`)
-    return qwords != cwords or _directions(query) == _directions(candidate)
+    return q.words != c.words or _directions(query) == _directions(candidate)
+
+
+#: Canonical unit symbol: its spellings. Ambiguous short forms (``m``, ``g``, ``l``, ``h``) count only right after a number.
+_UNIT_SPELLINGS = {
+    "km": "km kms kilometre kilometres kilometer kilometers", "m": "metre metres meter meters",
+    "cm": "cm centimetre centimetres centimeter centimeters", "mm": "mm millimetre millimetres millimeter millimeters",
+    "mile": "mile miles mi", "yard": "yard yards yd yds", "foot": "foot feet ft", "inch": "inch inches",
+    "kg": "kg kgs kilogram kilograms kilo kilos", "g": "gram grams gramme grammes", "mg": "mg milligram milligrams",
+    "lb": "lb lbs pound pounds", "oz": "oz ounce ounces", "ton": "ton tons", "tonne": "tonne tonnes",
+    "l": "litre litres liter liters", "ml": "ml millilitre millilitres milliliter milliliters",
+    "gallon": "gallon gallons gal", "quart": "quart quarts", "pint": "pint pints", "cup": "cup cups",
+    "tbsp": "tbsp tablespoon tablespoons", "tsp": "tsp teaspoon teaspoons",
+    "ms": "ms millisecond milliseconds", "s": "sec secs seconds", "minute": "minute minutes mins",
+    "hour": "hour hours hr hrs", "day": "day days", "week": "week weeks", "month": "month months",
+    "year": "year years yr yrs", "decade": "decade decades", "century": "century centuries",
+    "celsius": "celsius centigrade °c", "fahrenheit": "fahrenheit °f", "kelvin": "kelvin", "degree": "degree degrees °",
+    "mph": "mph", "kph": "kph km/h kmh", "acre": "acre acres", "hectare": "hectare hectares",
+    "bit": "bit bits", "byte": "byte bytes", "kb": "kb kilobyte kilobytes", "mb": "mb megabyte megabytes",
+    "gb": "gb gigabyte gigabytes", "tb": "tb terabyte terabytes", "kib": "kib kibibyte kibibytes",
+    "mib": "mib mebibyte mebibytes", "gib": "gib gibibyte gibibytes", "tib": "tib tebibyte tebibytes",
+    "w": "watt watts", "kw": "kw kilowatt kilowatts", "kwh": "kwh", "v": "volt volts", "a": "amp amps ampere amperes",
+    "kcal": "kcal calorie calories cal", "j": "joule joules", "percent": "percent percentage %",
+    "usd": "$ usd dollar dollars", "eur": "€ eur euro euros", "gbp": "£ gbp", "jpy": "¥ jpy yen", "cent": "cent cents",
+}
+_UNIT = {spelling: unit for unit, spellings in _UNIT_SPELLINGS.items() for spelling in spellings.split()}
+_UNIT_AFTER_NUMBER = {"m": "m", "g": "g", "l": "l", "h": "hour", "s": "s", "min": "minute", "c": "celsius", "f": "fahrenheit",
+                      "k": "kelvin", "w": "w", "v": "v", "b": "byte"}
+_CURRENCY = frozenset({"usd", "eur", "gbp", "jpy"})
+_TEMPERATURE = frozenset({"celsius", "fahrenheit", "kelvin"})
+_MEASURE_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[a-z]+(?:/[a-z]+)?|°\s?[cf]?|[$€£¥%]")
+_DIGITS = re.compile(r"\d")
+
+
+def _measures(text: str) -> tuple[frozenset[str], frozenset[tuple[tuple[str, str], int]]]:
+    """The units a prompt names and the (number, unit) pairs it writes: `5 km`, `5km`, `five kilometres`, `$5`."""
+    tokens = [t.replace(" ", "") for t in _MEASURE_TOKEN.findall(text.lower().replace("\u2019", "'"))]
+    units: set[str] = set()
+    quantities: Counter[tuple[str, str]] = Counter()
+    previous = ""  # the number just before, if the token before was one
+    for i, tok in enumerate(tokens):
+        number = tok.replace(",", "") if _DIGITS.match(tok) else _NUMBER_WORDS.get(tok, "")
+        if number:
+            if i and _UNIT.get(tokens[i - 1]) in _CURRENCY:
+                quantities[(number, _UNIT[tokens[i - 1]])] += 1  # $5, €20
+            previous = number
+            continue
+        unit = _UNIT.get(tok) or (_UNIT_AFTER_NUMBER.get(tok) if previous and _DIGITS.match(tokens[i - 1]) else None)
+        if unit == "degree" and i + 1 < len(tokens) and _UNIT.get(tokens[i + 1]) in _TEMPERATURE:
+            continue  # `degrees Celsius` is Celsius: the number belongs to the scale
+        if unit:
+            units.add(unit)
+            if previous:
+                quantities[(previous, unit)] += 1
+        previous = ""
+    return frozenset(units), frozenset(quantities.items())
 
 
 _ANTONYMS = [

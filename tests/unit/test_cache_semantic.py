@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from appliance.cache.embedder import DEFAULT_MODEL, DEFAULT_MODEL_SHA256, LlamaCppEmbedder, file_sha256
-from appliance.cache.semantic import compatible
+from appliance.cache.semantic import compatible, signature
 from tests.cachekit import MODEL, chat, chat_result, completion, completion_result, make_cache, principal
 
 WHO = principal(1)
@@ -67,6 +67,7 @@ async def test_exact_tier_answers_first_and_sync_lookup_never_embeds(cache):
     ("What is the capital of France?", "What is the capital of Germany?"),
     ("Convert Celsius to Fahrenheit.", "Convert Fahrenheit to Celsius."),
     ("How do I enable dark mode?", "How do I disable dark mode?"),
+    ("Bake the bread for 20 minutes.", "Bake the bread for 20 hours."),  # cosine 0.98: only the units differ
 ])
 async def test_near_misses_are_not_served(cache, stored_text, asked):
     store(cache, chat(stored_text))
@@ -135,6 +136,38 @@ def test_lexical_check_examples():
     assert not compatible("Who wrote Hamlet?", "Who wrote Macbeth?")
     assert not compatible("How do I lock my screen?", "How do I unlock my screen?")
     assert not compatible("Translate from English to German: hi", "Translate from German to English: hi")
+
+
+@pytest.mark.parametrize("one, other", [
+    ("How long does it take to run 5 km?", "How long does it take to run 5 miles?"),
+    ("Add 3 cups of flour.", "Add 4 cups of flour."),
+    ("Convert 5 km and 3 miles to metres.", "Convert 3 km and 5 miles to metres."),
+    ("How many cups are in a gallon?", "How many cups are in a quart?"),
+    ("Is 8 GB of RAM enough?", "Is 8 MB of RAM enough?"),
+    ("Can I live on $2000 a month?", "Can I live on €2000 a month?"),
+    ("Is 100°F hot?", "Is 100°C hot?"),
+    ("Bake the bread for 20 minutes.", "Bake the bread for 20 hours."),
+])
+def test_units_and_their_quantities_must_agree(one, other):
+    assert not compatible(one, other) and not compatible(other, one)
+
+
+@pytest.mark.parametrize("one, other", [
+    ("How far is 5 km?", "How far is five kilometres?"),
+    ("Is a 5km run long?", "Is a 5-kilometer run long?"),
+    ("What is 15% of 200?", "What is 15 percent of 200?"),
+    ("Is $5 a good tip?", "Is 5 dollars a good tip?"),
+    ("Is 8 GB of RAM enough?", "Is 8 gigabytes of RAM enough?"),
+    ("Boil the eggs for 10 minutes.", "Boil the eggs for 10 mins."),
+])
+def test_spellings_of_one_unit_agree(one, other):
+    assert compatible(one, other) and compatible(other, one)
+
+
+def test_signature_binds_each_quantity_to_its_unit():
+    s = signature("Mix 2 cups of milk with 500 g of flour and $3 of sugar, then bake at 180 degrees Celsius.")
+    assert s.units == {"cup", "g", "usd", "celsius"}
+    assert dict(s.quantities) == {("2", "cup"): 1, ("500", "g"): 1, ("3", "usd"): 1, ("180", "celsius"): 1}
 
 
 async def test_semantic_lookups_are_skipped_when_the_embedding_thread_is_busy(cache):
