@@ -80,13 +80,18 @@ def _unanswered_probe(url: str) -> float | None:
     return None
 
 
-def test_watchdog_pings_while_alive_stop_when_the_daemon_is_stopped_and_resume(tmp_path):
+def _supervised(tmp_path) -> tuple[NotifyListener, RunningDaemon]:
+    """A daemon (not started yet) set up as systemd starts it with WatchdogSec, and the listener on its notify socket."""
     listener = NotifyListener(str(tmp_path / "notify.sock"))
     port = free_port()
     data_dir = tmp_path / "data"
     env = daemon_env(data_dir, port, NOTIFY_SOCKET=str(tmp_path / "notify.sock"), WATCHDOG_USEC=str(int(WATCHDOG_SEC * 1_000_000)))
     env.pop("WATCHDOG_PID", None)
-    daemon = RunningDaemon(data_dir, port, env)
+    return listener, RunningDaemon(data_dir, port, env)
+
+
+def test_watchdog_pings_while_alive_stop_when_the_daemon_is_stopped_and_resume(tmp_path):
+    listener, daemon = _supervised(tmp_path)
     try:
         daemon.start()
         ready = wait_until(lambda: listener.times("READY=1"), 5, 0.05, "READY=1")  # sent just after the admin socket is bound
@@ -118,21 +123,15 @@ def test_watchdog_pings_while_alive_stop_when_the_daemon_is_stopped_and_resume(t
     assert listener.times("STOPPING=1")
 
 
-
 def test_no_ping_while_the_event_loop_is_stalled(tmp_path, tiny_gguf):
-    listener = NotifyListener(str(tmp_path / "notify.sock"))
-    port = free_port()
-    data_dir = tmp_path / "data"
-    env = daemon_env(data_dir, port, NOTIFY_SOCKET=str(tmp_path / "notify.sock"), WATCHDOG_USEC=str(int(WATCHDOG_SEC * 1_000_000)))
-    env.pop("WATCHDOG_PID", None)
-    daemon = RunningDaemon(data_dir, port, env)
+    listener, daemon = _supervised(tmp_path)
     try:
         daemon.start()
         import_model(daemon, tiny_gguf, TINY)
         key = daemon.create_key("stall")
         with daemon.admin() as admin:
             assert admin.put(f"/admin/quotas/key:{key[:12]}", json={"tokens_per_day": 1_000_000}).status_code == 200
-        lock = sqlite3.connect(data_dir / "appliance.db", isolation_level=None, timeout=30)
+        lock = sqlite3.connect(daemon.data_dir / "appliance.db", isolation_level=None, timeout=30)
         lock.execute("BEGIN EXCLUSIVE")  # another writer holds the database
         asker = threading.Thread(target=lambda: daemon.client(key, timeout=60).post("/v1/chat/completions", json=chat_body()))
         asker.start()
