@@ -10,20 +10,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
 from appliance.hardware.units import GiB
+from appliance.jsontypes import JsonObject
 
 
 def _gib(n: float) -> str:
     return f"{n / GiB:.1f} GiB" if n >= GiB else f"{n / 2**20:.0f} MiB"
 
 
-def _memory_cell(memory: list[dict[str, Any]]) -> str:
+def _memory_cell(memory: list[JsonObject]) -> str:
     lines = []
     for m in memory:
         used = m["weights"] + m["kv_cache"] + m["compute"] + m["overhead"]
@@ -32,7 +32,7 @@ def _memory_cell(memory: list[dict[str, Any]]) -> str:
     return "\n".join(lines) or "-"
 
 
-def _print_doctor(report: dict[str, Any]) -> None:
+def _print_doctor(report: JsonObject) -> None:
     hw, sw = report["hardware"], report["software"]
     cpu = hw["cpu"]
     flags = set(cpu["flags"])
@@ -63,7 +63,7 @@ def _print_doctor(report: dict[str, Any]) -> None:
             click.echo(f"          fix: {f['fix']}")
 
 
-def _print_plan(report: dict[str, Any]) -> None:
+def _print_plan(report: JsonObject) -> None:
     table = Table("variant", "format", "quant", "size", "fits", "backend", "placement", "estimate", "memory", "why",
                   title=f"{report['model']}: context {report['context']}, {report['parallel']} parallel")
     for r in report["rows"]:
@@ -83,7 +83,7 @@ def _print_plan(report: dict[str, Any]) -> None:
             console.print(f"  needs {line}", highlight=False)
 
 
-def _local_plan(ctx: click.Context, model: str, context: int | None, parallel: int | None) -> dict[str, Any]:
+def _local_plan(ctx: click.Context, model: str, context: int | None, parallel: int | None) -> JsonObject:
     from appliance.errors import ApplianceError
     from appliance.planner.service import live_snapshot, plan_report, preferences_for, resolve_variants, software, variants_from_path
 
