@@ -15,12 +15,14 @@ Fairness: no request holds the decode thread for long.
 - Grammar sampling that needs the whole vocabulary filtered runs in a helper
   thread (:mod:`.token_sampler`); the sequence skips steps until its token is
   back, the others keep decoding.
-- While any other sequence is generating or reading its prompt, prompts are
-  read at most :data:`BUSY_PREFILL_TOKENS` per step (all of ``n_batch`` for a
-  lone prompt), so a long prefill adds a bounded time to each of their tokens.
+- Steps are paced by time (:class:`.scheduling.StepPacer`): while any other
+  sequence is generating or reading its prompt, a step carries about
+  :data:`.scheduling.BUSY_STEP_S` of prompt reading, so a long prefill adds a
+  bounded time to each of their tokens; a lone prompt is read in steps of about
+  :data:`.scheduling.LONE_STEP_S`, so a request arriving meanwhile waits no longer.
 - Embedding requests are embedded a bounded group at a time between decode
-  steps (:class:`.embed.EmbedQueue`); while generation runs, embedding gets
-  at most as much of the thread's time as decoding does.
+  steps (:class:`.embed.EmbedQueue`), paced the same way; while generation
+  runs, embedding gets at most as much of the thread's time as decoding does.
 
 Thread ownership: slots, the context, the batch and samplers belong to the
 decode thread. The asyncio side only appends to the incoming queues (under
@@ -38,15 +40,14 @@ from concurrent.futures import Future
 from .context import DecodeContext
 from .embed import EmbedQueue
 from .model import LoadedModel
-from .scheduling import PrefixCache, fair_shares
+from .scheduling import BUSY_STEP_S, LONE_STEP_S, PrefixCache, StepPacer, fair_shares
 from .sampling import drop_first_link
 from .sequence import FINISH_CANCELLED, FINISH_ERROR, FINISH_LENGTH, FINISH_STOP, Event, Sequence, Slot
 from .speculation import SPEC_MAX_SEQS, draft, verify
 from .token_sampler import TokenSampler
 
-#: Most prompt tokens read in a step while other sequences are generating: a step's
-#: time is every generating sequence's time per token (32 tokens beside a 2k-token KV ≈ 0.1–0.3 s on two cores).
-BUSY_PREFILL_TOKENS = 32
+#: Fewest prompt tokens a step reads, whatever the pacing says (and all a step reads before the rate is known).
+MIN_PREFILL_TOKENS = 16
 
 
 class Batcher:
@@ -69,6 +70,7 @@ class Batcher:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._step_s = 0.0  # time of whole steps (decode + Python scheduling and sampling)
+        self._pacer = StepPacer(MIN_PREFILL_TOKENS)  # tokens per second of decode steps
         self.stats = {"tokens_generated_total": 0, "prompt_tokens_total": 0, "cached_tokens_total": 0,
                       "spec_drafted_total": 0, "spec_accepted_total": 0}
         # An embedding-only batcher has no decode context: the engine never submits sequences to it.
@@ -160,14 +162,15 @@ class Batcher:
                 embeds.take()
                 sampled = list(self._sampled)
                 self._sampled.clear()
-            embeds.turn(self._runnable(active), bool(active))
             events: list[Event] = []
             for slot, result in sampled:
                 self._sampled_back(slot, result, events)
-            self._admit(active)
+            self._admit(active)  # before embedding: a request that just arrived counts as waiting on it
+            embeds.turn(self._runnable(active), bool(active))
             t0 = time.perf_counter()
+            n = 0
             try:
-                self._step(active, events)
+                n = self._step(active, events)
             except Exception as exc:  # a failed decode fails the running requests, not the worker
                 self._fail_all(active, events, str(exc))
             active[:] = [s for s in active if s.seq is not None]
@@ -175,6 +178,7 @@ class Batcher:
                 self._loop.call_soon_threadsafe(self._deliver, events)
             dt = time.perf_counter() - t0
             self._step_s += dt
+            self._pacer.observe(n, dt)
             embeds.decoded(dt)
         if self._sampler is not None:
             self._sampler.close()
@@ -219,10 +223,15 @@ class Batcher:
             self.stats["prompt_tokens_total"] += len(seq.prompt)
             self.stats["cached_tokens_total"] += seq.cached
 
-    def _step(self, active: list[Slot], events: list[Event]) -> None:
+    def _step(self, active: list[Slot], events: list[Event]) -> int:
+        """One decode of every generating sequence's next token and paced prompt chunks.
+
+        Returns the step's tokens when it read prompt tokens (such steps teach the
+        pacer the rate), else 0.
+        """
         context, sampler = self.context, self._sampler
         if not active or context is None or sampler is None:
-            return
+            return 0
         tok, pos, sids, lg = context.tok, context.pos, context.sid, context.lg
         n = 0
         # Drafts only while few sequences generate (see .speculation).
@@ -251,9 +260,14 @@ class Batcher:
         # 2. prompt chunks within the remaining budget, shared max-min fairly
         budget = self.n_batch - n
         reading = [s for s in active if s.seq is not None and s.job is None and s.feed < 0]
-        if n or len(reading) > 1:  # others wait on this step: keep it short
-            budget = min(budget, BUSY_PREFILL_TOKENS)
+        waiting = n or len(reading) > 1 or any(s.job is not None for s in active)
+        with self._cv:
+            waiting = waiting or bool(self._incoming)
+        # others wait on this step: keep it short; alone, still short enough for a newcomer
+        paced = self._pacer.tokens(BUSY_STEP_S if waiting else LONE_STEP_S, self.n_batch) - n
+        budget = min(budget, max(paced, MIN_PREFILL_TOKENS))
         shares = fair_shares([len(s.seq.prompt) - len(s.tokens) for s in reading], budget) if budget > 0 else []
+        read = sum(shares)
         for slot, share in zip(reading, shares):
             if share <= 0:
                 continue
@@ -270,7 +284,7 @@ class Batcher:
                 lg[n - 1] = 1
                 slot.out_idx = n - 1
         if n == 0:
-            return
+            return 0
         context.decode(n)
         # 3. commit KV bookkeeping and sample
         for slot in active:
@@ -290,6 +304,7 @@ class Batcher:
                 slot.out_idx = -1
                 if t >= 0:
                     self._accept(slot, t, events)
+        return n if read else 0
 
     def _verify(self, slot: Slot, context: DecodeContext, sampler: TokenSampler, events: list[Event]) -> None:
         """Check ``slot``'s drafts against the samples at their positions; drop the KV of rejected ones."""

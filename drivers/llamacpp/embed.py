@@ -3,9 +3,10 @@
 The context is created on first use with ``embeddings=True``; pooling comes
 from the model's metadata (``llama_pooling_type``), and models that declare
 none (decoder LMs) are mean-pooled. Inputs are packed several sequences per
-``llama_decode``. Runs on the batcher's decode thread: one group of at most
-:data:`EMBED_STEP_TOKENS` tokens (or one longer input alone, since a pooled
-sequence must fit one decode) between two decode steps, so a request with
+``llama_decode``. Runs on the batcher's decode thread: one group between two
+decode steps, sized by :class:`.scheduling.StepPacer` to last about
+:data:`.scheduling.BUSY_STEP_S` while sequences generate (or one longer input
+alone, since a pooled sequence must fit one decode), so a request with
 hundreds of inputs does not stop generation while it is embedded.
 """
 
@@ -21,9 +22,10 @@ import llama_cpp.llama_cpp as ll
 
 from .errors import EmbeddingError
 from .model import LoadedModel
+from .scheduling import BUSY_STEP_S, LONE_STEP_S, StepPacer
 
-#: Most tokens embedded between two decode steps (an input longer than this goes alone).
-EMBED_STEP_TOKENS = 128
+#: Fewest tokens a group may hold (an input longer than the group's limit goes alone).
+MIN_EMBED_TOKENS = 16
 #: Receives a request's vectors, or the exception that ended it (called on the decode thread).
 EmbedDone: TypeAlias = Callable[[list[list[float]] | BaseException], None]
 
@@ -134,6 +136,7 @@ class EmbedQueue:
         self._waiting: collections.deque[tuple[list[list[int]], EmbedDone]] = collections.deque()
         self._current: tuple[EmbedJob, EmbedDone] | None = None
         self._embedder: Embedder | None = None  # created on first use
+        self._pacer = StepPacer(MIN_EMBED_TOKENS)
         self.debt = 0.0
 
     @property
@@ -160,24 +163,30 @@ class EmbedQueue:
             return
         if not decoding or self.debt <= 0.0:
             t_e = time.perf_counter()
-            self._step()
-            self.debt = self.debt + time.perf_counter() - t_e if generating else 0.0
+            tokens = self._step(self._pacer.tokens(BUSY_STEP_S if generating else LONE_STEP_S, self._ctx))
+            dt = time.perf_counter() - t_e
+            self._pacer.observe(tokens, dt)
+            self.debt = self.debt + dt if generating else 0.0
 
     def decoded(self, seconds: float) -> None:
         """A decode step took ``seconds``: embedding may catch up by as much."""
         self.debt = max(0.0, self.debt - seconds)
 
-    def _step(self) -> None:
+    def _step(self, max_tokens: int) -> int:
+        """Embed the current request's next group of at most ``max_tokens``; returns the tokens embedded."""
         job, done = self._current
+        first = job.next
         try:
             if self._embedder is None:
                 self._embedder = Embedder(self._model, ctx=self._ctx, n_seq=self._n_seq, threads=self._threads)
-            if self._embedder.step(job, EMBED_STEP_TOKENS):
+            if self._embedder.step(job, max_tokens):
                 self._current = None
                 done(job.out)
         except BaseException as exc:  # handed to the waiting request
             self._current = None
             done(exc)
+            return 0
+        return sum(len(t) for t in job.inputs[first:job.next])
 
     def close(self) -> None:
         if self._embedder is not None:

@@ -8,9 +8,17 @@ are shared into the new slot with ``llama_memory_seq_cp``.
 Prefill budget: a step's prompt tokens are shared max-min fairly among the
 prompts still being read (:func:`fair_shares`), so a short prompt joining
 beside a long one is read in its first step instead of after the long one.
+
+Step pacing: how many tokens a step may carry is set by time, not by a fixed
+count (:class:`StepPacer`). The work's rate is learned from the steps already
+run, so a step lasts about :data:`BUSY_STEP_S` while other sequences wait on it
+and about :data:`LONE_STEP_S` otherwise: on a two-core box that is a few dozen
+prompt tokens, on a GPU the whole batch.
 """
 
 from __future__ import annotations
+
+import math
 
 from .context import DecodeContext
 from .sequence import Sequence, Slot
@@ -34,6 +42,41 @@ def fair_shares(wants: list[int], budget: int) -> list[int]:
         budget -= give
         left -= 1
     return shares
+
+
+#: Target length of a step while other sequences generate or read (each of their tokens waits on it).
+BUSY_STEP_S = 0.1
+#: Target length of a step no one else waits on: a request arriving meanwhile waits about this long.
+LONE_STEP_S = 0.25
+#: Weight of the newest step in the learned rate.
+RATE_WEIGHT = 0.3
+#: Steps with fewer tokens than this say more about fixed costs than about the rate; they are not learned from.
+MIN_RATE_SAMPLE = 8
+
+
+class StepPacer:
+    """Tokens per step for a target step time, from a learned rate (tokens per second).
+
+    ``observe`` feeds it each step's tokens and seconds (an exponentially weighted
+    mean, so it follows the box as its load changes); ``tokens`` turns a target
+    time into a token count within ``[floor, ceiling]``. Until a step was seen the
+    answer is ``floor``: the first steps are short and measure the rate.
+    """
+
+    def __init__(self, floor: int) -> None:
+        self.floor = floor
+        self.rate: float | None = None
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        if tokens < MIN_RATE_SAMPLE or seconds <= 0.0:
+            return
+        rate = tokens / seconds
+        self.rate = rate if self.rate is None else (1 - RATE_WEIGHT) * self.rate + RATE_WEIGHT * rate
+
+    def tokens(self, seconds: float, ceiling: int) -> int:
+        if self.rate is None:
+            return min(self.floor, ceiling)
+        return max(min(self.floor, ceiling), min(ceiling, math.floor(self.rate * seconds)))
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
