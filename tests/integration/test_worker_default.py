@@ -69,14 +69,32 @@ async def test_greedy_alone_vs_beside_seven_others(worker):
     ubatch sizes (the raw low-level loop shows the same: logits move by up to
     ~0.7), so a greedy near-tie can flip a token, once seen as early as the
     second ("Once upon a time in a small village, a family…" alone, "…, a
-    young man…" in the crowd). A mixing bug garbles every sequence; so here
-    most prompts must match their alone-run entirely.
+    young man…" in the crowd), and 4 of 8 outputs have been seen to drift
+    somewhere in 16 tokens. A mixing bug (one sequence reading another's KV or
+    logits) makes an output continue a different prompt; so each crowd output
+    must begin with its own alone-run's first word and share a longer prefix
+    with it than with any other prompt's alone-run.
     """
     async with worker.client() as c:
         alone = [(await complete(c, prompt=p, max_tokens=16, temperature=0))["choices"][0]["text"] for p in PROMPTS]
         crowd = await asyncio.gather(*(complete(c, prompt=p, max_tokens=16, temperature=0) for p in PROMPTS))
     crowd_texts = [r["choices"][0]["text"] for r in crowd]
-    assert sum(a == b for a, b in zip(alone, crowd_texts)) >= 5, list(zip(alone, crowd_texts))
+    assert len(set(alone)) == len(PROMPTS), alone  # the prompts' continuations tell them apart
+    for i, text in enumerate(crowd_texts):
+        assert text.split()[:1] == alone[i].split()[:1], (PROMPTS[i], alone[i], text)
+        own = common_prefix(text, alone[i])
+        others = max(common_prefix(text, a) for j, a in enumerate(alone) if j != i)
+        assert own > others, (PROMPTS[i], alone[i], text)
+    assert sum(a == b for a, b in zip(alone, crowd_texts)) >= 1, list(zip(alone, crowd_texts))
+
+
+def common_prefix(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 async def test_stream_equals_non_stream(worker):
