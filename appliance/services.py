@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from pathlib import Path
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
@@ -30,6 +31,7 @@ from appliance.serving.engines import EngineProcess
 from appliance.serving.gateway import Gateway
 from appliance.serving.load_plan import LoadPlanner
 from appliance.serving.names import ModelNames
+from appliance.serving.prompt_tokens import PromptCounts
 from appliance.serving.router import Instance, Router
 from appliance.settings import Settings
 from appliance.store.jobs import JobRegistry
@@ -54,7 +56,9 @@ class Services:
         self.load_planner = LoadPlanner(settings, self.db)
         self.router = Router(settings, make_plan=self._plan, make_engine_process=self._engine, on_loaded=self._after_load)
         self.cache = ResponseCache(settings, self.db, make_embedder(settings))
-        self.gateway = Gateway(settings, self.names, self.router, self.meter, cache=self.cache, metrics=self.metrics, energy=self.energy)
+        self.prompt_counts = PromptCounts()
+        self.gateway = Gateway(settings, self.names, self.router, self.meter, cache=self.cache, metrics=self.metrics,
+                               energy=self.energy, prompts=self.prompt_counts)
         self.scheduler: AsyncIOScheduler | None = None
         self._register_gauges()
 
@@ -71,6 +75,7 @@ class Services:
         if self.scheduler is not None:
             self.scheduler.shutdown(wait=False)
         await self.router.stop_all()
+        self.prompt_counts.close()
         await self.meter.stop()
         self.cache.close()
         await asyncio.to_thread(self.jobs.shutdown)
@@ -128,6 +133,7 @@ class Services:
         pid = instance.engine.pid
         gpu = gpu_bytes_of(process_tree_pids(pid)) if pid and instance.plan.n_gpu_layers else None
         record_load(self.db, instance.plan, instance.engine.rss_bytes(), gpu)
+        await self.prompt_counts.warm(Path(instance.plan.model_path))
 
     def after_restore(self) -> None:
         """Forget every in-memory copy of database state after a restore."""

@@ -29,55 +29,21 @@ from appliance.hardware.energy import EnergyMeter
 from appliance.jsontypes import JsonObject
 from appliance.metering.meter import Meter
 from appliance.metrics import Metrics
-from appliance.openai_schema import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, prompt_text
+from appliance.openai_schema import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from appliance.serving.context import Body, RequestContext
 from appliance.serving.names import ModelNames
+from appliance.serving.prompt_tokens import PromptCounts, prompt_bound
 from appliance.serving.router import Instance, Router
 from appliance.settings import Settings
 
 log = logging.getLogger("appliance.serving.gateway")
 
-DEFAULT_MAX_TOKENS_ESTIMATE = 256
 DONE = b"data: [DONE]\n\n"
 _encoder = msgspec.json.Encoder()
 
 
 def _engine_stopped(name: str) -> EngineUnavailable:
     return EngineUnavailable(f"The engine serving `{name}` stopped; it is being restarted. Retry shortly.", headers={"Retry-After": "2"})
-
-
-def estimate_tokens(body: Body) -> int:
-    """Quota reservation of a request whose completion is not capped: prompt characters / 4 plus the completion budget."""
-    prompt = len(prompt_text(body)) // 4 + 1
-    if isinstance(body, EmbeddingRequest):
-        return prompt
-    return prompt + (requested_tokens(body) or DEFAULT_MAX_TOKENS_ESTIMATE)
-
-
-# A prompt's tokens never outnumber its UTF-8 bytes (every non-special token of a
-# byte-level or byte-fallback vocabulary covers at least one byte); the chat template
-# adds its own markers and text, bounded here per message and per request.
-PROMPT_OVERHEAD_TOKENS = 64
-MESSAGE_OVERHEAD_TOKENS = 16
-
-
-def prompt_bound(body: Body) -> int:
-    """An upper bound of the prompt tokens a completion or chat request can be billed."""
-    if isinstance(body, ChatCompletionRequest):
-        size = 0
-        for message in body.messages:
-            size += MESSAGE_OVERHEAD_TOKENS + len(message.role) + len((message.name or "").encode())
-            if message.content is not None:
-                size += len(message.content.encode() if isinstance(message.content, str) else _encoder.encode(message.content))
-            if message.tool_calls:
-                size += len(_encoder.encode(message.tool_calls))
-            size += len((message.tool_call_id or "").encode())
-        if body.tools:
-            size += len(_encoder.encode(body.tools))
-        if body.response_format is not None:
-            size += len(_encoder.encode(body.response_format))
-        return size + PROMPT_OVERHEAD_TOKENS
-    return len(prompt_text(body).encode()) + PROMPT_OVERHEAD_TOKENS  # completions and embeddings
 
 
 def requested_tokens(body: Body) -> int | None:
@@ -144,7 +110,7 @@ async def _unless_client_leaves(request: Request, work: Awaitable[Response]) -> 
 
 class Gateway:
     def __init__(self, settings: Settings, names: ModelNames, router: Router, meter: Meter, *, cache: ResponseCache | None = None,
-                 metrics: Metrics | None = None, energy: EnergyMeter | None = None):
+                 metrics: Metrics | None = None, energy: EnergyMeter | None = None, prompts: PromptCounts | None = None):
         self.settings = settings
         self.names = names
         self.router = router
@@ -152,6 +118,7 @@ class Gateway:
         self.cache = cache
         self.metrics = metrics
         self.energy = energy
+        self.prompts = prompts
 
     # ------------------------------------------------------------------ entry
     async def handle(self, request: Request, principal: Principal, endpoint: str, body: Body) -> Response:
@@ -167,13 +134,15 @@ class Gateway:
             if hit is not None:
                 return await self._serve_cached(ctx, hit)
 
+        counted = await self.prompts.count(target, endpoint, body) if self.prompts is not None else None
+        prompt = counted if counted is not None else prompt_bound(body)
         if isinstance(body, EmbeddingRequest):
             ctx.admission = self.meter.admit(principal, request_id=ctx.request_id, endpoint=endpoint, model=ctx.model,
-                                             estimated_tokens=estimate_tokens(body))
+                                             estimated_tokens=prompt)
         else:
             # reserve the prompt, then cap the completion to what the key's and team's budgets have left
             ctx.admission = self.meter.admit(principal, request_id=ctx.request_id, endpoint=endpoint, model=ctx.model,
-                                             estimated_tokens=prompt_bound(body), cap=True,
+                                             estimated_tokens=prompt, cap=True,
                                              max_tokens=requested_tokens(body) or self._context(ctx.model))
             ctx.body = with_cap(body, ctx.admission.max_tokens)
         forward = msgspec.structs.replace(ctx.body, model=ctx.model)

@@ -57,13 +57,15 @@ class ModelInfo:
 class LoadedModel:
     """Owns a ``llama_model`` and answers tokenizer questions about it."""
 
-    def __init__(self, path: str, *, n_gpu_layers: int = 0) -> None:
+    def __init__(self, path: str, *, n_gpu_layers: int = 0, vocab_only: bool = False) -> None:
+        """Load ``path``; with ``vocab_only`` just the vocabulary and metadata (no weights: for counting tokens)."""
         if not os.path.isfile(path):
             raise ModelLoadError(f"model file not found: {os.path.basename(path)}")
         quiet_llama_logs()
         ll.llama_backend_init()
         params = ll.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
+        params.vocab_only = vocab_only
         self.ptr = ll.llama_model_load_from_file(path.encode(), params)
         if not self.ptr:
             raise ModelLoadError(f"llama.cpp could not load {os.path.basename(path)} (corrupt or unsupported GGUF)")

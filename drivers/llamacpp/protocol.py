@@ -132,6 +132,12 @@ def _common(body: JsonValue, kind: str, n_vocab: int) -> GenRequest:
 
 def parse_completion(body: JsonValue, n_vocab: int) -> GenRequest:
     req = _common(body, "completion", n_vocab)
+    completion_prompt(req, body, n_vocab)
+    return req
+
+
+def completion_prompt(req: GenRequest, body: JsonObject, n_vocab: int) -> None:
+    """Set ``req``'s prompt from a completion body (text, or token ids inside the vocabulary)."""
     p = body.get("prompt")
     if isinstance(p, list) and len(p) == 1 and isinstance(p[0], (str, list)):
         p = p[0]  # a batch of one
@@ -145,13 +151,18 @@ def parse_completion(body: JsonValue, n_vocab: int) -> GenRequest:
         raise BadRequest("only one prompt per request is supported", param="prompt")
     else:
         raise BadRequest("prompt must be a string or a list of token ids", param="prompt")
-    return req
 
 
 def parse_chat(body: JsonValue, n_vocab: int) -> GenRequest:
+    req = _common(body, "chat", n_vocab)
+    chat_prompt(req, body)
+    return req
+
+
+def chat_prompt(req: GenRequest, body: JsonObject) -> None:
+    """Set ``req``'s conversation, tools and template arguments from a chat body."""
     from .chat import normalize_messages
 
-    req = _common(body, "chat", n_vocab)
     req.messages = normalize_messages(body.get("messages"))
     tools = body.get("tools")
     if tools is not None and not isinstance(tools, list):
@@ -161,7 +172,6 @@ def parse_chat(body: JsonValue, n_vocab: int) -> GenRequest:
     if ctk is not None and not isinstance(ctk, dict):
         raise BadRequest("chat_template_kwargs must be an object", param="chat_template_kwargs")
     req.template_kwargs = ctk
-    return req
 
 
 # -- shaping -------------------------------------------------------------------

@@ -14,9 +14,9 @@ from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject, JsonValue
 
 from .batcher import Batcher
-from .chat import PLAIN_STOPS, PLAIN_TEMPLATE, ChatRenderer, pick_fallback, render_chat
 from .errors import ContextLengthExceeded, GrammarError
 from .model import LoadedModel
+from .prompts import PromptBuilder
 from .protocol import GenRequest
 from .sampling import build_chain, build_grammar, free_chain, has_penalties
 from .sequence import Sequence
@@ -24,23 +24,6 @@ from .sequence import Sequence
 #: Most inputs in one /v1/embeddings request (OpenAI allows 2048; each input is a pooled
 #: sequence, and 512 short inputs take seconds of engine time on two cores).
 MAX_EMBEDDING_INPUTS = 512
-
-
-def _text_bytes(req: GenRequest) -> int:
-    """UTF-8 bytes of the user-supplied text a prompt is made of (stripped: templates may trim)."""
-    if req.kind != "chat":
-        return len((req.prompt_text or "").strip().encode("utf-8", "replace"))
-    n = 0
-    for m in req.messages or []:
-        content = m.get("content") if isinstance(m, dict) else None
-        if isinstance(content, str):
-            n += len(content.strip().encode("utf-8", "replace"))
-        elif isinstance(content, list):
-            for part in content:
-                text = part.get("text") if isinstance(part, dict) else None
-                if isinstance(text, str):
-                    n += len(text.strip().encode("utf-8", "replace"))
-    return n
 
 
 @dataclass(frozen=True)
@@ -65,15 +48,11 @@ class WorkerEngine:
         self.cfg = cfg
         self.model = LoadedModel(cfg.model_path, n_gpu_layers=cfg.n_gpu_layers)
         try:
-            info = self.model.info
-            bos = self.model.token_text(info.bos) if info.bos >= 0 else ""
-            eos = self.model.token_text(info.eos) if info.eos >= 0 else ""
-            template = info.chat_template or pick_fallback(lambda t: self.model.single_token(t) is not None)
-            self.chat = ChatRenderer(template, bos_token=bos, eos_token=eos)
-            self.has_template = info.chat_template is not None
-            self.chat_stops = PLAIN_STOPS if template is PLAIN_TEMPLATE else []
+            self.prompts = PromptBuilder(self.model)
+            self.chat = self.prompts.chat
+            self.chat_stops = self.prompts.chat_stops
+            self.max_token_bytes = self.prompts.max_token_bytes
             self._eog = self.model.eog_tokens() if not cfg.embedding else []
-            self.max_token_bytes = self._longest_token()
             self.batcher = Batcher(self.model, ctx=cfg.ctx, parallel=cfg.parallel, threads=cfg.threads,
                                    batch_size=cfg.batch_size, spec_ngram=cfg.spec_ngram,
                                    embedding_only=cfg.embedding)
@@ -88,68 +67,19 @@ class WorkerEngine:
         self.batcher.close()
         self.model.close()
 
-    def _longest_token(self) -> int:
-        """Bytes of the longest token text in the vocabulary (an upper bound on bytes per token)."""
-        import llama_cpp.llama_cpp as ll
-
-        vocab, longest = self.model.vocab, 1
-        for t in range(self.model.info.n_vocab):
-            raw = ll.llama_vocab_get_text(vocab, t)
-            if raw and len(raw) > longest:
-                longest = len(raw)
-        return longest
-
-    def _precheck(self, req: GenRequest) -> None:
-        """Refuse a prompt whose text alone cannot fit the context, before rendering or tokenising it.
-
-        A token's text is at most :attr:`max_token_bytes` long, so text of more than
-        ``ctx × max_token_bytes`` bytes needs more than ``ctx`` tokens.
-        """
-        limit = self.cfg.ctx * self.max_token_bytes
-        n = _text_bytes(req)
-        if n > limit:
-            raise ContextLengthExceeded(
-                f"the prompt has {n} bytes of text, more than {self.cfg.ctx} tokens can hold;"
-                f" this model's context per request is {self.cfg.ctx} tokens",
-                param="messages" if req.kind == "chat" else "prompt")
-
     # -- generation -----------------------------------------------------------
     def prompt_tokens(self, req: GenRequest) -> list[int]:
-        if req.kind == "chat":
-            return self.chat_tokens(req.messages or [], tools=req.tools, extra=req.template_kwargs)
-        if req.prompt_tokens is not None:
-            return req.prompt_tokens
-        # A raw completion prompt is the key holder's own text, template included
-        # (as in llama-server and vLLM): its special tokens are parsed.
-        return self.model.tokenize(req.prompt_text or "", add_special=True, parse_special=True)
+        return self.prompts.prompt_tokens(req)
 
     def chat_tokens(self, messages: list[JsonObject], *, tools: JsonValue = None,
                     extra: JsonObject | None = None) -> list[int]:
-        """A conversation's prompt ids: special tokens only where the chat template wrote them.
-
-        Message contents, reasoning and tool-call arguments are tokenised as plain
-        text; other strings the template receives verbatim (roles, ids, names, tool
-        definitions, chat_template_kwargs) are refused if they hold special-token text.
-        """
-        rendered = render_chat(self.chat, messages, tools=tools, extra=extra)
-        self._refuse_special_text(rendered.verbatim)
-        return self.model.tokenize_parts(rendered.segments, add_special=True)
-
-    def _refuse_special_text(self, strings: list[str]) -> None:
-        unique = [s for s in dict.fromkeys(strings) if s]
-        if not unique or not self.model.has_special_text("\n".join(unique)):
-            return
-        bad = next((s for s in unique if self.model.has_special_text(s)), None)
-        if bad is None:  # only the joined text formed one
-            return
-        shown = (bad[:40] + "…") if bad and len(bad) > 40 else bad
-        raise BadRequest("special-token text is allowed only in message contents (where it is plain text), "
-                         f"not in roles, names, ids, tools or chat_template_kwargs: {shown!r}", param="messages")
+        """A conversation's prompt ids (see :meth:`.prompts.PromptBuilder.chat_tokens`)."""
+        return self.prompts.chat_tokens(messages, tools=tools, extra=extra)
 
     def prepare(self, req: GenRequest) -> Sequence:
         if self.cfg.embedding:
             raise BadRequest("this model is served for embeddings only", param="model")
-        self._precheck(req)
+        self.prompts.precheck(req, self.cfg.ctx)
         tokens = self.prompt_tokens(req)
         if not tokens:
             raise BadRequest("the prompt is empty", param="prompt")
@@ -207,7 +137,7 @@ class WorkerEngine:
                 if len(it.encode("utf-8", "replace")) > max(512, self.cfg.ctx) * self.max_token_bytes:
                     raise ContextLengthExceeded(f"an input is longer than {max(512, self.cfg.ctx)} tokens can hold",
                                                 param="input")
-                toks = self.model.tokenize(it, add_special=True, parse_special=False)
+                toks = self.prompts.input_tokens(it)
             elif isinstance(it, list) and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab
                                               for t in it):
                 toks = list(it)
