@@ -4,6 +4,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
@@ -68,3 +69,24 @@ def test_cli_backup_refuses_a_path_and_an_existing_name(daemon, tmp_path):
     assert ctl(daemon, "backup", "once.db").returncode == 0
     result = ctl(daemon, "backup", "once.db")
     assert result.returncode != 0 and "already exists" in result.stderr
+
+
+def test_restore_forgets_answers_cached_after_the_backup(daemon):
+    """After a restore the response cache serves nothing the restored database does not hold (its memory is cleared)."""
+    key = daemon.create_key("cache-before-backup")
+    result = ctl(daemon, "backup", "cache-snapshot.db")
+    assert result.returncode == 0, result.stderr
+    body = {"model": "default", "messages": [{"role": "user", "content": "Name one colour (restore check)."}],
+            "max_tokens": 4, "temperature": 0}
+    with daemon.client(key, timeout=300) as client:
+        first = client.post("/v1/chat/completions", json=body)
+        second = client.post("/v1/chat/completions", json=body)
+    assert first.status_code == second.status_code == 200, (first.text, second.text)
+    assert (first.headers["x-cache"], second.headers["x-cache"]) == ("miss", "exact")
+    time.sleep(2)  # the cache writer has stored the entry in the database that is about to be replaced
+    result = ctl(daemon, "restore", "--yes", "cache-snapshot.db")
+    assert result.returncode == 0, result.stderr
+    with daemon.client(key, timeout=300) as client:
+        third = client.post("/v1/chat/completions", json=body)
+    assert third.status_code == 200, third.text
+    assert third.headers["x-cache"] == "miss"
