@@ -187,6 +187,7 @@ def _to_plan(a: Attempt, e: _Eval, evals: list[_Eval], prefs: Preferences) -> Pl
         tensor_split=tuple(f.get("tensor_split", ())),
         calibration_bytes=e.calibrated or 0,
         swa_full=f.get("swa_full", True),
+        speculative=prefs.speculative_ngram and a.backend == "llamacpp",
     )
 
 

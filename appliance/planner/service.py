@@ -52,6 +52,7 @@ def preferences_for(settings: Settings, sw: SoftwareInfo, ctx: int | None = None
         backend=settings.backend,
         threads=settings.engine_threads,
         memory_budget=int(settings.memory_budget_gib * GiB) if settings.memory_budget_gib else None,
+        speculative_ngram=settings.speculative_ngram,
     )
 
 

@@ -75,6 +75,8 @@ class Preferences:
     """llama.cpp: full-size KV for sliding-window layers (llama.cpp's default, which keeps prefix
     reuse exact). False plans the window-sized cache (Gemma 3 at 8 x 8192 tokens: 260 MiB of KV
     instead of 1152 MiB); the driver must then create the context with ``swa_full = plan.swa_full``."""
+    speculative_ngram: bool = False
+    """llama.cpp: prompt-lookup (n-gram) speculative decoding (the ``speculative_ngram`` setting)."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,8 @@ class Plan:
     n_ubatch: int = 512
     calibration_bytes: int = 0
     """Correction from measured loads already included in ``estimated_bytes`` (0: none applied)."""
+    speculative: bool = False
+    """llama.cpp: draft tokens by prompt lookup (n-gram) and verify them in the same decode."""
 
     @property
     def calibrated(self) -> bool:

@@ -354,3 +354,18 @@ def test_planner_modules_do_no_io() -> None:
                 assert not {n.split(".")[0] for n in names} & forbidden_modules, (path.name, names)
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
                 assert node.func.id not in {"open", "print", "input"}, (path.name, node.func.id)
+
+
+def test_speculative_ngram_setting_reaches_the_llamacpp_worker_command() -> None:
+    from appliance.drivers.llamacpp.driver import worker_command
+    from appliance.hardware.software import SoftwareInfo
+    from appliance.planner.service import preferences_for
+    from appliance.settings import Settings
+
+    prefs = preferences_for(Settings(data_dir="/nonexistent", speculative_ngram=True), SoftwareInfo(None, (), False))
+    assert prefs.speculative_ngram
+    on = plan(machine("cpu_2core_24g"), variants("qwen2.5-0.5b"), replace(LLAMACPP, speculative_ngram=True))
+    off = plan(machine("cpu_2core_24g"), variants("qwen2.5-0.5b"), LLAMACPP)
+    assert isinstance(on, Plan) and isinstance(off, Plan)
+    assert on.speculative and not off.speculative
+    assert "--spec-ngram" in worker_command(on, "/s") and "--spec-ngram" not in worker_command(off, "/s")

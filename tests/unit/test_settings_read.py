@@ -21,10 +21,7 @@ PRODUCT = ("appliance", "drivers", "webui", "models", "systemd")
 DECLARATION = ROOT / "appliance" / "settings.py"
 
 #: Settings that nothing reads yet, each with what is missing. An entry must go once the setting is read.
-KNOWN_UNWIRED = {
-    "speculative_ngram": "no product code reads it: the llama.cpp driver adds --spec-ngram only for a plan with "
-                         "a `speculative` attribute, and the planner's Plan has none",
-}
+KNOWN_UNWIRED: dict[str, str] = {}
 
 
 def _is_settings(node: ast.expr) -> bool:
