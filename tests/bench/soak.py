@@ -21,9 +21,11 @@ Checks, each printed with its figures; the exit status is 1 if any fails:
 * no request that should succeed failed;
 * the ledger (``GET /admin/usage?format=json``) equals what the clients counted:
   requests, prompt and completion tokens of the load key, and all requests;
-* memory does not grow without bound: the mean of the last third of the
-  samples is within 15 % + 16 MiB of the first third's, for the daemon and the
-  long-lived engine (the first minute, warm-up, is not sampled);
+* memory does not leak: for the daemon and the long-lived engine, a least-squares
+  line through the per-minute mean RSS of the last 40 minutes (all minutes after
+  the first, warm-up, in a shorter run) has a slope whose upper 95 % confidence
+  bound is at most :data:`LEAK_BOUND_MIB_PER_MIN` (0.05 MiB/min, about 0.5 GiB a
+  week); the slope and its interval are printed;
 * file descriptors are stable: the last third's maximum is at most the first
   third's maximum + 16;
 * the database passes ``PRAGMA integrity_check`` and the daemon stops cleanly.
@@ -56,6 +58,12 @@ from tests.reliability.kit import (  # noqa: E402
 SECOND = "tiny-b:f32"
 SAMPLE_EVERY_S = 10.0
 MIB = 1 << 20
+#: Most RSS growth a soak may show (upper 95 % bound of the fitted slope), and the minutes it is fitted over.
+LEAK_BOUND_MIB_PER_MIN = 0.05
+LEAK_WINDOW_MIN = 40
+#: Two-sided 95 % quantiles of Student's t for small degrees of freedom (1.96 beyond the table).
+T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 12: 2.18,
+       15: 2.13, 20: 2.09, 25: 2.06, 30: 2.04, 40: 2.02, 60: 2.00}
 
 
 class Churn(threading.Thread):
@@ -130,6 +138,30 @@ def sample(daemon, tiny_engine: int) -> dict:
 def thirds(samples: list[dict], field: str) -> tuple[list[float], list[float]]:
     k = max(1, len(samples) // 3)
     return [s[field] for s in samples[:k]], [s[field] for s in samples[-k:]]
+
+
+def per_minute(samples: list[dict], field: str, started: float) -> list[tuple[float, float]]:
+    """(minute, mean of ``field`` in MiB) for each whole minute sampled, in order."""
+    buckets: dict[int, list[float]] = {}
+    for s in samples:
+        buckets.setdefault(int((s["t"] - started) // 60), []).append(s[field] / MIB)
+    return [(m, statistics.mean(v)) for m, v in sorted(buckets.items())]
+
+
+def slope_with_interval(points: list[tuple[float, float]]) -> tuple[float, float, float]:
+    """Least-squares slope of ``points`` and its 95 % confidence interval (units of y per unit of x)."""
+    n = len(points)
+    if n < 3:
+        return 0.0, float("-inf"), float("inf")
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    slope, intercept = statistics.linear_regression(xs, ys)
+    mx = statistics.mean(xs)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    residual = sum((y - (intercept + slope * x)) ** 2 for x, y in points) / (n - 2)
+    se = (residual / sxx) ** 0.5
+    df = n - 2
+    t = next((T95[k] for k in sorted(T95) if k >= df), 1.96)
+    return slope, slope - t * se, slope + t * se
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -215,11 +247,17 @@ def run(args: argparse.Namespace) -> int:
             f"ledger {ledger} (failed {mine['failed']}), clients {client}; all: ledger {everything['requests']}, clients {len(every)}")
 
         # -- memory and descriptors
+        report["rss_per_minute_mib"] = {}
         for name in ("daemon", "engine"):
-            first, last = thirds(samples, f"{name}_rss")
-            a, b = statistics.mean(first), statistics.mean(last)
-            checks[f"{name} memory bounded"] = (b <= a * 1.15 + 16 * MIB,
-                                                f"first third {a / MIB:.1f} MiB, last third {b / MIB:.1f} MiB ({(b - a) / MIB:+.1f})")
+            minutes = per_minute(samples, f"{name}_rss", started)
+            window = minutes[-LEAK_WINDOW_MIN:]
+            slope, low, high = slope_with_interval(window)
+            report["rss_per_minute_mib"][name] = [round(v, 2) for _, v in minutes]
+            checks[f"{name} memory does not leak"] = (
+                high <= LEAK_BOUND_MIB_PER_MIN,
+                f"over minutes {window[0][0] if window else 0:.0f}-{window[-1][0] if window else 0:.0f}: slope {slope:+.3f} MiB/min, "
+                f"95% interval [{low:+.3f}, {high:+.3f}] (bound {LEAK_BOUND_MIB_PER_MIN}); "
+                f"{window[0][1] if window else 0:.1f} -> {window[-1][1] if window else 0:.1f} MiB")
             first, last = thirds(samples, f"{name}_fds")
             checks[f"{name} file descriptors stable"] = (max(last) <= max(first) + 16, f"first third max {max(first)}, last third max {max(last)}")
         first, last = thirds(samples, "tree_rss")
