@@ -110,7 +110,7 @@ class PromptCounts:
             counter = self._open.get(path)
             if counter is None:
                 try:
-                    counter = PromptCounter(str(path), max_bytes=MAX_COUNTED_BYTES)
+                    counter = PromptCounter(str(path))
                 except Exception as exc:  # the engine reports an unreadable model; reservations use the bound
                     log.warning("cannot count prompt tokens for %s: %s", path.name, exc)
                     self._failed.add(path)

@@ -121,18 +121,17 @@ class PromptCounter:
     """The prompt tokens a request will cost on one GGUF model, counted as its engine will count them.
 
     Loads only the vocabulary and metadata (no weights). ``count`` returns
-    ``None`` where the engine would refuse the request (it then says why) or the
-    text is too long to count cheaply (more than ``max_bytes``).
+    ``None`` where the engine would refuse the request (it then says why). How
+    long a text is worth counting is the caller's decision.
     """
 
-    def __init__(self, path: str, *, max_bytes: int) -> None:
+    def __init__(self, path: str) -> None:
         self.model = LoadedModel(path, vocab_only=True)
         try:
             self.prompts = PromptBuilder(self.model)
         except BaseException:
             self.model.close()
             raise
-        self.max_bytes = max_bytes
 
     def count(self, endpoint: str, body: JsonObject) -> int | None:
         n_vocab = self.model.info.n_vocab
@@ -144,8 +143,6 @@ class PromptCounter:
                 chat_prompt(req, body)
             else:
                 completion_prompt(req, body, n_vocab)
-            if text_bytes(req) > self.max_bytes:
-                return None
             return len(self.prompts.prompt_tokens(req))
         except BadRequest:
             return None
@@ -153,8 +150,6 @@ class PromptCounter:
     def _inputs(self, inp: JsonValue) -> int | None:
         items = [inp] if isinstance(inp, str) or (isinstance(inp, list) and inp and isinstance(inp[0], int)) else inp
         if not isinstance(items, list):
-            return None
-        if sum(len(it.encode("utf-8", "replace")) for it in items if isinstance(it, str)) > self.max_bytes:
             return None
         total = 0
         for it in items:

@@ -34,7 +34,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def counter(default_gguf):
-    c = PromptCounter(str(default_gguf), max_bytes=1 << 20)
+    c = PromptCounter(str(default_gguf))
     yield c
     c.close()
 
