@@ -26,6 +26,7 @@ from appliance.errors import ApplianceError, ConfigError
 from appliance.api.http_protocol import header_deadline_protocol
 from appliance.lockfile import DataDirLock
 from appliance.logs import setup_logging
+from appliance.planner.service import cluster_view
 from appliance.sdnotify import notify, watchdog_interval, watchdog_loop
 from appliance.settings import Settings, load_settings
 
@@ -98,6 +99,7 @@ async def serve(settings: Settings) -> None:
         watchdog = asyncio.create_task(watchdog_loop(interval, lambda: dbmod.ping(services.db)), name="watchdog")
     notify("READY=1")
     log.info("appliance ready", extra={"fields": {"url": f"http://{settings.host}:{settings.port}/", "data_dir": str(settings.data_dir)}})
+    cluster_view(settings)  # with ray_address: the Ray cluster is read in a thread; the log says what it found
 
     done, _ = await asyncio.wait({public_task, admin_task, asyncio.create_task(stop.wait())}, return_when=asyncio.FIRST_COMPLETED)
     admin.should_exit = True

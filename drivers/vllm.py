@@ -101,6 +101,9 @@ def build_args(plan: EnginePlan, socket_path: Path | str, settings: EngineSettin
     if pp > 1:
         argv += ["--pipeline-parallel-size", str(pp)]
     if getattr(plan, "distributed_executor", None) == "ray":
+        if not getattr(settings, "ray_address", None):
+            # Without RAY_ADDRESS vLLM would start a private one-node Ray instead of joining the cluster.
+            raise PlanNotServable("the plan spans a Ray cluster but ray_address is not set")
         argv += ["--distributed-executor-backend", "ray"]
     return argv
 
@@ -145,6 +148,7 @@ def build_env(plan: EnginePlan, settings: EngineSettings, api_key: str) -> dict[
     ray = getattr(plan, "distributed_executor", None) == "ray"
     if getattr(settings, "ray_address", None):
         env["RAY_ADDRESS"] = str(settings.ray_address)
+        env["RAY_USAGE_STATS_ENABLED"] = "0"  # the driver vLLM starts in the cluster reports nothing either
     if not ray:  # Ray assigns GPUs to its workers itself
         devices = getattr(plan, "devices", ())
         cuda, rocm = _device_indices(devices, "cuda"), _device_indices(devices, "rocm")

@@ -7,13 +7,19 @@ JSON-able dicts. The planner itself stays pure; the I/O is here.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import sys
+import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
 from appliance.catalog import ArchFacts, Catalog, CatalogVariant, load_catalog
 from appliance.errors import ModelNotFound
-from appliance.hardware import HardwareSnapshot, detect_hardware, detect_software, software_findings
+from appliance.hardware import Finding, HardwareSnapshot, detect_hardware, detect_software, software_findings
+from appliance.hardware.ray_cluster import ClusterView, describe, read_cluster
 from appliance.hardware.software import SoftwareInfo
 from appliance.hardware.units import GiB
 from appliance.jsontypes import JsonObject
@@ -24,7 +30,13 @@ from appliance.store.store import ModelStore
 
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 SNAPSHOT_TTL_S = 5.0
+CLUSTER_TTL_S = 60.0
+"""How long a read of the Ray cluster is reused (it is read at start-up and when a plan is made)."""
 _cache: dict[str, tuple[float, HardwareSnapshot]] = {}
+_clusters: dict[tuple[str, str], ClusterView] = {}
+_cluster_lock = threading.Lock()
+_refreshing: set[tuple[str, str]] = set()
+log = logging.getLogger("appliance.planner")
 
 
 def live_snapshot(max_age: float = SNAPSHOT_TTL_S) -> HardwareSnapshot:
@@ -34,6 +46,68 @@ def live_snapshot(max_age: float = SNAPSHOT_TTL_S) -> HardwareSnapshot:
         hit = (time.monotonic(), detect_hardware())
         _cache["snapshot"] = hit
     return hit[1]
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _read_cluster(key: tuple[str, str], max_age: float) -> ClusterView:
+    with _cluster_lock:  # one read at a time; a second caller takes the first one's answer
+        hit = _clusters.get(key)
+        if hit is not None and time.time() - hit.read_at <= max_age:
+            return hit
+        view = read_cluster(*key)
+        _clusters[key] = view
+    if hit is None or (hit.error, hit.nodes, hit.local) != (view.error, view.nodes, view.local):
+        if view.error:
+            log.warning("%s; plans use this box's GPUs only", describe(view))
+        else:
+            log.info(describe(view))
+    return view
+
+
+def _refresh(key: tuple[str, str]) -> None:
+    try:
+        _read_cluster(key, 0.0)
+    finally:
+        _refreshing.discard(key)
+
+
+def cluster_view(settings: Settings, max_age: float = CLUSTER_TTL_S) -> ClusterView | None:
+    """The Ray cluster at ``ray_address`` (None when unset), read at most every ``max_age`` seconds.
+
+    Read by the vLLM environment's Python (``vllm_python``, else the appliance's own). On the
+    daemon's event loop it never blocks: a stale or missing read is refreshed in a thread and
+    the last one answers meanwhile (None before the first). Never raises.
+    """
+    if not settings.ray_address:
+        return None
+    key = (settings.ray_address, str(settings.vllm_python or sys.executable))
+    hit = _clusters.get(key)
+    if hit is not None and time.time() - hit.read_at <= max_age:
+        return hit
+    if _on_event_loop():
+        if key not in _refreshing:
+            _refreshing.add(key)
+            threading.Thread(target=_refresh, args=(key,), name="ray-cluster-read", daemon=True).start()
+        return hit
+    return _read_cluster(key, max_age)
+
+
+def cluster_findings(settings: Settings, view: ClusterView | None) -> list[Finding]:
+    """What ``doctor`` says about the cluster: its nodes, or why it could not be read."""
+    if not settings.ray_address:
+        return []
+    if view is None:
+        return [Finding("ray", "info", f"Ray cluster at {settings.ray_address}: being read")]
+    if view.error:
+        return list(view.all_findings())
+    return [Finding("ray", "info", describe(view)), *view.all_findings()]
 
 
 def software(settings: Settings) -> SoftwareInfo:
@@ -49,6 +123,7 @@ def preferences_for(settings: Settings, sw: SoftwareInfo, ctx: int | None = None
         vllm_available=sw.vllm_available,
         llamacpp_gpu=sw.llamacpp_gpu,
         ray_address=settings.ray_address,
+        cluster=view.nodes if (view := cluster_view(settings)) is not None else (),
         backend=settings.backend,
         threads=settings.engine_threads,
         memory_budget=int(settings.memory_budget_gib * GiB) if settings.memory_budget_gib else None,
@@ -60,9 +135,12 @@ def hardware_report(settings: Settings, snapshot: HardwareSnapshot | None = None
     """The doctor's answer: snapshot, software, and every finding (errors first) with its fix."""
     snap = snapshot or detect_hardware()
     sw = software(settings)
-    findings = sorted([*snap.findings, *software_findings(sw, snap)], key=lambda f: SEVERITY_ORDER.get(f.severity, 3))
+    view = cluster_view(settings)
+    findings = sorted([*snap.findings, *software_findings(sw, snap), *cluster_findings(settings, view)],
+                      key=lambda f: SEVERITY_ORDER.get(f.severity, 3))
     return {
         "hardware": snap.to_dict(),
+        "cluster": view.to_dict() if view is not None else None,
         "software": {"llamacpp_version": sw.llamacpp_version, "llamacpp_gpu_backends": list(sw.llamacpp_backends),
                      "vllm_available": sw.vllm_available, "vllm_version": sw.vllm_version},
         "findings": [f.__dict__ for f in findings],
@@ -137,6 +215,10 @@ def plan_report(snapshot: HardwareSnapshot, variants: Sequence[Variant], prefs: 
     """The plan table: the decision (plan or refusal) and one row per variant."""
     decision = plan(snapshot, variants, prefs, calibrations)
     rows = plan_all(snapshot, variants, prefs, calibrations)
+    reads = [v for (address, _), v in _clusters.items() if address == prefs.ray_address] if prefs.ray_address else []
+    view = max(reads, key=lambda v: v.read_at) if reads else None
+    if view is not None and view.error:  # say it where the decision is read, not only in the log
+        decision = replace(decision, reason=f"{decision.reason} (this box only: {describe(view)})")
     return {
         "model": variants[0].family if variants else None,
         "context": prefs.min_context,
@@ -144,4 +226,5 @@ def plan_report(snapshot: HardwareSnapshot, variants: Sequence[Variant], prefs: 
         "plan": decision.to_dict() if isinstance(decision, Plan) else None,
         "refusal": None if isinstance(decision, Plan) else decision.to_dict(),
         "rows": [r.to_dict() for r in rows],
+        "cluster": view.to_dict() if view is not None else None,
     }

