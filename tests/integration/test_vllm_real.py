@@ -116,7 +116,7 @@ def test_vllm_parses_every_argument_the_driver_emits(vllm_python: Path, tmp_path
     """vLLM's own parser accepts the argv of a busy GPU plan (flags renamed upstream fail here)."""
     plan = VllmPlan(model_path=str(tmp_path), devices=("cuda:0", "cuda:1"), tensor_parallel_size=2, pipeline_parallel_size=2,
                     distributed_executor="ray", kv_cache_dtype="fp8", quantization="awq-int4", gpu_memory_utilization=0.9)
-    argv = build_args(plan, tmp_path / "e.sock", SimpleNamespace(vllm_python=vllm_python, ray_address=None))
+    argv = build_args(plan, tmp_path / "e.sock", SimpleNamespace(vllm_python=vllm_python, ray_address="10.0.0.5:6379"))
     code = (
         "import sys, json\n"
         "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
