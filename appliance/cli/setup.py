@@ -9,7 +9,9 @@ first admin with a one-time password.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -150,6 +152,33 @@ def _run(*argv: str) -> None:
     subprocess.run(list(argv), check=True)
 
 
+def write_system_config(path: Path, overrides: dict) -> None:  # type: ignore[type-arg]
+    """Create the service's config file, and record ``--host``/``--port`` in it.
+
+    The service reads only this file, so a listen address given to
+    ``install --system`` must land here (an existing file keeps its other lines);
+    otherwise the service would listen on the old one while the installer waits
+    on the new.
+    """
+    existing = path.read_text() if path.exists() else None
+    lines = existing.splitlines() if existing is not None else [f'data_dir = "{SYSTEM_DATA_DIR}"', 'host = "0.0.0.0"', "port = 8080"]
+    for key in ("host", "port"):
+        if key not in overrides:
+            continue
+        entry = f"{key} = {json.dumps(overrides[key])}"
+        at = next((i for i, line in enumerate(lines) if re.match(rf"\s*{key}\s*=", line)), None)
+        if at is None:
+            lines.insert(0, entry)  # top-level keys go before any [table]
+        else:
+            lines[at] = entry
+    text = "\n".join(lines) + "\n"
+    if text == existing:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o640)
+
+
 def install_system(settings_overrides: dict) -> None:  # type: ignore[type-arg]
     if os.geteuid() != 0:
         raise click.ClickException("--system needs root")
@@ -160,10 +189,7 @@ def install_system(settings_overrides: dict) -> None:  # type: ignore[type-arg]
     for group in ("video", "render"):
         if subprocess.run(["getent", "group", group], capture_output=True).returncode == 0:
             _run("usermod", "-aG", group, SERVICE_USER)
-    SYSTEM_CONFIG_PATH.parent.mkdir(parents=True, exist_ok=True)
-    if not SYSTEM_CONFIG_PATH.exists():
-        SYSTEM_CONFIG_PATH.write_text(f'data_dir = "{SYSTEM_DATA_DIR}"\nhost = "0.0.0.0"\nport = 8080\n')
-        SYSTEM_CONFIG_PATH.chmod(0o640)
+    write_system_config(SYSTEM_CONFIG_PATH, settings_overrides)
     os.environ["APPLIANCE_CONFIG"] = str(SYSTEM_CONFIG_PATH)
     settings = load_settings(**settings_overrides)
     password = prepare_data(settings)
