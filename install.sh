@@ -34,6 +34,23 @@ fi
 if [[ $mode == system ]]; then venv=/opt/appliance/venv; else venv="$here/.venv"; fi
 
 if [[ $uninstall -eq 1 ]]; then
+  if [[ ! -x "$venv/bin/appliancectl" && $purge -eq 1 ]]; then
+    # Uninstalled before with the data kept: the code is gone, so delete what `appliancectl uninstall --purge` would.
+    config=""
+    if [[ $mode == system ]]; then
+      config=/etc/appliance/appliance.toml
+      data="$(sed -n 's/^[[:space:]]*data_dir[[:space:]]*=[[:space:]]*"\(.*\)"[[:space:]]*$/\1/p' "$config" 2>/dev/null | head -n 1)"
+      data="${data:-/var/lib/appliance}"
+    else
+      data="${APPLIANCE_DATA_DIR:-$here/appliance-data}"
+    fi
+    [[ "$data" == /?* && "$(realpath -m "$data")" != / ]] || die "refusing to delete the data dir '$data'"
+    [[ -e "$data" || ( -n "$config" && -e "$config" ) ]] || die "no installation found at $venv and no data at $data"
+    rm -rf -- "$data"
+    [[ -n "$config" ]] && rm -f -- "$config"
+    echo "Deleted $data."
+    exit 0
+  fi
   [[ -x "$venv/bin/appliancectl" ]] || die "no installation found at $venv"
   args=(uninstall --yes); [[ $purge -eq 1 ]] && args+=(--purge)
   "$venv/bin/appliancectl" "${args[@]}"
