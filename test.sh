@@ -14,9 +14,12 @@ for candidate in python3.13 python3.12 python3.11 python3; do
 done
 [[ -n "$python" ]] || { echo "test.sh: needs Python 3.11+" >&2; exit 1; }
 
-# System packages the tests drive for real: systemd-analyze, headless Chromium.
+# System packages the tests drive for real: systemd-analyze, headless Chromium,
+# and a Debian root booted with systemd-nspawn for the system-mode install.
 missing=()
 command -v systemd-analyze >/dev/null || missing+=(systemd)
+command -v systemd-nspawn >/dev/null || missing+=(systemd-container)
+command -v debootstrap >/dev/null || missing+=(debootstrap)
 command -v chromium >/dev/null || missing+=(chromium)
 command -v cmake >/dev/null || missing+=(cmake)
 if ((${#missing[@]})); then
