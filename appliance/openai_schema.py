@@ -1,9 +1,17 @@
 """Request bodies of the OpenAI-compatible API, in the order of OpenAI's reference.
 
 Fields after the ``# --- extensions`` marker are not OpenAI's; they follow
-llama.cpp and vLLM (``top_k``, ``min_p``, ``repeat_penalty``). Unknown fields
-are ignored, as OpenAI's own server does. Structs are re-encoded with
-``omit_defaults`` when forwarded, so unset fields are never sent to engines.
+llama.cpp and vLLM (``top_k``, ``min_p``, ``repeat_penalty``, ``ignore_eos``,
+``chat_template_kwargs``). Structs are re-encoded with ``omit_defaults`` when
+forwarded, so unset fields are never sent to engines.
+
+Nothing a client sends is dropped in silence. A request body names only
+fields that change the answer and are served, fields that are harmless to
+ignore (:data:`IGNORED`: accepted, kept out of cache keys, never forwarded),
+and fields declared only so that a value that would change the answer is
+refused (:data:`REFUSED`: ``logprobs: true`` gets a 400 naming ``logprobs``,
+``logprobs: false`` is fine). Any other field is refused by msgspec as
+unknown, and the error handler names it as the ``param``.
 """
 
 from __future__ import annotations
@@ -28,6 +36,35 @@ class _Base(msgspec.Struct, kw_only=True, omit_defaults=True):
     pass
 
 
+class _Request(_Base, forbid_unknown_fields=True):
+    """A top-level request body: an unknown field is a 400, not a silent drop."""
+
+
+#: Accepted and ignored: they cannot change the answer (OpenAI's bookkeeping and routing hints).
+IGNORED = ("user", "metadata", "store", "service_tier", "parallel_tool_calls", "prompt_cache_key", "safety_identifier")
+
+#: Declared so that only their harmless values pass; the message a client gets for any other value.
+REFUSED = {
+    "logprobs": "logprobs are not supported: the engines do not return token probabilities; leave logprobs unset or false.",
+    "top_logprobs": "top_logprobs is not supported: the engines do not return token probabilities; leave it unset or 0.",
+    "echo": "echo is not supported; leave it unset or false.",
+    "suffix": "suffix (fill-in-the-middle) is not supported; leave it unset or empty.",
+    "best_of": "best_of above 1 is not supported.",
+    "dimensions": "dimensions is not supported: embeddings come in the model's own size; leave it unset.",
+    "tool_choice": 'tool_choice "required" or a named function is not supported; use "auto" or "none".',
+    "modalities": 'Only text output is supported: leave modalities unset or ["text"].',
+}
+
+#: Never sent to engines nor part of cache keys: the ignored fields, and the refused ones, whose values
+#: that pass validation (false, 0, empty, ["text"]) ask for what the engines do anyway.
+NOT_FORWARDED = IGNORED + tuple(name for name in REFUSED if name != "tool_choice")
+
+Off = Literal[False] | None
+Zero = Annotated[int, msgspec.Meta(ge=0, le=0)] | None
+Metadata = Annotated[dict[str, Annotated[str, msgspec.Meta(max_length=512)]], msgspec.Meta(max_length=16)] | None
+Hint = Annotated[str, msgspec.Meta(max_length=512)] | None
+
+
 class StreamOptions(_Base):
     include_usage: bool | None = None
 
@@ -45,7 +82,7 @@ class ChatMessage(_Base):
     tool_call_id: str | None = None
 
 
-class ChatCompletionRequest(_Base):
+class ChatCompletionRequest(_Request):
     messages: Annotated[list[ChatMessage], msgspec.Meta(min_length=1, max_length=4096)]
     model: ModelName
     frequency_penalty: Penalty | None = None
@@ -60,17 +97,29 @@ class ChatCompletionRequest(_Base):
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     temperature: Temperature | None = None
-    tool_choice: Union[str, JsonObject, None] = None
+    tool_choice: Literal["auto", "none"] | None = None
     tools: list[JsonObject] | None = None
     top_p: Probability | None = None
-    user: str | None = None
+    logprobs: Off = None
+    top_logprobs: Zero = None
+    modalities: list[Literal["text"]] | None = None
+    # ignored (IGNORED)
+    user: Hint = None
+    metadata: Metadata = None
+    store: bool | None = None
+    service_tier: Hint = None
+    parallel_tool_calls: bool | None = None
+    prompt_cache_key: Hint = None
+    safety_identifier: Hint = None
     # --- extensions (llama.cpp / vLLM)
     top_k: Annotated[int, msgspec.Meta(ge=0, le=1000)] | None = None
     min_p: Probability | None = None
     repeat_penalty: Annotated[float, msgspec.Meta(ge=0.0, le=10.0)] | None = None
+    chat_template_kwargs: JsonObject | None = None
+    ignore_eos: bool | None = None
 
 
-class CompletionRequest(_Base):
+class CompletionRequest(_Request):
     model: ModelName
     prompt: Union[Annotated[str, msgspec.Meta(min_length=0)], Annotated[list[str], msgspec.Meta(min_length=1, max_length=1)]]
     frequency_penalty: Penalty | None = None
@@ -84,12 +133,23 @@ class CompletionRequest(_Base):
     stream_options: StreamOptions | None = None
     temperature: Temperature | None = None
     top_p: Probability | None = None
-    user: str | None = None
+    logprobs: Zero = None
+    echo: Off = None
+    suffix: Annotated[str, msgspec.Meta(max_length=0)] | None = None
+    best_of: Annotated[int, msgspec.Meta(ge=1, le=1)] | None = None
+    # ignored (IGNORED)
+    user: Hint = None
+    metadata: Metadata = None
+    store: bool | None = None
+    service_tier: Hint = None
+    prompt_cache_key: Hint = None
+    safety_identifier: Hint = None
     # --- extensions (llama.cpp / vLLM)
     top_k: Annotated[int, msgspec.Meta(ge=0, le=1000)] | None = None
     min_p: Probability | None = None
     repeat_penalty: Annotated[float, msgspec.Meta(ge=0.0, le=10.0)] | None = None
     response_format: ResponseFormat | None = None
+    ignore_eos: bool | None = None
 
     def __post_init__(self) -> None:
         # OpenAI and vLLM default a completion to 16 tokens; set it here so it is forwarded and reserved
@@ -97,15 +157,15 @@ class CompletionRequest(_Base):
             self.max_tokens = COMPLETION_DEFAULT_MAX_TOKENS
 
 
-class EmbeddingRequest(_Base):
+class EmbeddingRequest(_Request):
     input: Union[Annotated[str, msgspec.Meta(max_length=1_000_000)], Annotated[list[str], msgspec.Meta(min_length=1, max_length=2048)]]
     model: ModelName
     encoding_format: Literal["float", "base64"] | None = None
-    dimensions: PositiveInt | None = None
-    user: str | None = None
+    dimensions: None = None
+    user: Hint = None
 
 
-class ResponsesRequest(_Base):
+class ResponsesRequest(_Request):
     """``/v1/responses`` for plain text: ``input`` is a string or a list of role/content messages."""
 
     model: ModelName
@@ -115,7 +175,19 @@ class ResponsesRequest(_Base):
     temperature: Temperature | None = None
     top_p: Probability | None = None
     stream: bool | None = None
-    user: str | None = None
+    # ignored (IGNORED)
+    user: Hint = None
+    metadata: Metadata = None
+    store: bool | None = None
+    service_tier: Hint = None
+    prompt_cache_key: Hint = None
+    safety_identifier: Hint = None
+
+
+def for_engine(body: _Base) -> _Base:
+    """``body`` without the fields engines are never sent (:data:`NOT_FORWARDED`)."""
+    present = {name: None for name in NOT_FORWARDED if getattr(body, name, None) is not None}
+    return msgspec.structs.replace(body, **present) if present else body
 
 
 def prompt_text(body: ChatCompletionRequest | CompletionRequest | EmbeddingRequest) -> str:

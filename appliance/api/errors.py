@@ -8,6 +8,9 @@ instead, which the console swaps into its error area.
 from __future__ import annotations
 
 import html
+import re
+
+import msgspec
 import logging
 
 from litestar import MediaType, Request, Response
@@ -15,6 +18,7 @@ from litestar.exceptions import HTTPException, ValidationException
 
 from appliance.errors import ApplianceError, BadRequest, error_envelope
 from appliance.jsontypes import JsonObject
+from appliance.openai_schema import REFUSED
 
 log = logging.getLogger("appliance.errors")
 
@@ -36,6 +40,9 @@ def handle_appliance_error(request: Request, exc: ApplianceError) -> Response:
     return _respond(request, exc.status, exc.envelope(), exc.headers)
 
 
+_UNKNOWN_FIELD = re.compile(r"unknown field `([^`]{1,100})`")
+
+
 def handle_validation_error(request: Request, exc: ValidationException) -> Response:
     param = None
     message = exc.detail or "Invalid request."
@@ -43,13 +50,29 @@ def handle_validation_error(request: Request, exc: ValidationException) -> Respo
     if isinstance(extra, list) and extra:
         first = extra[0] if isinstance(extra[0], dict) else {}
         param = first.get("key") or None
-        if first.get("message"):
-            message = f"{first['message']}" + (f" (parameter '{param}')" if param else "")
+        text = str(first.get("message") or "")
+        if unknown := _UNKNOWN_FIELD.search(text):
+            param = unknown.group(1)
+            message = REFUSED.get(param) or f"Unsupported parameter '{param}': this appliance does not serve it, and it is not ignored in silence."
+        elif param in REFUSED:
+            message = REFUSED[param]
+        elif text:
+            message = text + (f" (parameter '{param}')" if param else "")
     return _respond(request, 400, error_envelope(message, BadRequest.type, param, "invalid_request"))
+
+
+# A body field named like an injected collaborator (``store``) makes Litestar call its validation
+# error a dependency failure (a bare 500); the cause still says the error is at ``$.data.<field>``.
+_BODY_ERROR = re.compile(r"^(.*) - at `\$\.data\.([A-Za-z_][A-Za-z0-9_]{0,63})")
 
 
 def handle_http_exception(request: Request, exc: HTTPException) -> Response:
     status = exc.status_code
+    if status == 500 and isinstance(exc.__cause__, msgspec.ValidationError):
+        if found := _BODY_ERROR.match(str(exc.__cause__)):
+            message, param = found.group(1), found.group(2)
+            return _respond(request, 400, error_envelope(REFUSED.get(param) or f"{message} (parameter '{param}')",
+                                                         BadRequest.type, param, "invalid_request"))
     type_ = _STATUS_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     detail = exc.detail if status < 500 else "Internal server error."
     return _respond(request, status, error_envelope(detail, type_, None, None), dict(exc.headers or {}))

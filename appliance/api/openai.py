@@ -31,6 +31,10 @@ class OpenAIController(Controller):
 
     @post("/chat/completions", summary="Create chat completion", status_code=200)
     async def chat_completions(self, request: Request, data: ChatCompletionRequest, gateway: Gateway, principal: Principal) -> Response:
+        if data.tool_choice == "none":
+            data = msgspec.structs.replace(data, tools=None, tool_choice=None)  # the model is not offered the tools
+        elif data.tool_choice == "auto":
+            data = msgspec.structs.replace(data, tool_choice=None)  # what the engines do with tools and no tool_choice
         return await gateway.handle(request, principal, "chat", data)
 
     @post("/completions", summary="Create completion", status_code=200)

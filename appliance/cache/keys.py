@@ -3,7 +3,7 @@
 The exact key is the sha256 of a canonical JSON document: the cache partition
 (who may share the entry), the endpoint, the canonical model name, and the
 request with everything that cannot change the answer removed (``stream``,
-``stream_options``, ``user``; sampling knobs that greedy decoding ignores) and
+``stream_options``, ``user`` and the other ignored fields; sampling knobs that greedy decoding ignores) and
 equivalent spellings folded (``max_completion_tokens`` → ``max_tokens``,
 ``n: 1`` dropped, a lone text part → a plain string).
 
@@ -24,10 +24,10 @@ import msgspec
 
 from appliance.accounts.keys import Principal
 from appliance.jsontypes import JsonObject
-from appliance.openai_schema import ChatCompletionRequest, CompletionRequest
+from appliance.openai_schema import NOT_FORWARDED, ChatCompletionRequest, CompletionRequest
 
 KEY_VERSION = 1
-EXCLUDED = ("model", "stream", "stream_options", "user")
+EXCLUDED = ("model", "stream", "stream_options", *NOT_FORWARDED)
 # With temperature 0 llama.cpp and vLLM decode greedily: these knobs cannot change the answer.
 GREEDY_IGNORED = ("seed", "top_p", "top_k", "min_p")
 SHARE_MODES = ("team", "key", "global")

@@ -29,7 +29,7 @@ from appliance.hardware.energy import EnergyMeter
 from appliance.jsontypes import JsonObject
 from appliance.metering.meter import Meter
 from appliance.metrics import Metrics
-from appliance.openai_schema import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
+from appliance.openai_schema import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, for_engine
 from appliance.serving.context import Body, RequestContext
 from appliance.serving.names import ModelNames
 from appliance.serving.prompt_tokens import PromptCounts, prompt_bound
@@ -145,7 +145,7 @@ class Gateway:
                                              estimated_tokens=prompt, cap=True,
                                              max_tokens=requested_tokens(body) or self._context(ctx.model))
             ctx.body = with_cap(body, ctx.admission.max_tokens)
-        forward = msgspec.structs.replace(ctx.body, model=ctx.model)
+        forward = msgspec.structs.replace(for_engine(ctx.body), model=ctx.model)
         if ctx.stream:
             forward = msgspec.structs.replace(forward, stream_options={"include_usage": True})  # type: ignore[arg-type]
         payload = _encoder.encode(forward)

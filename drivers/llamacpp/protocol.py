@@ -37,6 +37,7 @@ class GenRequest:
     messages: list[JsonObject] | None = None
     tools: JsonValue = None
     template_kwargs: JsonObject | None = None
+    ignore_eos: bool = False  # generate max_tokens, never stopping at an end-of-generation token
 
 
 # -- parsing -------------------------------------------------------------------
@@ -96,6 +97,9 @@ def _common(body: JsonValue, kind: str, n_vocab: int) -> GenRequest:
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest("stream must be a boolean", param="stream")
+    ignore_eos = body.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        raise BadRequest("ignore_eos must be a boolean", param="ignore_eos")
     so = body.get("stream_options")
     include_usage = False
     if so is not None:
@@ -127,6 +131,7 @@ def _common(body: JsonValue, kind: str, n_vocab: int) -> GenRequest:
         max_tokens=max_tokens,
         stop=_stop(body),
         sampling=sampling,
+        ignore_eos=ignore_eos,
     )
 
 

@@ -1,0 +1,45 @@
+"""What the gateway forwards to engines: served fields kept, ignored fields dropped, unknown fields refused."""
+
+import msgspec
+import pytest
+
+from appliance.cache.keys import normalized
+from appliance.openai_schema import NOT_FORWARDED, ChatCompletionRequest, CompletionRequest, EmbeddingRequest, ResponsesRequest, for_engine
+
+BASE = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+EXTRA = {"user": "u", "metadata": {"a": "b"}, "store": True, "service_tier": "auto", "parallel_tool_calls": False,
+         "prompt_cache_key": "p", "safety_identifier": "s"}
+
+
+def _chat(**fields):
+    return msgspec.convert({**BASE, **fields}, ChatCompletionRequest)
+
+
+def test_ignored_fields_never_reach_the_engine_and_served_ones_do():
+    body = _chat(chat_template_kwargs={"enable_thinking": False}, top_k=5, logprobs=False, top_logprobs=0, **EXTRA)
+    sent = msgspec.json.decode(msgspec.json.encode(for_engine(body)))
+    assert not set(sent) & set(NOT_FORWARDED), sent
+    assert sent["chat_template_kwargs"] == {"enable_thinking": False} and sent["top_k"] == 5
+
+
+def test_ignored_fields_are_not_part_of_the_cache_key():
+    assert normalized(_chat(**EXTRA, logprobs=False, modalities=["text"])) == normalized(_chat())
+    assert normalized(_chat(chat_template_kwargs={"x": 1})) != normalized(_chat())
+
+
+@pytest.mark.parametrize("struct, body", [
+    (ChatCompletionRequest, {**BASE, "functions": []}),
+    (CompletionRequest, {"model": "m", "prompt": "x", "min_tokens": 4}),
+    (EmbeddingRequest, {"model": "m", "input": "x", "normalize": False}),
+    (ResponsesRequest, {"model": "m", "input": "x", "reasoning": {"effort": "low"}}),
+])
+def test_every_request_body_refuses_unknown_fields(struct, body):
+    with pytest.raises(msgspec.ValidationError, match="unknown field"):
+        msgspec.convert(body, struct)
+
+
+@pytest.mark.parametrize("fields", [{"logprobs": True}, {"top_logprobs": 2}, {"tool_choice": "required"},
+                                    {"modalities": ["text", "audio"]}])
+def test_values_that_would_change_the_answer_are_refused(fields):
+    with pytest.raises(msgspec.ValidationError):
+        _chat(**fields)
