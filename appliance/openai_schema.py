@@ -82,7 +82,18 @@ class ChatMessage(_Base):
     tool_call_id: str | None = None
 
 
-class ChatCompletionRequest(_Request):
+class _Generation(_Request):
+    """The fields of every generating request that are accepted and ignored (:data:`IGNORED`)."""
+
+    user: Hint = None
+    metadata: Metadata = None
+    store: bool | None = None
+    service_tier: Hint = None
+    prompt_cache_key: Hint = None
+    safety_identifier: Hint = None
+
+
+class ChatCompletionRequest(_Generation, kw_only=True):
     messages: Annotated[list[ChatMessage], msgspec.Meta(min_length=1, max_length=4096)]
     model: ModelName
     frequency_penalty: Penalty | None = None
@@ -103,14 +114,7 @@ class ChatCompletionRequest(_Request):
     logprobs: Off = None
     top_logprobs: Zero = None
     modalities: list[Literal["text"]] | None = None
-    # ignored (IGNORED)
-    user: Hint = None
-    metadata: Metadata = None
-    store: bool | None = None
-    service_tier: Hint = None
-    parallel_tool_calls: bool | None = None
-    prompt_cache_key: Hint = None
-    safety_identifier: Hint = None
+    parallel_tool_calls: bool | None = None  # ignored (IGNORED)
     # --- extensions (llama.cpp / vLLM)
     top_k: Annotated[int, msgspec.Meta(ge=0, le=1000)] | None = None
     min_p: Probability | None = None
@@ -119,7 +123,7 @@ class ChatCompletionRequest(_Request):
     ignore_eos: bool | None = None
 
 
-class CompletionRequest(_Request):
+class CompletionRequest(_Generation, kw_only=True):
     model: ModelName
     prompt: Union[Annotated[str, msgspec.Meta(min_length=0)], Annotated[list[str], msgspec.Meta(min_length=1, max_length=1)]]
     frequency_penalty: Penalty | None = None
@@ -137,13 +141,6 @@ class CompletionRequest(_Request):
     echo: Off = None
     suffix: Annotated[str, msgspec.Meta(max_length=0)] | None = None
     best_of: Annotated[int, msgspec.Meta(ge=1, le=1)] | None = None
-    # ignored (IGNORED)
-    user: Hint = None
-    metadata: Metadata = None
-    store: bool | None = None
-    service_tier: Hint = None
-    prompt_cache_key: Hint = None
-    safety_identifier: Hint = None
     # --- extensions (llama.cpp / vLLM)
     top_k: Annotated[int, msgspec.Meta(ge=0, le=1000)] | None = None
     min_p: Probability | None = None
@@ -165,7 +162,7 @@ class EmbeddingRequest(_Request):
     user: Hint = None
 
 
-class ResponsesRequest(_Request):
+class ResponsesRequest(_Generation, kw_only=True):
     """``/v1/responses`` for plain text: ``input`` is a string or a list of role/content messages."""
 
     model: ModelName
@@ -175,13 +172,6 @@ class ResponsesRequest(_Request):
     temperature: Temperature | None = None
     top_p: Probability | None = None
     stream: bool | None = None
-    # ignored (IGNORED)
-    user: Hint = None
-    metadata: Metadata = None
-    store: bool | None = None
-    service_tier: Hint = None
-    prompt_cache_key: Hint = None
-    safety_identifier: Hint = None
 
 
 def for_engine(body: _Base) -> _Base:
