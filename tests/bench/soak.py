@@ -1,6 +1,6 @@
 """Soak: a real daemon under mixed load for minutes, checked for leaks and lost requests.
 
-    python tests/bench/soak.py --minutes 10 [--threads 4] [--json soak.json]
+    python tests/bench/soak.py --minutes 10 [--threads 4] [--json soak.json] [--heap-log heap.txt]
 
 Load, all at once, for ``--minutes``:
 
@@ -173,8 +173,13 @@ def run(args: argparse.Namespace) -> int:
     base = Path(args.dir or tempfile.mkdtemp(prefix="soak-"))
     base.mkdir(parents=True, exist_ok=True)
     print(f"soak: {args.minutes} min, {args.threads} load threads, data under {base}", flush=True)
+    probe = {}
+    if args.heap_log:  # the daemon logs its C heap once a minute (tests/bench/heap_probe)
+        folder = str(Path(__file__).resolve().parent / "heap_probe")
+        probe = {"SOAK_HEAP_LOG": str(Path(args.heap_log).resolve()),
+                 "PYTHONPATH": os.pathsep.join(filter(None, [folder, os.environ.get("PYTHONPATH")]))}
     daemon = start_daemon(base, APPLIANCE_ENGINE_PARALLEL="4", APPLIANCE_QUEUE_SIZE="256",
-                          APPLIANCE_CACHE_MAX_ENTRIES=str(args.cache_entries))
+                          APPLIANCE_CACHE_MAX_ENTRIES=str(args.cache_entries), **probe)
     checks: dict[str, tuple[bool, str]] = {}
     report: dict = {"minutes": args.minutes, "threads": args.threads, "cache_max_entries": args.cache_entries,
                     "load_avg_start": os.getloadavg()}
@@ -291,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
                              "memory, is full within the first minutes, so growth after that is a leak, not the cache filling)")
     parser.add_argument("--dir", help="folder for the daemon's data (default: a new temporary folder)")
     parser.add_argument("--json", help="also write the report and checks to this file")
+    parser.add_argument("--heap-log", help="the daemon appends its RSS and glibc heap figures (mallinfo2) to this file each minute")
     return run(parser.parse_args(argv))
 
 
