@@ -8,7 +8,7 @@ can be refused is refused here, before a slot is taken.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject, JsonValue
@@ -92,6 +92,8 @@ class WorkerEngine:
         max_new = room if req.max_tokens is None else min(req.max_tokens, room)
         ban = self._eog if req.kind == "chat" else None
         sp = req.sampling
+        if req.ignore_eos:  # end-of-generation tokens can never be sampled, as llama-server and vLLM do it
+            sp = replace(sp, logit_bias={**sp.logit_bias, **dict.fromkeys(self._eog, float("-inf"))})
         # Grammar fast path: sample freely, check the one token against the grammar,
         # and only filter the whole vocabulary when it was invalid. Needs a chain
         # whose accept() has no state (no penalties), since a rejected token was

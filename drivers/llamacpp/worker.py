@@ -148,18 +148,12 @@ class WorkerApp:
     async def completions(self, receive: Receive, send: Send) -> None:
         body = await _read_json(receive)
         req = await _off_loop(parse_completion, body, self.engine.model.info.n_vocab, param="response_format")
-        await self._generate(self._without_eos(req), receive, send)
+        await self._generate(req, receive, send)
 
     async def chat_completions(self, receive: Receive, send: Send) -> None:
         body = await _read_json(receive)
         req = await _off_loop(parse_chat, body, self.engine.model.info.n_vocab, param="response_format")
-        await self._generate(self._without_eos(req), receive, send)
-
-    def _without_eos(self, req: GenRequest) -> GenRequest:
-        """``ignore_eos``: end-of-generation tokens get a bias of minus infinity, as llama-server and vLLM do."""
-        if req.ignore_eos:
-            req.sampling.logit_bias.update(dict.fromkeys(self.engine.model.eog_tokens(), float("-inf")))
-        return req
+        await self._generate(req, receive, send)
 
     async def embeddings(self, receive: Receive, send: Send) -> None:
         body = await _read_json(receive)
