@@ -174,10 +174,10 @@ class ResponsesRequest(_Generation, kw_only=True):
     stream: bool | None = None
 
 
-def for_engine(body: _Base) -> _Base:
-    """``body`` without the fields engines are never sent (:data:`NOT_FORWARDED`)."""
-    present = {name: None for name in NOT_FORWARDED if getattr(body, name, None) is not None}
-    return msgspec.structs.replace(body, **present) if present else body
+def for_engine(body: _Base, **changes: object) -> _Base:
+    """``body`` with ``changes``, less the fields engines are never sent (:data:`NOT_FORWARDED`), in one copy."""
+    cleared = {name: None for name in NOT_FORWARDED if getattr(body, name, None) is not None}
+    return msgspec.structs.replace(body, **cleared, **changes)
 
 
 def prompt_text(body: ChatCompletionRequest | CompletionRequest | EmbeddingRequest) -> str:

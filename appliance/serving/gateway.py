@@ -145,7 +145,7 @@ class Gateway:
                                              estimated_tokens=prompt, cap=True,
                                              max_tokens=requested_tokens(body) or self._context(ctx.model))
             ctx.body = with_cap(body, ctx.admission.max_tokens)
-        forward = msgspec.structs.replace(for_engine(ctx.body), model=ctx.model)
+        forward = for_engine(ctx.body, model=ctx.model)
         if ctx.stream:
             forward = msgspec.structs.replace(forward, stream_options={"include_usage": True})  # type: ignore[arg-type]
         payload = _encoder.encode(forward)

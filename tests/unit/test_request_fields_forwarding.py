@@ -17,9 +17,10 @@ def _chat(**fields):
 
 def test_ignored_fields_never_reach_the_engine_and_served_ones_do():
     body = _chat(chat_template_kwargs={"enable_thinking": False}, top_k=5, logprobs=False, top_logprobs=0, **EXTRA)
-    sent = msgspec.json.decode(msgspec.json.encode(for_engine(body)))
+    sent = msgspec.json.decode(msgspec.json.encode(for_engine(body, model="served:q4")))
     assert not set(sent) & set(NOT_FORWARDED), sent
     assert sent["chat_template_kwargs"] == {"enable_thinking": False} and sent["top_k"] == 5
+    assert sent["model"] == "served:q4" and body.model == "m"
 
 
 def test_ignored_fields_are_not_part_of_the_cache_key():
