@@ -8,10 +8,10 @@ instead, which the console swaps into its error area.
 from __future__ import annotations
 
 import html
+import logging
 import re
 
 import msgspec
-import logging
 
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
@@ -53,12 +53,15 @@ def handle_validation_error(request: Request, exc: ValidationException) -> Respo
         text = str(first.get("message") or "")
         if unknown := _UNKNOWN_FIELD.search(text):
             param = unknown.group(1)
-            message = REFUSED.get(param) or f"Unsupported parameter '{param}': this appliance does not serve it, and it is not ignored in silence."
-        elif param in REFUSED:
-            message = REFUSED[param]
+            message = f"Unsupported parameter '{param}': this appliance does not serve it, and it is not ignored in silence."
         elif text:
             message = text + (f" (parameter '{param}')" if param else "")
-    return _respond(request, 400, error_envelope(message, BadRequest.type, param, "invalid_request"))
+    return _invalid_field(request, param, message)
+
+
+def _invalid_field(request: Request, param: str | None, message: str) -> Response:
+    """A 400 naming ``param``, with the field's own explanation when it has one (:data:`REFUSED`)."""
+    return _respond(request, 400, error_envelope(REFUSED.get(param or "", message), BadRequest.type, param, "invalid_request"))
 
 
 # A body field named like an injected collaborator (``store``) makes Litestar call its validation
@@ -70,9 +73,7 @@ def handle_http_exception(request: Request, exc: HTTPException) -> Response:
     status = exc.status_code
     if status == 500 and isinstance(exc.__cause__, msgspec.ValidationError):
         if found := _BODY_ERROR.match(str(exc.__cause__)):
-            message, param = found.group(1), found.group(2)
-            return _respond(request, 400, error_envelope(REFUSED.get(param) or f"{message} (parameter '{param}')",
-                                                         BadRequest.type, param, "invalid_request"))
+            return _invalid_field(request, found.group(2), f"{found.group(1)} (parameter '{found.group(2)}')")
     type_ = _STATUS_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     detail = exc.detail if status < 500 else "Internal server error."
     return _respond(request, status, error_envelope(detail, type_, None, None), dict(exc.headers or {}))
