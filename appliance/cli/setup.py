@@ -162,13 +162,16 @@ def write_system_config(path: Path, overrides: dict) -> None:  # type: ignore[ty
     """
     existing = path.read_text() if path.exists() else None
     lines = existing.splitlines() if existing is not None else [f'data_dir = "{SYSTEM_DATA_DIR}"', 'host = "0.0.0.0"', "port = 8080"]
+    # Top-level keys are the lines before the first [table] header; a `port` inside a table is another setting.
+    top = next((i for i, line in enumerate(lines) if re.match(r"\s*\[", line)), len(lines))
     for key in ("host", "port"):
         if key not in overrides:
             continue
         entry = f"{key} = {json.dumps(overrides[key])}"
-        at = next((i for i, line in enumerate(lines) if re.match(rf"\s*{key}\s*=", line)), None)
+        at = next((i for i, line in enumerate(lines[:top]) if re.match(rf"\s*{key}\s*=", line)), None)
         if at is None:
             lines.insert(0, entry)  # top-level keys go before any [table]
+            top += 1
         else:
             lines[at] = entry
     text = "\n".join(lines) + "\n"

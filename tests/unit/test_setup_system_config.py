@@ -30,3 +30,11 @@ def test_an_existing_config_keeps_its_other_lines(tmp_path):
     before = path.read_text()
     write_system_config(path, {})  # a re-run without --host/--port leaves the file alone
     assert path.read_text() == before
+
+
+def test_a_port_inside_a_table_is_left_alone(tmp_path):
+    path = tmp_path / "appliance.toml"
+    path.write_text('data_dir = "/srv/appliance"\n\n[metrics]\nport = 9100\n')
+    write_system_config(path, {"port": 18080})
+    config = tomllib.loads(path.read_text())
+    assert config["port"] == 18080 and config["metrics"] == {"port": 9100}
