@@ -93,8 +93,9 @@ def audit_page(request: Request, db: Engine) -> Response:
         query = query.where(AuditLog.id < int(before))  # type: ignore[arg-type,operator]
     q = (request.query_params.get("q") or "").strip()[:64]
     if q:
-        like = f"%{q.replace('%', '').replace('_', '')}%"
-        query = query.where(or_(AuditLog.actor.like(like), AuditLog.action.like(like), AuditLog.target.like(like)))  # type: ignore[union-attr,attr-defined]
+        # The text is matched as written: LIKE's wildcards (% and _) in it are escaped, so
+        # `login_failed` or a key prefix finds exactly what it names.
+        query = query.where(or_(*(column.contains(q, autoescape=True) for column in (AuditLog.actor, AuditLog.action, AuditLog.target))))  # type: ignore[union-attr,attr-defined]
     with session(db) as s:
         rows = list(s.execute(query).scalars())
     more = len(rows) > AUDIT_PAGE

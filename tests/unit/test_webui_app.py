@@ -186,3 +186,20 @@ def test_login_next_parameter_stays_on_this_site(app):
             response = client.post("/login", data={"username": "alice", "password": PASSWORDS["alice"], "csrf_token": token,
                                                    "next": evil}, follow_redirects=False)
             assert response.headers["location"] == "/", evil
+
+
+def test_audit_search_matches_the_text_as_written(app):
+    """Underscores and percent signs are searched for, not treated as LIKE wildcards."""
+    with TestClient(app) as anonymous:
+        sign_in(anonymous, "otto", "not-the-password")  # audited as console.login_failed
+    client = signed_in(app, "alice")  # audited as console.login
+
+    def actions(q: str) -> list[str]:
+        html = client.get("/audit", params={"q": q}).text
+        return re.findall(r"<td><code>([^<]+)</code></td>", html)
+
+    assert actions("login_failed") == ["console.login_failed"]
+    assert actions("login") == ["console.login", "console.login_failed"]
+    assert actions("login%failed") == [] and actions("login_") == ["console.login_failed"]
+    assert actions("o_n") == []  # `_` would match any one character, as in "console"
+    client.__exit__(None, None, None)
