@@ -29,6 +29,9 @@ _USAGE = (
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
+# A key's "last used" moves with its ledger rows, in the same group commit (never on the request path).
+_LAST_USED = "UPDATE api_keys SET last_used_at = ?1 WHERE id = ?2 AND coalesce(last_used_at, 0) < ?1"
+
 
 class UsageRow(NamedTuple):
     """One row of the ``usage`` ledger, in column order."""
@@ -92,6 +95,8 @@ def apply_settlement(conn: sqlite3.Connection, settlement: Settlement) -> float:
         if spent or returned:
             conn.execute(_SETTLE, (spent, returned, counter_id))
     insert_usage(conn, settlement.row)
+    if settlement.row.key_id is not None:
+        conn.execute(_LAST_USED, (settlement.row.created_at, settlement.row.key_id))
     return settlement.cost
 
 

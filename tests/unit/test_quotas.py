@@ -247,6 +247,17 @@ async def test_usage_row_is_dated_at_admission(meter, db, clock):
     assert rows(db, "SELECT created_at FROM usage") == [(T0 + 30.0,)]
 
 
+async def test_a_keys_last_use_is_written_with_its_ledger_rows(meter, db, clock):
+    key = add_key(db, "a")
+    add_key(db, "b")
+    first = admit(meter, key, "r1")
+    clock.advance(60)
+    second = admit(meter, key, "r2")
+    await settle(meter, second)
+    await meter.release(first, status=499, model="m")  # settled later, but admitted earlier
+    assert rows(db, "SELECT name, last_used_at FROM api_keys ORDER BY name") == [("a", T0 + 90.0), ("b", None)]
+
+
 def test_price_lookup_order():
     book = PriceBook(lambda: [("*", 9, 9, 9), ("fam", 1, 1, 1), ("fam:q8", 2, 2, 2)])
     assert book.rate("fam", "q8") == Rate(2, 2, 2)
