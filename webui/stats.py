@@ -91,7 +91,10 @@ def _percentile(sorted_values: list[float], q: float) -> float | None:
 
 
 def serving(db: Engine, now: float | None = None) -> JsonObject:
-    """Requests/s and tokens/s (last minute), TTFT p50/p95 and cache hit rate (last hour), tokens per minute."""
+    """Requests/s and tokens/s (last minute), TTFT p50/p95 and cache hit rate (last hour), tokens per minute.
+
+    TTFT is the engine's: streamed answers that an engine generated (cache replays would pull it towards zero).
+    """
     now = time.time() if now is None else now
     with db.connect() as conn:
         minute = conn.execute(
@@ -101,7 +104,7 @@ def serving(db: Engine, now: float | None = None) -> JsonObject:
             text("SELECT count(*), coalesce(sum(cache_tier != 'miss'), 0), coalesce(sum(status >= 400), 0)"
                  " FROM usage WHERE created_at >= :since"), {"since": now - 3600}).one()
         ttfts = [r[0] for r in conn.execute(
-            text("SELECT ttft_ms FROM usage WHERE created_at >= :since AND ttft_ms IS NOT NULL AND status < 400"
+            text("SELECT ttft_ms FROM usage WHERE created_at >= :since AND ttft_ms IS NOT NULL AND status < 400 AND cache_tier = 'miss'"
                  " ORDER BY ttft_ms LIMIT 100000"), {"since": now - 3600})]
         per_minute = dict(conn.execute(
             text("SELECT CAST((:now - created_at) / 60 AS INTEGER) AS ago, sum(completion_tokens) FROM usage"
