@@ -25,6 +25,7 @@ from appliance.db.engine import make_engine
 from appliance.drivers import get_driver
 from appliance.hardware.energy import EnergyMeter
 from appliance.metering.admin import QuotaService
+from appliance.metering.alerts import AlertNotifier
 from appliance.metering.meter import Meter
 from appliance.planner.types import Plan
 from appliance.serving.engines import EngineProcess
@@ -39,6 +40,8 @@ from appliance.store.store import ModelStore, ResolvedVariant
 
 log = logging.getLogger("appliance.services")
 
+ALERT_POLL_SECONDS = 5  # how soon a raised budget alert reaches the webhook
+
 
 class Services:
     def __init__(self, settings: Settings):
@@ -52,6 +55,7 @@ class Services:
         self.meter = Meter(settings, self.db)
         self.metrics = self.meter.metrics
         self.quotas = QuotaService(self.db, self.meter)
+        self.alerts = AlertNotifier(settings, self.db)
         self.energy = EnergyMeter()
         self.load_planner = LoadPlanner(settings, self.db)
         self.router = Router(settings, make_plan=self._plan, make_engine_process=self._engine, on_loaded=self._after_load)
@@ -101,6 +105,9 @@ class Services:
                               id="idle-unload", coalesce=True, max_instances=1)
         scheduler.add_job(self.meter.release_stale, "interval", seconds=60, id="stale-reservations", coalesce=True, max_instances=1)
         scheduler.add_job(self._backup, "cron", hour=3, minute=17, id="daily-backup", coalesce=True, max_instances=1)
+        if self.alerts.enabled:
+            scheduler.add_job(self.alerts.deliver_due, "interval", seconds=ALERT_POLL_SECONDS, id="budget-alerts",
+                              coalesce=True, max_instances=1)
         scheduler.start()
         self.scheduler = scheduler
 

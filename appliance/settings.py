@@ -17,7 +17,7 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -25,6 +25,8 @@ from appliance.errors import ConfigError
 from appliance.jsontypes import JsonObject
 
 SYSTEM_CONFIG_PATH = Path("/etc/appliance/appliance.toml")
+#: Settings whose values are secrets: shown as "(set)", never printed.
+SECRET_SETTINGS = frozenset({"session_secret", "alert_webhook_secret"})
 
 
 def _default_data_dir() -> Path:
@@ -100,6 +102,26 @@ class Settings(BaseSettings):
         description="Hosts on loopback or private networks that model pulls may reach (SSRF defence). Empty: none.",
     )
     session_secret: str | None = Field(default=None, description="Secret for console session cookies. Unset: generated once and kept in the data dir.")
+    budget_alert_percent: float = Field(
+        default=80.0, ge=0, le=100,
+        description="Share (%) of a daily or monthly token or cost budget at which an alert is raised, once per window; a quota's own `alert_percent` overrides it. 0: no alerts.",
+    )
+    alert_webhook_url: str | None = Field(
+        default=None,
+        description="URL that budget alerts are POSTed to as JSON, signed with `alert_webhook_secret`, retried with backoff, never on the request path. Unset: alerts stay in the console and the audit log.",
+    )
+    alert_webhook_secret: str | None = Field(
+        default=None,
+        description="HMAC-SHA256 key for the `X-Appliance-Signature` header of alert webhooks; required with `alert_webhook_url`.",
+    )
+
+    @model_validator(mode="after")
+    def _webhook_is_signed(self) -> "Settings":
+        if self.alert_webhook_url and not self.alert_webhook_secret:
+            raise ValueError("alert_webhook_url needs alert_webhook_secret: receivers check each alert's signature")
+        if self.alert_webhook_url and not self.alert_webhook_url.startswith(("http://", "https://")):
+            raise ValueError("alert_webhook_url must be an http:// or https:// URL")
+        return self
 
     @field_validator("data_dir")
     @classmethod

@@ -52,6 +52,7 @@ class QuotaUpdate(_Numbers):
     tokens_per_month: int | None = Field(default=None, ge=0, le=MAX_COUNT)
     cost_per_month: float | None = Field(default=None, ge=0, le=MAX_MONEY)
     max_concurrent: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    alert_percent: float | None = Field(default=None, ge=0, le=100, description="Budget alert threshold (%); null: the budget_alert_percent setting; 0: no alerts.")
 
 
 class PriceUpdate(_Numbers):

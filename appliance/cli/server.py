@@ -7,7 +7,7 @@ import sys
 import click
 
 from appliance.errors import ConfigError
-from appliance.settings import load_settings, reference_markdown
+from appliance.settings import SECRET_SETTINGS, load_settings, reference_markdown
 
 
 def register(group: click.Group) -> None:
@@ -35,7 +35,7 @@ def register(group: click.Group) -> None:
         """Print the settings in effect (as the CLI reads them)."""
         settings = ctx.find_root().obj["settings"]
         for name, value in settings.model_dump(mode="json").items():
-            if name == "session_secret" and value:
+            if name in SECRET_SETTINGS and value:
                 value = "(set)"
             click.echo(f"{name} = {value!r}")
 

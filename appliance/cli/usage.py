@@ -68,6 +68,8 @@ def _print_quota(body: dict) -> None:
         u = usage.get(d.name, {})
         table.add_row(d.name, _fmt(body["limits"].get(d.name)) if body["limits"].get(d.name) is not None else "unlimited",
                       _fmt(u.get("spent")), _fmt(u.get("reserved")), _fmt(u.get("remaining")), _when(u.get("resets_at")))
+    alert = body.get("alert_percent")
+    table.caption = f"budget alert at {_fmt(alert)}%" if alert is not None else "budget alert at the default share"
     Console().print(table)
 
 
@@ -85,6 +87,7 @@ def register(group: click.Group) -> None:
     @click.option("--tokens-per-month", type=_Limit())
     @click.option("--cost-per-month", type=_Limit(money=True))
     @click.option("--max-concurrent", type=_Limit())
+    @click.option("--alert-percent", type=_Limit(money=True), help="Raise a budget alert at this share (%) of a daily or monthly budget; 'none': the default.")
     @click.pass_context
     def quota_set(ctx: click.Context, subject: str, **limits: float | int | None) -> None:
         """Set limits of KEY_OR_TEAM; 'none' removes one, options left out keep their value."""

@@ -150,6 +150,7 @@ class Quota(SQLModel, table=True):
     tokens_per_month: Optional[int] = None
     cost_per_month: Optional[float] = None
     max_concurrent: Optional[int] = None
+    alert_percent: Optional[float] = None  # budget alert threshold; NULL: the budget_alert_percent setting, 0: none
 
 
 class QuotaCounter(SQLModel, table=True):
@@ -165,6 +166,27 @@ class QuotaCounter(SQLModel, table=True):
     limit_value: float
     spent: float = 0.0
     reserved: float = 0.0
+
+
+class BudgetAlert(SQLModel, table=True):
+    """A budget counter that crossed its alert threshold: at most one per counter, so one per window."""
+
+    __tablename__ = "budget_alerts"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    created_at: float = Field(default_factory=now, index=True)
+    counter_id: int = Field(unique=True)  # quota_counters.id (kept after the counter is pruned)
+    subject_type: str = Field(max_length=8)
+    subject_id: int
+    dimension: str = Field(max_length=32)
+    window_start: float
+    limit_value: float
+    spent: float  # when the threshold was crossed
+    percent: float
+    attempts: int = 0  # webhook deliveries tried
+    next_attempt_at: float = 0.0
+    delivered_at: Optional[float] = None
+    last_error: Optional[str] = None
+    dismissed_at: Optional[float] = None
 
 
 class Reservation(SQLModel, table=True):

@@ -26,6 +26,8 @@ from appliance.jsontypes import JsonObject
 
 TEAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 PRICE_FIELDS = ("input_per_m", "output_per_m", "cached_per_m")
+ALERT_FIELD = "alert_percent"  # a quota's budget alert threshold; not a dimension
+_UNCHANGED = object()
 MODEL_NAME = re.compile(r"^(\*|[A-Za-z0-9][A-Za-z0-9._-]{0,127}(:[A-Za-z0-9._-]{1,64})?)$")
 
 
@@ -70,7 +72,8 @@ class QuotaService:
         with session(self.db) as s:
             row = s.execute(select(Quota).where(Quota.subject_type == sub.type, Quota.subject_id == sub.id)).scalars().first()
             limits = {d.name: (getattr(row, d.name) if row else None) for d in DIMENSIONS}
-            return {"subject": sub.label, "limits": limits, "usage": self._usage(s, sub)}
+            return {"subject": sub.label, "limits": limits, "alert_percent": row.alert_percent if row else None,
+                    "usage": self._usage(s, sub)}
 
     def _usage(self, s: Session, sub: Subject) -> JsonObject:
         now = self._clock()
@@ -98,9 +101,14 @@ class QuotaService:
     def set_quota(self, subject: str, changes: dict[str, float | int | None], actor: str) -> JsonObject:
         """Set the given dimensions (None clears one); the others keep their values."""
         sub = self.resolve(subject)
-        unknown = set(changes) - set(BY_NAME)
+        unknown = set(changes) - set(BY_NAME) - {ALERT_FIELD}
         if unknown:
             raise BadRequest(f"Unknown quota field(s): {', '.join(sorted(unknown))}.")
+        changes = dict(changes)
+        alert = changes.pop(ALERT_FIELD, _UNCHANGED)
+        if alert is not _UNCHANGED and alert is not None and (
+                not isinstance(alert, (int, float)) or isinstance(alert, bool) or not 0 <= alert <= 100):
+            raise BadRequest(f"{ALERT_FIELD} must be a percentage from 0 to 100, or null for the default.", param=ALERT_FIELD)
         for name, value in changes.items():
             if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0 or not math.isfinite(value)):
                 raise BadRequest(f"{name} must be a non-negative number or null.", param=name)
@@ -115,6 +123,9 @@ class QuotaService:
             before = {d.name: getattr(row, d.name) for d in DIMENSIONS}
             for name, value in changes.items():
                 setattr(row, name, None if value is None else (float(value) if BY_NAME[name].unit == "cost" else int(value)))
+            before[ALERT_FIELD] = row.alert_percent
+            if alert is not _UNCHANGED:
+                row.alert_percent = None if alert is None else float(alert)
             s.add(row)
             for name, value in changes.items():
                 if value is not None:  # running windows take the new limit at once
@@ -124,7 +135,7 @@ class QuotaService:
                              " AND dimension = :d AND window_start >= :w"),
                         {"v": float(value), "t": sub.type, "i": sub.id, "d": name, "w": start},
                     )
-            after = {d.name: getattr(row, d.name) for d in DIMENSIONS}
+            after = {d.name: getattr(row, d.name) for d in DIMENSIONS} | {ALERT_FIELD: row.alert_percent}
             self._audit(s, actor, "quota.set", sub.label, {"before": before, "after": after})
             s.commit()
         self._changed_quotas()

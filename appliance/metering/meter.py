@@ -195,7 +195,8 @@ class Meter:
 
     async def _commit(self, admission: Admission, row: UsageRow, tokens: int, hit: bool, cost: float) -> float:
         counts_tokens = not hit or self.settings.cache_counts_against_quota
-        settlement = Settlement(row, charges(admission.holds, tokens, cost, counts_tokens), bool(admission.holds), cost)
+        settlement = Settlement(row, charges(admission.holds, tokens, cost, counts_tokens), bool(admission.holds), cost,
+                                self.settings.budget_alert_percent)
         if self._writer.running:
             try:
                 return await self._writer.submit(settlement)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from appliance.metering.admission import Hold
+from appliance.metering.alerts import raise_budget_alert
 
 log = logging.getLogger("appliance.metering.settlement")
 
@@ -63,6 +64,7 @@ class Settlement:
     charges: tuple[tuple[int, float], ...]  # (counter id, amount to add to spent)
     holds: bool
     cost: float
+    alert_percent: float = 0.0  # budget alert threshold of quotas that set none (0: no alerts)
 
 
 def charges(holds: tuple[Hold, ...], tokens: int, cost: float, counts_tokens: bool) -> tuple[tuple[int, float], ...]:
@@ -94,6 +96,8 @@ def apply_settlement(conn: sqlite3.Connection, settlement: Settlement) -> float:
         returned = held.get(counter_id, 0.0)
         if spent or returned:
             conn.execute(_SETTLE, (spent, returned, counter_id))
+        if spent:
+            raise_budget_alert(conn, counter_id, settlement.row.created_at, settlement.alert_percent)
     insert_usage(conn, settlement.row)
     if settlement.row.key_id is not None:
         conn.execute(_LAST_USED, (settlement.row.created_at, settlement.row.key_id))

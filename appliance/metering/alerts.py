@@ -1,0 +1,212 @@
+"""Budget alerts: raised with the ledger, delivered off the request path.
+
+Raising: when a settle charges a daily or monthly token or cost counter, the same
+transaction (the group-commit writer's) inserts a ``budget_alerts`` row if the
+counter's ``spent`` reached its threshold (the quota's ``alert_percent``, else the
+``budget_alert_percent`` setting). ``counter_id`` is unique, and a counter is one
+subject, budget and window, so each budget alerts at most once per window; the
+alert's audit row is written in that transaction too.
+
+Delivering: :class:`AlertNotifier` runs on the scheduler. It POSTs each undelivered
+alert to ``alert_webhook_url`` as JSON, signed like this::
+
+    X-Appliance-Timestamp: 1764849600
+    X-Appliance-Signature: sha256=<hex HMAC-SHA256 of "<timestamp>.<body>" with alert_webhook_secret>
+
+A failed delivery (connection error, timeout, non-2xx) is retried with exponential
+backoff, up to :data:`MAX_ATTEMPTS` times; the last error stays on the alert. No
+request ever waits for a webhook.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+from sqlalchemy import Engine, text
+
+from appliance.metering.quotas import DIMENSIONS, Windows
+from appliance.settings import Settings
+
+log = logging.getLogger("appliance.metering.alerts")
+
+BUDGET_DIMENSIONS = tuple(d.name for d in DIMENSIONS if d.budget)
+MAX_ATTEMPTS = 10
+FIRST_RETRY_SECONDS = 5.0
+LONGEST_RETRY_SECONDS = 3600.0
+DELIVERY_TIMEOUT_SECONDS = 5.0
+BATCH = 50
+
+_RAISE = (
+    "INSERT INTO budget_alerts (created_at, counter_id, subject_type, subject_id, dimension, window_start, limit_value,"
+    " spent, percent, attempts, next_attempt_at)"
+    " SELECT ?2, c.id, c.subject_type, c.subject_id, c.dimension, c.window_start, c.limit_value, c.spent,"
+    " coalesce(q.alert_percent, ?3), 0, ?2"
+    " FROM quota_counters c LEFT JOIN quotas q ON q.subject_type = c.subject_type AND q.subject_id = c.subject_id"
+    " WHERE c.id = ?1 AND c.dimension IN (" + ", ".join(f"'{name}'" for name in BUDGET_DIMENSIONS) + ")"
+    " AND c.limit_value > 0 AND coalesce(q.alert_percent, ?3) > 0"
+    " AND c.spent >= c.limit_value * coalesce(q.alert_percent, ?3) / 100.0"
+    " ON CONFLICT (counter_id) DO NOTHING"
+    " RETURNING id, subject_type, subject_id, dimension, limit_value, spent, percent"
+)
+_LABEL = (
+    "SELECT CASE ?1 WHEN 'key' THEN 'key:' || (SELECT prefix FROM api_keys WHERE id = ?2)"
+    " ELSE 'team:' || (SELECT name FROM teams WHERE id = ?2) END"
+)
+_AUDIT = "INSERT INTO audit_log (created_at, actor, action, target, detail) VALUES (?, 'system', 'budget.alert', ?, ?)"
+
+
+def subject_label(conn: sqlite3.Connection, subject_type: str, subject_id: int) -> str:
+    """``key:<prefix>`` or ``team:<name>`` (``key:#7`` once the key or team is gone)."""
+    label = conn.execute(_LABEL, (subject_type, subject_id)).fetchone()[0]
+    return label or f"{subject_type}:#{subject_id}"
+
+
+def raise_budget_alert(conn: sqlite3.Connection, counter_id: int, now: float, default_percent: float) -> int | None:
+    """Inside the ledger's transaction: raise the counter's alert if it just reached its threshold.
+
+    Returns the new alert's id, or None (below the threshold, no threshold, or raised before)."""
+    row = conn.execute(_RAISE, (counter_id, now, default_percent)).fetchone()
+    if row is None:
+        return None
+    alert_id, subject_type, subject_id, dimension, limit, spent, percent = row
+    detail = f"{dimension} reached {percent:g}% of its limit: {spent:g} of {limit:g}"
+    conn.execute(_AUDIT, (now, subject_label(conn, subject_type, subject_id), detail))
+    return int(alert_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    id: int
+    created_at: float
+    subject: str
+    dimension: str
+    window_start: float
+    window_end: float
+    limit: float
+    spent: float
+    percent: float
+    attempts: int
+    delivered_at: float | None
+    last_error: str | None
+    dismissed_at: float | None
+
+    def payload(self) -> dict[str, object]:
+        return {
+            "type": "budget.alert", "id": self.id, "created_at": self.created_at, "subject": self.subject,
+            "dimension": self.dimension, "window_start": self.window_start, "window_end": self.window_end,
+            "limit": self.limit, "spent": self.spent, "percent": self.percent,
+        }
+
+
+_SELECT = (
+    "SELECT a.id, a.created_at, a.subject_type, a.subject_id, a.dimension, a.window_start, a.limit_value, a.spent, a.percent,"
+    " a.attempts, a.delivered_at, a.last_error, a.dismissed_at,"
+    " CASE a.subject_type WHEN 'key' THEN 'key:' || k.prefix ELSE 'team:' || t.name END"
+    " FROM budget_alerts a LEFT JOIN api_keys k ON a.subject_type = 'key' AND k.id = a.subject_id"
+    " LEFT JOIN teams t ON a.subject_type = 'team' AND t.id = a.subject_id"
+)
+
+
+def _alerts(db: Engine, where: str, params: dict[str, object]) -> list[Alert]:
+    windows = Windows()
+    by_name = {d.name: d for d in DIMENSIONS}
+    with db.connect() as conn:
+        rows = conn.execute(text(f"{_SELECT} {where}"), params).all()
+    out = []
+    for (id_, created, stype, sid, dim, start, limit, spent, percent, attempts, delivered, error, dismissed, label) in rows:
+        _, end = windows.bounds(by_name[dim].window, start) if dim in by_name else (start, start)
+        out.append(Alert(id_, created, label or f"{stype}:#{sid}", dim, start, end, limit, spent, percent, attempts,
+                         delivered, error, dismissed))
+    return out
+
+
+def list_alerts(db: Engine, *, include_dismissed: bool = True, limit: int = 200) -> list[Alert]:
+    where = "" if include_dismissed else "WHERE a.dismissed_at IS NULL"
+    return _alerts(db, f"{where} ORDER BY a.id DESC LIMIT :n", {"n": limit})
+
+
+def dismiss_alert(db: Engine, alert_id: int, now: float | None = None) -> bool:
+    """Hide an alert from the console's banner; returns False when there is no such open alert."""
+    with db.begin() as conn:
+        result = conn.execute(text("UPDATE budget_alerts SET dismissed_at = :t WHERE id = :i AND dismissed_at IS NULL"),
+                              {"t": time.time() if now is None else now, "i": alert_id})
+    return result.rowcount == 1
+
+
+def sign(secret: str, timestamp: str, body: bytes) -> str:
+    """The ``X-Appliance-Signature`` value of a webhook body sent at ``timestamp``."""
+    digest = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return f"sha256={digest}"
+
+
+def next_attempt_delay(attempts: int) -> float:
+    """Seconds before retry number ``attempts`` + 1: 5 s, 10 s, 20 s, ... at most an hour."""
+    return min(LONGEST_RETRY_SECONDS, FIRST_RETRY_SECONDS * 2 ** max(0, attempts - 1))
+
+
+class AlertNotifier:
+    """Delivers undelivered alerts to the configured webhook; the scheduler calls :meth:`deliver_due`."""
+
+    def __init__(self, settings: Settings, db: Engine, *, clock: Callable[[], float] = time.time,
+                 transport: httpx.AsyncBaseTransport | None = None):
+        self.settings = settings
+        self.db = db
+        self._clock = clock
+        self._transport = transport
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.settings.alert_webhook_url and self.settings.alert_webhook_secret)
+
+    async def deliver_due(self) -> int:
+        """Try every alert whose delivery is due; returns how many were delivered."""
+        if not self.enabled:
+            return 0
+        now = self._clock()
+        due = _alerts(self.db, "WHERE a.delivered_at IS NULL AND a.attempts < :max AND a.next_attempt_at <= :now"
+                               " ORDER BY a.id LIMIT :n", {"max": MAX_ATTEMPTS, "now": now, "n": BATCH})
+        if not due:
+            return 0
+        delivered = 0
+        async with httpx.AsyncClient(timeout=DELIVERY_TIMEOUT_SECONDS, transport=self._transport,
+                                     follow_redirects=False, trust_env=False) as client:
+            for alert in due:
+                error = await self._post(client, alert)
+                self._record(alert, error)
+                delivered += error is None
+        return delivered
+
+    async def _post(self, client: httpx.AsyncClient, alert: Alert) -> str | None:
+        body = json.dumps(alert.payload(), separators=(",", ":")).encode()
+        timestamp = str(int(self._clock()))
+        headers = {"Content-Type": "application/json", "User-Agent": "llm-appliance-alerts",
+                   "X-Appliance-Timestamp": timestamp,
+                   "X-Appliance-Signature": sign(self.settings.alert_webhook_secret or "", timestamp, body)}
+        try:
+            response = await client.post(self.settings.alert_webhook_url or "", content=body, headers=headers)
+        except httpx.HTTPError as exc:
+            return f"{type(exc).__name__}: could not reach the webhook"
+        if not 200 <= response.status_code < 300:
+            return f"the webhook answered {response.status_code}"
+        return None
+
+    def _record(self, alert: Alert, error: str | None) -> None:
+        now = self._clock()
+        attempts = alert.attempts + 1
+        with self.db.begin() as conn:
+            if error is None:
+                conn.execute(text("UPDATE budget_alerts SET attempts = :a, delivered_at = :t, last_error = NULL WHERE id = :i"),
+                             {"a": attempts, "t": now, "i": alert.id})
+            else:
+                conn.execute(text("UPDATE budget_alerts SET attempts = :a, next_attempt_at = :n, last_error = :e WHERE id = :i"),
+                             {"a": attempts, "n": now + next_attempt_delay(attempts), "e": error, "i": alert.id})
+        if error is not None:
+            log.warning("budget alert %d not delivered (attempt %d of %d): %s", alert.id, attempts, MAX_ATTEMPTS, error)
