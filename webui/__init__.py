@@ -26,6 +26,7 @@ def console_handlers() -> list[Router]:
 
     from appliance.api.access import Access, requires
     from appliance.webui import (
+        routes_alerts,
         routes_auth,
         routes_keys,
         routes_models,
@@ -42,7 +43,7 @@ def console_handlers() -> list[Router]:
         cache_control=CacheControlHeader(max_age=3600), opt=requires(Access.PUBLIC),
     )
     handlers: list[HTTPRouteHandler] = []
-    for module in (routes_auth, routes_overview, routes_models, routes_playground, routes_keys, routes_usage, routes_system):
+    for module in (routes_auth, routes_overview, routes_alerts, routes_models, routes_playground, routes_keys, routes_usage, routes_system):
         handlers.extend(module.HANDLERS)
     console = Router(
         path="/",

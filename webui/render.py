@@ -28,6 +28,7 @@ NAV = (
     ("playground", "/playground", "Playground", "operator"),
     ("keys", "/keys", "Keys & teams", "viewer"),
     ("usage", "/usage", "Usage", "viewer"),
+    ("alerts", "/alerts", "Alerts", "viewer"),
     ("cache", "/cache", "Cache", "viewer"),
     ("users", "/users", "Users", "admin"),
     ("settings", "/settings", "Settings", "viewer"),

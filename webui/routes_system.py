@@ -13,13 +13,12 @@ from appliance.db.audit import AuditTrail
 from appliance.db.engine import session
 from appliance.db.tables import AuditLog, User
 from appliance.errors import BadRequest, Conflict
-from appliance.settings import Settings
+from appliance.settings import SECRET_SETTINGS, Settings
 from appliance.webui import stats
 from appliance.webui.context import Console, ConsoleUser
 from appliance.webui.gate import needs
 from appliance.webui.render import page, partial
 
-SECRET_SETTINGS = frozenset({"session_secret"})
 CACHE_SETTINGS = ("cache_enabled", "cache_ttl_seconds", "cache_max_entries", "cache_counts_against_quota", "semantic_cache_threshold")
 AUDIT_PAGE = 100
 
@@ -79,7 +78,7 @@ def settings_page(request: Request, settings: Settings) -> Response:
     for name, field in Settings.model_fields.items():
         value = getattr(settings, name)
         if name in SECRET_SETTINGS:
-            value = "(set)" if value else "(generated, in the data dir)"
+            value = "(set)" if value else ("(generated, in the data dir)" if name == "session_secret" else "(not set)")
         rows.append({"name": name, "env": f"APPLIANCE_{name.upper()}", "value": value, "description": field.description})
     return page(request, "settings.html", active="settings", rows=rows)
 

@@ -10,6 +10,7 @@ from sqlalchemy.engine import Engine
 
 from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject
+from appliance.metering.forecast import budget_forecasts
 from appliance.metering.reports import query_usage, to_csv
 from appliance.webui.render import page
 
@@ -61,7 +62,7 @@ def usage_page(request: Request, db: Engine) -> Response:
     filled = _fill_days(daily["rows"], days, now)
     return page(request, "usage.html", active="usage", days=days, periods=PERIODS, totals=daily["totals"], daily=filled,
                 day_bars=[(r["day"], r["total_tokens"]) for r in filled], cost_bars=[(r["day"], r["cost"]) for r in filled],
-                groups=groups)
+                groups=groups, forecasts=budget_forecasts(db, now))
 
 
 @get("/usage.csv", include_in_schema=False, sync_to_thread=True)

@@ -12,6 +12,7 @@ PAGES = [
     ("playground", "/playground", False),  # its docs screenshot is taken mid-conversation (test_console_flows)
     ("keys", "/keys", False),
     ("usage", "/usage", False),
+    ("alerts", "/alerts", False),
     ("cache", "/cache", False),
     ("users", "/users", False),
     ("settings", "/settings", False),

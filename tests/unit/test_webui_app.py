@@ -19,7 +19,7 @@ from appliance.settings import Settings
 from appliance.accounts.users import create_user
 
 PASSWORDS = {"alice": "alice-password-1", "otto": "otto-password-1", "victor": "victor-password-1"}
-PAGES = ["/", "/overview/live", "/models", "/keys", "/usage", "/cache", "/settings", "/audit", "/password"]
+PAGES = ["/", "/overview/live", "/models", "/keys", "/usage", "/alerts", "/cache", "/settings", "/audit", "/password"]
 
 
 @pytest.fixture
@@ -203,3 +203,45 @@ def test_audit_search_matches_the_text_as_written(app):
     assert actions("login%failed") == [] and actions("login_") == ["console.login_failed"]
     assert actions("o_n") == []  # `_` would match any one character, as in "console"
     client.__exit__(None, None, None)
+
+
+def _raise_budget_alert(app) -> None:
+    """A key whose daily budget counter stands at 60 of 100 with a 50% alert share: the ledger's own raise."""
+    import sqlite3
+
+    from appliance.metering.alerts import raise_budget_alert
+
+    conn = sqlite3.connect(app.state.services.settings.db_path, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        key_id = conn.execute("INSERT INTO api_keys (name, prefix, secret_hash, role, priority, created_at) VALUES"
+                              " ('budgeted', 'ak_budget', 'h-budget', 'user', 'interactive', 0) RETURNING id").fetchone()[0]
+        conn.execute("INSERT INTO quotas (subject_type, subject_id, tokens_per_day, alert_percent) VALUES ('key', ?, 100, 50)", (key_id,))
+        counter = conn.execute("INSERT INTO quota_counters (subject_type, subject_id, dimension, window_start, limit_value, spent, reserved)"
+                               " VALUES ('key', ?, 'tokens_per_day', 0, 100, 60, 0) RETURNING id", (key_id,)).fetchone()[0]
+        assert raise_budget_alert(conn, counter, 1.0, 80.0) is not None
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def test_budget_alerts_show_as_a_banner_and_on_their_page_until_dismissed(app):
+    viewer = signed_in(app, "victor")  # the app is running from here on
+    _raise_budget_alert(app)
+    banner = viewer.get("/alerts/banner").text
+    assert 'data-testid="alerts-banner"' in banner and "key:ak_budget reached 50% of its tokens per day (60 of 100)" in banner
+    assert 'hx-get="/alerts/banner"' in viewer.get("/").text  # every page loads the banner
+    listing = viewer.get("/alerts").text
+    assert listing.count('data-testid="alert-row"') == 1 and "Dismiss" not in listing  # viewers cannot dismiss
+    operator = signed_in(app, "otto")
+    listing = operator.get("/alerts").text
+    alert_id = int(re.search(r'hx-post="/alerts/(\d+)/dismiss"', listing).group(1))
+    token = _csrf(listing)
+    assert viewer.post(f"/alerts/{alert_id}/dismiss", headers={"X-CSRF-Token": _csrf(viewer.get("/alerts").text)}).status_code == 403
+    assert operator.post(f"/alerts/{alert_id}/dismiss").status_code == 403  # no CSRF token
+    response = operator.post(f"/alerts/{alert_id}/dismiss", headers={"X-CSRF-Token": token, "HX-Request": "true"})
+    assert response.status_code == 200 and "dismissed" in response.text
+    assert "alerts-banner" not in viewer.get("/alerts/banner").text
+    assert operator.post(f"/alerts/{alert_id}/dismiss", headers={"X-CSRF-Token": token}).status_code == 404
+    for client in (operator, viewer):  # last in, first out: the two share the running services
+        client.__exit__(None, None, None)

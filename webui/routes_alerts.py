@@ -1,0 +1,41 @@
+"""Budget alerts: the banner every page loads, the Alerts page, and dismissing an alert."""
+
+from __future__ import annotations
+
+from litestar import Request, Response, get, post
+from sqlalchemy.engine import Engine
+
+from appliance.db.audit import AuditTrail
+from appliance.errors import NotFound
+from appliance.metering.alerts import MAX_ATTEMPTS, dismiss_alert, list_alerts
+from appliance.settings import Settings
+from appliance.webui.context import ConsoleUser
+from appliance.webui.gate import needs
+from appliance.webui.render import page, partial
+
+
+@get("/alerts/banner", include_in_schema=False, sync_to_thread=True)
+def alerts_banner(request: Request, db: Engine) -> Response:
+    """The open alerts, as a banner at the top of every page (empty when there are none)."""
+    return partial(request, "_alerts_banner.html", alerts=list_alerts(db, include_dismissed=False, limit=5))
+
+
+def _alerts_context(db: Engine, settings: Settings, message: str | None = None) -> dict[str, object]:
+    return {"alerts": list_alerts(db), "webhook": settings.alert_webhook_url, "default_percent": settings.budget_alert_percent,
+            "max_attempts": MAX_ATTEMPTS, "message": message}
+
+
+@get("/alerts", include_in_schema=False, sync_to_thread=True)
+def alerts_page(request: Request, db: Engine, settings: Settings) -> Response:
+    return page(request, "alerts.html", active="alerts", **_alerts_context(db, settings))
+
+
+@post("/alerts/{alert_id:int}/dismiss", guards=[needs("operator")], include_in_schema=False, sync_to_thread=True)
+def dismiss(request: Request, alert_id: int, db: Engine, settings: Settings, audit: AuditTrail, user: ConsoleUser) -> Response:
+    if not dismiss_alert(db, alert_id):
+        raise NotFound(f"No open alert {alert_id}.")
+    audit.record(user.actor, "budget.alert_dismissed", f"alert:{alert_id}")
+    return partial(request, "_alerts.html", **_alerts_context(db, settings, message=f"Alert {alert_id} dismissed."))
+
+
+HANDLERS = [alerts_banner, alerts_page, dismiss]
