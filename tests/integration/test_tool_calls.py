@@ -190,3 +190,17 @@ def test_the_ledger_records_tool_call_requests(box, client):
     assert after["requests"] == before["requests"] + 1 and after["failed"] == before["failed"]
     assert after["completion_tokens"] - before["completion_tokens"] == reply.usage.completion_tokens
     assert after["prompt_tokens"] - before["prompt_tokens"] == reply.usage.prompt_tokens
+
+
+def test_the_default_model_answers_a_named_call_with_valid_arguments(daemon, api_key):
+    """A real (base) model, whose template teaches no call syntax: the generic JSON call, enforced."""
+    client = openai.OpenAI(base_url=daemon.url + "/v1", api_key=api_key, max_retries=0, timeout=300)
+    city = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}}, "required": ["city"]}
+    reply = client.chat.completions.create(
+        model="default", messages=[{"role": "user", "content": "What is the weather in Paris?"}], max_tokens=60,
+        temperature=0, tools=[{"type": "function", "function": {"name": "get_weather", "parameters": city}}],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    assert reply.choices[0].finish_reason == "tool_calls"
+    [call] = reply.choices[0].message.tool_calls
+    assert call.function.name == "get_weather"
+    jsonschema_rs.validate(city, json.loads(call.function.arguments))
