@@ -32,7 +32,7 @@ class OpenAIController(Controller):
 
     @post("/chat/completions", summary="Create chat completion", status_code=200)
     async def chat_completions(self, request: Request, data: ChatCompletionRequest, gateway: Gateway, principal: Principal) -> Response:
-        _check_tool_choice(data)
+        check_tool_choice(data)
         if data.tool_choice == "none":
             data = msgspec.structs.replace(data, tools=None, tool_choice=None)  # the model is not offered the tools
         elif data.tool_choice == "auto":
@@ -89,12 +89,13 @@ class OpenAIController(Controller):
         return Response(content=body, headers=dict(response.headers))
 
 
-def _check_tool_choice(data: ChatCompletionRequest) -> None:
+def check_tool_choice(data: ChatCompletionRequest) -> None:
     """A forced ``tool_choice`` needs the tools it names, and no ``response_format`` (one grammar per answer)."""
     choice = data.tool_choice
     if choice is None or choice in ("auto", "none"):
         return
-    names = {str((t.get("function") or {}).get("name")) for t in data.tools or [] if isinstance(t, dict)}
+    functions = [t.get("function") for t in data.tools or []]
+    names = {f["name"] for f in functions if isinstance(f, dict) and isinstance(f.get("name"), str)}
     if not names:
         raise BadRequest("tool_choice \"required\" or a named function needs tools", param="tool_choice")
     if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
