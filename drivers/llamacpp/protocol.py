@@ -22,6 +22,8 @@ from .sampling import SamplingParams
 from .tool_choice import ToolChoice, check_tools, parse_tool_choice
 
 MAX_STOP = 16
+#: A grammar's answer must end where the grammar ends: generating past it is impossible.
+_IGNORE_EOS_WITH_GRAMMAR = "ignore_eos cannot be combined with response_format or a forced tool_choice"
 
 
 @dataclass
@@ -124,6 +126,8 @@ def _common(body: JsonValue, kind: str, n_vocab: int) -> GenRequest:
         logit_bias=_logit_bias(body, n_vocab),
         grammar=grammar_for(body.get("response_format")),
     )
+    if ignore_eos and sampling.grammar is not None:
+        raise BadRequest(_IGNORE_EOS_WITH_GRAMMAR, param="ignore_eos")
     model = body.get("model")
     return GenRequest(
         kind=kind,
@@ -175,6 +179,8 @@ def chat_prompt(req: GenRequest, body: JsonObject) -> None:
     req.tool_choice = parse_tool_choice(body.get("tool_choice"), tools)
     if req.tool_choice.forced and req.sampling.grammar is not None:
         raise BadRequest("a forced tool_choice cannot be combined with response_format", param="tool_choice")
+    if req.tool_choice.forced and req.ignore_eos:
+        raise BadRequest(_IGNORE_EOS_WITH_GRAMMAR, param="ignore_eos")
     req.tools = None if req.tool_choice.mode == "none" else tools
     ctk = body.get("chat_template_kwargs")
     if ctk is not None and not isinstance(ctk, dict):

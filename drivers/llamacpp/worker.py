@@ -32,8 +32,8 @@ from typing import TypeAlias
 from appliance.errors import ApplianceError, BadRequest, EngineUnavailable, NotFound
 from appliance.jsontypes import JsonObject, JsonValue
 
-from .errors import DecodeFailure, EmbeddingError, MethodNotAllowed, ModelLoadError, PayloadTooLarge, WorkerError
 from .chat_output import ChatOutput
+from .errors import DecodeFailure, EmbeddingError, MethodNotAllowed, ModelLoadError, PayloadTooLarge, WorkerError
 from .protocol import DONE, GenRequest, Shaper, parse_chat, parse_completion, sse, usage_dict
 from .sequence import FINISH_CANCELLED, FINISH_ERROR, FINISH_LENGTH, Sequence
 from .service import WorkerConfig, WorkerEngine

@@ -45,6 +45,8 @@ def test_tool_choice_values():
     ({"tools": [{"type": "retrieval", "function": {"name": "x"}}]}, "tools"),
     ({"tools": [{"type": "function", "function": {"name": "x", "parameters": "object"}}]}, "tools"),
     ({"tools": {"type": "function"}}, "tools"),
+    ({"tools": TOOLS, "tool_choice": "required", "ignore_eos": True}, "ignore_eos"),
+    ({"response_format": {"type": "json_object"}, "ignore_eos": True}, "ignore_eos"),
 ])
 def test_refusals_name_the_field(fields, param):
     with pytest.raises(BadRequest) as info:
