@@ -51,13 +51,12 @@ REFUSED = {
     "suffix": "suffix (fill-in-the-middle) is not supported; leave it unset or empty.",
     "best_of": "best_of above 1 is not supported.",
     "dimensions": "dimensions is not supported: embeddings come in the model's own size; leave it unset.",
-    "tool_choice": 'tool_choice "required" or a named function is not supported; use "auto" or "none".',
     "modalities": 'Only text output is supported: leave modalities unset or ["text"].',
 }
 
 #: Never sent to engines nor part of cache keys: the ignored fields, and the refused ones, whose values
 #: that pass validation (false, 0, empty, ["text"]) ask for what the engines do anyway.
-NOT_FORWARDED = IGNORED + tuple(name for name in REFUSED if name != "tool_choice")
+NOT_FORWARDED = IGNORED + tuple(REFUSED)
 
 Off = Literal[False] | None
 Zero = Annotated[int, msgspec.Meta(ge=0, le=0)] | None
@@ -72,6 +71,17 @@ class StreamOptions(_Base):
 class ResponseFormat(_Base):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonObject | None = None
+
+
+class FunctionName(_Base):
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+
+
+class NamedToolChoice(_Base):
+    """``{"type": "function", "function": {"name": ...}}``: the model must call this function."""
+
+    type: Literal["function"]
+    function: FunctionName
 
 
 class ChatMessage(_Base):
@@ -108,7 +118,7 @@ class ChatCompletionRequest(_Generation, kw_only=True):
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     temperature: Temperature | None = None
-    tool_choice: Literal["auto", "none"] | None = None
+    tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
     tools: list[JsonObject] | None = None
     top_p: Probability | None = None
     logprobs: Off = None

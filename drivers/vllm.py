@@ -42,6 +42,11 @@ _UNQUANTIZED = {"", "none", "bf16", "bfloat16", "f16", "fp16", "float16", "f32",
 #: "the model's dtype" and passes nothing.
 _KV_CACHE_DTYPES = {"bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"}
 _KV_DEFAULT = {"", "auto", "f16"}
+#: Family name patterns → vLLM's tool-call parser (the family's call syntax), first match wins.
+_TOOL_PARSERS = ((re.compile(r"deepseek-r1"), None), (re.compile(r"qwen"), "hermes"),
+                 (re.compile(r"llama-?3"), "llama3_json"), (re.compile(r"mistral|mixtral"), "mistral"))
+#: Family name patterns → vLLM's reasoning parser (``<think>`` traces into ``reasoning_content``).
+_REASONING_PARSERS = ((re.compile(r"deepseek-r1"), "deepseek_r1"), (re.compile(r"qwen3"), "qwen3"))
 
 
 def interpreter(settings: EngineSettings) -> str:
@@ -70,6 +75,23 @@ def kv_cache_dtype_arg(kv_cache_dtype: str | None) -> str | None:
     raise PlanNotServable(f"vLLM has no KV-cache type {kv_cache_dtype!r}; use one of auto, {', '.join(sorted(_KV_CACHE_DTYPES))}")
 
 
+def chat_parser_args(model: str) -> list[str]:
+    """Tool-call and reasoning parsers for a model named ``family:variant`` (or a hub name). Pure.
+
+    Qwen writes Hermes ``<tool_call>`` blocks, Llama 3.x JSON calls, Mistral ``[TOOL_CALLS]``;
+    the DeepSeek-R1 distills think in ``<think>`` and are not tool-call models.
+    """
+    family = model.split(":", 1)[0].lower()
+    argv: list[str] = []
+    parser = next((p for pattern, p in _TOOL_PARSERS if pattern.search(family)), None)
+    if parser is not None:
+        argv += ["--enable-auto-tool-choice", "--tool-call-parser", parser]
+    reasoning = next((p for pattern, p in _REASONING_PARSERS if pattern.search(family)), None)
+    if reasoning is not None:
+        argv += ["--reasoning-parser", reasoning]
+    return argv
+
+
 def build_args(plan: EnginePlan, socket_path: Path | str, settings: EngineSettings) -> list[str]:
     """The engine's argv for ``plan``. Pure: no I/O, no environment reads."""
     argv = [
@@ -84,6 +106,7 @@ def build_args(plan: EnginePlan, socket_path: Path | str, settings: EngineSettin
         "--enable-prompt-tokens-details",
         # One line per request in the appliance log is the gateway's job, not the engine's.
         "--disable-uvicorn-access-log",
+        *chat_parser_args(plan.model),
     ]
     utilization = getattr(plan, "gpu_memory_utilization", None)
     if utilization is not None:

@@ -102,8 +102,29 @@ def normalize_messages(messages: JsonValue) -> list[JsonObject]:
             raise BadRequest("each message needs a string role", param="messages")
         msg = dict(m)
         msg["content"] = _content_text(m.get("content"))
+        if isinstance(m.get("tool_calls"), list):
+            msg["tool_calls"] = [_call_with_object_arguments(c) for c in m["tool_calls"]]
         out.append(msg)
     return out
+
+
+def _call_with_object_arguments(call: JsonValue) -> JsonValue:
+    """An assistant's tool call with its ``arguments`` JSON text decoded, as chat templates expect.
+
+    OpenAI clients send arguments as a JSON string; templates (Qwen's, Llama's) write
+    ``arguments | tojson`` and expect an object, as in Hugging Face's convention. Text
+    that is not a JSON object stays as it is.
+    """
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("arguments"), str):
+        return call
+    try:
+        args = json.loads(fn["arguments"])
+    except ValueError:
+        return call
+    if not isinstance(args, dict):
+        return call
+    return {**call, "function": {**fn, "arguments": args}}
 
 
 class ChatRenderer:

@@ -73,20 +73,23 @@ def grammar_for(response_format: JsonValue) -> str | None:
             schema = {}  # OpenAI allows omitting it: any JSON object then
         if not isinstance(schema, dict):
             raise BadRequest("response_format.json_schema.schema must be an object", param="response_format")
-        text = json.dumps(schema or {"type": "object"})
-        if len(text.encode()) > MAX_SCHEMA_BYTES:
-            raise BadRequest(f"response_format: the JSON schema is larger than {MAX_SCHEMA_BYTES} bytes",
-                             param="response_format")
-        n = count_alternatives(schema)
-        if n > MAX_ALTERNATIVES:
-            raise BadRequest(f"response_format: the JSON schema has {n} enum values and anyOf/oneOf branches;"
-                             f" at most {MAX_ALTERNATIVES} are accepted", param="response_format")
-        try:
-            gbnf = json_schema_to_gbnf(text)
-        except Exception as exc:  # the converter raises plain Exceptions on unsupported schemas
-            raise BadRequest(f"unsupported JSON schema: {exc}", param="response_format") from None
-        if len(gbnf.encode()) > MAX_GBNF_BYTES:
-            raise BadRequest(f"response_format: the schema's grammar is larger than {MAX_GBNF_BYTES} bytes",
-                             param="response_format")
-        return gbnf
+        return schema_grammar(schema or {"type": "object"}, "response_format")
     raise BadRequest(f"unsupported response_format type {kind!r}", param="response_format")
+
+
+def schema_grammar(schema: JsonValue, param: str) -> str:
+    """A JSON schema's GBNF grammar, within the size bounds; a 400 naming ``param`` otherwise."""
+    text = json.dumps(schema)
+    if len(text.encode()) > MAX_SCHEMA_BYTES:
+        raise BadRequest(f"{param}: the JSON schema is larger than {MAX_SCHEMA_BYTES} bytes", param=param)
+    n = count_alternatives(schema)
+    if n > MAX_ALTERNATIVES:
+        raise BadRequest(f"{param}: the JSON schema has {n} enum values and anyOf/oneOf branches;"
+                         f" at most {MAX_ALTERNATIVES} are accepted", param=param)
+    try:
+        gbnf = json_schema_to_gbnf(text)
+    except Exception as exc:  # the converter raises plain Exceptions on unsupported schemas
+        raise BadRequest(f"unsupported JSON schema: {exc}", param=param) from None
+    if len(gbnf.encode()) > MAX_GBNF_BYTES:
+        raise BadRequest(f"{param}: the schema's grammar is larger than {MAX_GBNF_BYTES} bytes", param=param)
+    return gbnf

@@ -185,6 +185,15 @@ class LoadedModel:
             self._pieces[token] = p
         return p
 
+    def render_as_text(self, text: str) -> None:
+        """Make the control token spelled ``text`` (if the vocabulary has one) render as that text.
+
+        For markers an output parser must see, such as ``[TOOL_CALLS]`` or ``<|python_tag|>``.
+        """
+        token = self.single_token(text)
+        if token is not None and self.is_special(token):
+            self._pieces[token] = text.encode()
+
     def detokenize(self, tokens: list[int]) -> str:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", "replace")
 

@@ -19,8 +19,11 @@ from appliance.jsontypes import JsonObject, JsonValue
 
 from .grammar import grammar_for
 from .sampling import SamplingParams
+from .tool_choice import ToolChoice, check_tools, parse_tool_choice
 
 MAX_STOP = 16
+#: A grammar's answer must end where the grammar ends: generating past it is impossible.
+_IGNORE_EOS_WITH_GRAMMAR = "ignore_eos cannot be combined with response_format or a forced tool_choice"
 
 
 @dataclass
@@ -38,6 +41,7 @@ class GenRequest:
     tools: JsonValue = None
     template_kwargs: JsonObject | None = None
     ignore_eos: bool = False  # generate max_tokens, never stopping at an end-of-generation token
+    tool_choice: ToolChoice = field(default_factory=ToolChoice)
 
 
 # -- parsing -------------------------------------------------------------------
@@ -122,6 +126,8 @@ def _common(body: JsonValue, kind: str, n_vocab: int) -> GenRequest:
         logit_bias=_logit_bias(body, n_vocab),
         grammar=grammar_for(body.get("response_format")),
     )
+    if ignore_eos and sampling.grammar is not None:
+        raise BadRequest(_IGNORE_EOS_WITH_GRAMMAR, param="ignore_eos")
     model = body.get("model")
     return GenRequest(
         kind=kind,
@@ -169,10 +175,13 @@ def chat_prompt(req: GenRequest, body: JsonObject) -> None:
     from .chat import normalize_messages
 
     req.messages = normalize_messages(body.get("messages"))
-    tools = body.get("tools")
-    if tools is not None and not isinstance(tools, list):
-        raise BadRequest("tools must be a list", param="tools")
-    req.tools = tools
+    tools = check_tools(body.get("tools"))
+    req.tool_choice = parse_tool_choice(body.get("tool_choice"), tools)
+    if req.tool_choice.forced and req.sampling.grammar is not None:
+        raise BadRequest("a forced tool_choice cannot be combined with response_format", param="tool_choice")
+    if req.tool_choice.forced and req.ignore_eos:
+        raise BadRequest(_IGNORE_EOS_WITH_GRAMMAR, param="ignore_eos")
+    req.tools = None if req.tool_choice.mode == "none" else tools
     ctk = body.get("chat_template_kwargs")
     if ctk is not None and not isinstance(ctk, dict):
         raise BadRequest("chat_template_kwargs must be an object", param="chat_template_kwargs")
@@ -181,13 +190,16 @@ def chat_prompt(req: GenRequest, body: JsonObject) -> None:
 
 # -- shaping -------------------------------------------------------------------
 
-def usage_dict(prompt: int, completion: int, cached: int) -> JsonObject:
-    return {
+def usage_dict(prompt: int, completion: int, cached: int, reasoning: int | None = None) -> JsonObject:
+    usage: JsonObject = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": cached},
     }
+    if reasoning is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    return usage
 
 
 def _dumps(obj: JsonValue) -> bytes:
@@ -228,6 +240,10 @@ class Shaper:
     def chunk(self, text: str) -> bytes:
         return self._head + json.dumps(text, ensure_ascii=False).encode() + self._tail
 
+    def delta_chunk(self, delta: JsonObject) -> bytes:
+        """A chat chunk with any delta (reasoning, tool calls)."""
+        return sse({**self._base, "choices": [{"index": 0, "delta": delta, "finish_reason": None, "logprobs": None}]})
+
     def role_chunk(self) -> bytes:
         return sse({**self._base, "choices": [
             {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None, "logprobs": None}]})
@@ -243,10 +259,11 @@ class Shaper:
     def usage_chunk(self, usage: JsonObject) -> bytes:
         return sse({**self._base, "choices": [], "usage": usage})
 
-    def full(self, text: str, finish_reason: str, usage: JsonObject) -> bytes:
+    def full(self, text: str, finish_reason: str, usage: JsonObject, message: JsonObject | None = None) -> bytes:
+        """The whole response; ``message`` replaces the plain chat message (tool calls, reasoning)."""
         choice: JsonObject = {"index": 0, "finish_reason": finish_reason, "logprobs": None}
         if self.kind == "chat":
-            choice["message"] = {"role": "assistant", "content": text}
+            choice["message"] = message if message is not None else {"role": "assistant", "content": text}
         else:
             choice["text"] = text
         return _dumps({"id": self.id, "object": self.object, "created": self.created, "model": self.model,

@@ -54,7 +54,7 @@ def build_grammar(vocab, grammar: str):
     """A stand-alone grammar sampler (the batcher checks sampled tokens against it)."""
     g = ll.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
     if not g:
-        raise GrammarError("the grammar for response_format could not be parsed")
+        raise GrammarError("the grammar for response_format or tool_choice could not be parsed")
     return g
 
 
@@ -80,7 +80,7 @@ def build_chain(vocab, n_vocab: int, p: SamplingParams, *, ban_first: list[int] 
         g = ll.llama_sampler_init_grammar(vocab, p.grammar.encode(), b"root")
         if not g:
             ll.llama_sampler_free(chain)
-            raise GrammarError("the grammar for response_format could not be parsed")
+            raise GrammarError("the grammar for response_format or tool_choice could not be parsed")
         add(chain, g)
     if p.greedy:
         add(chain, ll.llama_sampler_init_greedy())

@@ -14,12 +14,15 @@ from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject, JsonValue
 
 from .batcher import Batcher
+from .chat_output import ChatOutput
 from .errors import ContextLengthExceeded, GrammarError
 from .model import LoadedModel
 from .prompts import PromptBuilder
-from .protocol import GenRequest
+from .protocol import GenRequest, Shaper
 from .sampling import build_chain, build_grammar, free_chain, has_penalties
 from .sequence import Sequence
+from .tool_calls import THINK_CLOSE, THINK_OPEN, OutputParser, template_thinks, tool_format
+from .tool_choice import forced_call_grammar, tool_names
 
 #: Most inputs in one /v1/embeddings request (OpenAI allows 2048; each input is a pooled
 #: sequence, and 512 short inputs take seconds of engine time on two cores).
@@ -52,6 +55,10 @@ class WorkerEngine:
             self.chat = self.prompts.chat
             self.chat_stops = self.prompts.chat_stops
             self.max_token_bytes = self.prompts.max_token_bytes
+            self.tool_format = tool_format(self.chat.source)
+            self.thinks = template_thinks(self.chat.source)
+            for marker in [m for pair in self.tool_format.markers for m in pair if m] + [THINK_OPEN, THINK_CLOSE]:
+                self.model.render_as_text(marker)  # markers the output parser must see
             self._eog = self.model.eog_tokens() if not cfg.embedding else []
             self.batcher = Batcher(self.model, ctx=cfg.ctx, parallel=cfg.parallel, threads=cfg.threads,
                                    batch_size=cfg.batch_size, spec_ngram=cfg.spec_ngram,
@@ -92,6 +99,8 @@ class WorkerEngine:
         max_new = room if req.max_tokens is None else min(req.max_tokens, room)
         ban = self._eog if req.kind == "chat" else None
         sp = req.sampling
+        if req.kind == "chat" and req.tools and req.tool_choice.forced:
+            sp = replace(sp, grammar=forced_call_grammar(self.tool_format, req.tools, req.tool_choice))
         if req.ignore_eos:  # end-of-generation tokens can never be sampled, as llama-server and vLLM do it
             sp = replace(sp, logit_bias={**sp.logit_bias, **dict.fromkeys(self._eog, float("-inf"))})
         # Grammar fast path: sample freely, check the one token against the grammar,
@@ -106,7 +115,7 @@ class WorkerEngine:
             chain = build_chain(self.model.vocab, self.model.info.n_vocab, sp, ban_first=ban, with_grammar=not split)
         except GrammarError as exc:
             free_chain(grammar)
-            raise BadRequest(str(exc), param="response_format") from None
+            raise BadRequest(str(exc), param="tool_choice" if req.tool_choice.forced else "response_format") from None
         plain_chat = req.kind == "chat" and bool(self.chat_stops)
         stops = req.stop + self.chat_stops if plain_chat else req.stop
         # Speculative drafts are verified inline; grammar sequences may sample in a helper thread.
@@ -115,6 +124,18 @@ class WorkerEngine:
         seq.grammar = grammar
         seq.chain_grammar = sp.grammar is not None and not split
         return seq
+
+    def chat_output(self, req: GenRequest, prompt: list[int], shaper: Shaper) -> ChatOutput | None:
+        """The parser of a chat answer's reasoning and tool calls; None when the answer is plain text."""
+        if req.kind != "chat" or not (req.tools or self.thinks):
+            return None
+        opened = self.thinks and self.model.detokenize(prompt[-8:]).rstrip().endswith(THINK_OPEN)
+        parser = OutputParser(self.tool_format if req.tools else None, thinks=self.thinks, in_reasoning=opened,
+                              names=tool_names(req.tools))
+        return ChatOutput(parser, shaper, self._count_tokens, self.thinks)
+
+    def _count_tokens(self, text: str) -> int:
+        return len(self.model.tokenize(text, add_special=False, parse_special=True))
 
     # -- embeddings -------------------------------------------------------------
     def embedding_inputs(self, body: JsonValue) -> list[list[int]]:

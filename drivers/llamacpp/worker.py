@@ -32,6 +32,7 @@ from typing import TypeAlias
 from appliance.errors import ApplianceError, BadRequest, EngineUnavailable, NotFound
 from appliance.jsontypes import JsonObject, JsonValue
 
+from .chat_output import ChatOutput
 from .errors import DecodeFailure, EmbeddingError, MethodNotAllowed, ModelLoadError, PayloadTooLarge, WorkerError
 from .protocol import DONE, GenRequest, Shaper, parse_chat, parse_completion, sse, usage_dict
 from .sequence import FINISH_CANCELLED, FINISH_ERROR, FINISH_LENGTH, Sequence
@@ -180,6 +181,7 @@ class WorkerApp:
         engine = self.engine
         seq = await _off_loop(engine.prepare, req, param="prompt")  # BadRequest → 400 before anything is sent
         shaper = Shaper(req.kind, self.served_name)
+        output = engine.chat_output(req, seq.prompt, shaper)  # None: plain text, passed through as generated
         batcher = engine.batcher
 
         async def watch_disconnect() -> None:
@@ -198,7 +200,7 @@ class WorkerApp:
             seq.push("", FINISH_LENGTH)
         try:
             if req.stream:
-                await self._stream(req, seq, shaper, send)
+                await self._stream(req, seq, shaper, send, output)
             else:
                 parts: list[str] = []
                 finish = None
@@ -208,8 +210,12 @@ class WorkerApp:
                     return
                 if finish == FINISH_ERROR:
                     raise WorkerError(f"generation failed: {seq.error}")
-                usage = usage_dict(len(seq.prompt), seq.n_gen, seq.cached)
-                body = shaper.full("".join(parts), finish, usage)
+                message = None
+                if output is not None:
+                    message, finish = output.message("".join(parts), finish)
+                usage = usage_dict(len(seq.prompt), seq.n_gen, seq.cached,
+                                   output.reasoning_tokens(seq.n_gen) if output is not None else None)
+                body = shaper.full("".join(parts), finish, usage, message)
                 await send({"type": "http.response.start", "status": 200, "headers": _JSON})
                 await send({"type": "http.response.body", "body": body})
         finally:
@@ -217,14 +223,18 @@ class WorkerApp:
             if seq.finish is None or seq.finish == FINISH_CANCELLED:
                 batcher.cancel(seq)
 
-    async def _stream(self, req: GenRequest, seq: Sequence, shaper: Shaper, send: Send) -> None:
+    async def _stream(self, req: GenRequest, seq: Sequence, shaper: Shaper, send: Send,
+                      output: ChatOutput | None) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": _SSE})
         body = "http.response.body"
         if req.kind == "chat":
             await send({"type": body, "body": shaper.role_chunk(), "more_body": True})
         async for text, finish in seq.events():
             if finish is None:
-                await send({"type": body, "body": shaper.chunk(text), "more_body": True})
+                if output is None:
+                    await send({"type": body, "body": shaper.chunk(text), "more_body": True})
+                elif chunks := output.chunks(text):
+                    await send({"type": body, "body": chunks, "more_body": True})
                 continue
             if finish == FINISH_CANCELLED:
                 return
@@ -232,10 +242,14 @@ class WorkerApp:
                 err = WorkerError(f"generation failed: {seq.error}")
                 await send({"type": body, "body": sse(err.envelope()) + DONE})
                 return
-            out = shaper.chunk(text) if text else b""
+            if output is None:
+                out = shaper.chunk(text) if text else b""
+            else:
+                out, finish = output.last_chunks(text, finish)
             out += shaper.final_chunk(finish)
             if req.include_usage:
-                out += shaper.usage_chunk(usage_dict(len(seq.prompt), seq.n_gen, seq.cached))
+                reasoning = output.reasoning_tokens(seq.n_gen) if output is not None else None
+                out += shaper.usage_chunk(usage_dict(len(seq.prompt), seq.n_gen, seq.cached, reasoning))
             await send({"type": body, "body": out + DONE})
             return
 

@@ -55,12 +55,14 @@ def test_embedding_dimensions_are_refused_by_name(client):
     _refused(lambda: client.embeddings.create(model="default", input="hello", dimensions=64), "dimensions")
 
 
-def test_tool_choice_required_and_named_are_refused(client):
+def test_tool_choice_that_cannot_be_honoured_is_refused_by_name(client):
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}}]
-    _refused(lambda: client.chat.completions.create(**CHAT, tools=tools, tool_choice="required"), "tool_choice")
-    _refused(lambda: client.chat.completions.create(**CHAT, tools=tools,
-                                                    tool_choice={"type": "function", "function": {"name": "get_weather"}}),
-             "tool_choice")
+    message = _refused(lambda: client.chat.completions.create(
+        **CHAT, tools=tools, tool_choice={"type": "function", "function": {"name": "get_time"}}), "tool_choice")
+    assert "get_time" in message
+    _refused(lambda: client.chat.completions.create(**CHAT, tool_choice="required"), "tool_choice")
+    _refused(lambda: client.chat.completions.create(**CHAT, tools=tools, tool_choice="required",
+                                                    response_format={"type": "json_object"}), "tool_choice")
 
 
 @pytest.mark.parametrize("field, value", [("function_call", "auto"), ("audio", {"voice": "alloy", "format": "wav"}),

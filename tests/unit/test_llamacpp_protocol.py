@@ -46,7 +46,7 @@ def test_completion_fields():
 
 
 def test_chat_fields():
-    r = parse_chat({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}],
+    r = parse_chat({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}],
                     "response_format": {"type": "json_object"}}, V)
     assert r.kind == "chat" and r.tools and r.sampling.grammar
 

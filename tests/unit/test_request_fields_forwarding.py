@@ -3,7 +3,9 @@
 import msgspec
 import pytest
 
+from appliance.api.openai import check_tool_choice
 from appliance.cache.keys import normalized
+from appliance.errors import BadRequest
 from appliance.openai_schema import NOT_FORWARDED, ChatCompletionRequest, CompletionRequest, EmbeddingRequest, ResponsesRequest, for_engine
 
 BASE = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -39,8 +41,32 @@ def test_every_request_body_refuses_unknown_fields(struct, body):
         msgspec.convert(body, struct)
 
 
-@pytest.mark.parametrize("fields", [{"logprobs": True}, {"top_logprobs": 2}, {"tool_choice": "required"},
+@pytest.mark.parametrize("fields", [{"logprobs": True}, {"top_logprobs": 2}, {"tool_choice": {"type": "function"}},
                                     {"modalities": ["text", "audio"]}])
 def test_values_that_would_change_the_answer_are_refused(fields):
     with pytest.raises(msgspec.ValidationError):
         _chat(**fields)
+
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather"}}]
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_a_forced_tool_choice_is_forwarded_and_keyed(choice):
+    body = _chat(tools=TOOLS, tool_choice=choice)
+    check_tool_choice(body)
+    sent = msgspec.json.decode(msgspec.json.encode(for_engine(body, model="served:q4")))
+    assert sent["tool_choice"] == choice
+    assert normalized(body) != normalized(_chat(tools=TOOLS))
+
+
+@pytest.mark.parametrize("fields", [
+    {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_time"}}},
+    {"tool_choice": "required"},
+    {"tools": [{"type": "function", "function": "get_weather"}], "tool_choice": "required"},
+    {"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}},
+])
+def test_a_forced_tool_choice_that_cannot_be_honoured_is_a_400_naming_it(fields):
+    with pytest.raises(BadRequest) as info:
+        check_tool_choice(_chat(**fields))
+    assert info.value.param == "tool_choice"

@@ -72,6 +72,36 @@ def test_basic_plan():
         assert absent not in argv, absent
 
 
+@pytest.mark.parametrize(("model", "tool_parser", "reasoning_parser"), [
+    ("qwen2.5-7b-instruct:awq-int4", "hermes", None),
+    ("llama-3.1-8b-instruct:bf16", "llama3_json", None),
+    ("llama-3.2-3b-instruct:fp8", "llama3_json", None),
+    ("mistral-7b-instruct-v0.3:bf16", "mistral", None),
+    ("mixtral-8x7b-instruct-v0.1:awq-int4", "mistral", None),
+    ("deepseek-r1-distill-qwen-7b:bf16", None, "deepseek_r1"),
+    ("deepseek-r1-distill-llama-8b:bf16", None, "deepseek_r1"),
+    ("Qwen3-8B", "hermes", "qwen3"),
+    ("gemma-3-4b-it:bf16", None, None),
+    ("phi-4-mini-instruct:bf16", None, None),
+])
+def test_tool_call_and_reasoning_parsers_follow_the_family(model, tool_parser, reasoning_parser):
+    argv = build_args(dataclasses.replace(FakePlan(), model=model), SOCKET, settings())
+    assert opt(argv, "--tool-call-parser") == tool_parser
+    assert ("--enable-auto-tool-choice" in argv) == (tool_parser is not None)
+    assert opt(argv, "--reasoning-parser") == reasoning_parser
+
+
+def test_catalog_families_with_tool_templates_get_a_parser():
+    from appliance.catalog import load_catalog
+
+    for name in load_catalog().families:
+        argv = build_args(dataclasses.replace(FakePlan(), model=f"{name}:bf16"), SOCKET, settings())
+        if name.startswith(("qwen", "llama", "mistral", "mixtral")):
+            assert "--tool-call-parser" in argv, name
+        if name.startswith("deepseek-r1"):
+            assert opt(argv, "--reasoning-parser") == "deepseek_r1", name
+
+
 def test_interpreter_defaults_to_the_appliances_own():
     assert build_args(FakePlan(), SOCKET, settings())[0] == sys.executable
 
