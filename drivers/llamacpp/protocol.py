@@ -18,6 +18,7 @@ from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject, JsonValue
 
 from .grammar import grammar_for
+from .logprobs import MAX_CHAT_TOP, MAX_COMPLETION_TOP
 from .sampling import SamplingParams
 
 MAX_STOP = 16
@@ -38,6 +39,8 @@ class GenRequest:
     tools: JsonValue = None
     template_kwargs: JsonObject | None = None
     ignore_eos: bool = False  # generate max_tokens, never stopping at an end-of-generation token
+    logprobs: int | None = None  # how many most likely tokens to report beside each token (None: no logprobs)
+    echo: bool = False  # a completion's answer starts with its prompt
 
 
 # -- parsing -------------------------------------------------------------------
@@ -90,10 +93,6 @@ def _common(body: JsonValue, kind: str, n_vocab: int) -> GenRequest:
     n = _num(body, "n", 1, integer=True)
     if n != 1:
         raise BadRequest("only n=1 is supported", param="n")
-    if body.get("logprobs") not in (None, False) or body.get("top_logprobs") is not None:
-        raise BadRequest("logprobs are not supported by this engine", param="logprobs")
-    if body.get("echo"):
-        raise BadRequest("echo is not supported by this engine", param="echo")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest("stream must be a boolean", param="stream")
@@ -137,6 +136,11 @@ def _common(body: JsonValue, kind: str, n_vocab: int) -> GenRequest:
 
 def parse_completion(body: JsonValue, n_vocab: int) -> GenRequest:
     req = _common(body, "completion", n_vocab)
+    req.logprobs = _num(body, "logprobs", None, lo=0, hi=MAX_COMPLETION_TOP, integer=True)
+    echo = body.get("echo", False)
+    if not isinstance(echo, bool):
+        raise BadRequest("echo must be a boolean", param="echo")
+    req.echo = echo
     completion_prompt(req, body, n_vocab)
     return req
 
@@ -160,6 +164,17 @@ def completion_prompt(req: GenRequest, body: JsonObject, n_vocab: int) -> None:
 
 def parse_chat(body: JsonValue, n_vocab: int) -> GenRequest:
     req = _common(body, "chat", n_vocab)
+    if body.get("echo"):
+        raise BadRequest("echo is a field of /v1/completions only", param="echo")
+    wanted = body.get("logprobs", False)
+    if wanted is None:
+        wanted = False
+    if not isinstance(wanted, bool):
+        raise BadRequest("logprobs must be a boolean", param="logprobs")
+    top = _num(body, "top_logprobs", 0, lo=0, hi=MAX_CHAT_TOP, integer=True)
+    if top and not wanted:
+        raise BadRequest("top_logprobs needs logprobs: true", param="top_logprobs")
+    req.logprobs = top if wanted else None
     chat_prompt(req, body)
     return req
 
@@ -195,6 +210,7 @@ def _dumps(obj: JsonValue) -> bytes:
 
 
 DONE = b"data: [DONE]\n\n"
+_NULL_CLOSE = b"null}]}\n\n"  # how a chunk without logprobs ends
 
 
 def sse(obj: JsonObject) -> bytes:
@@ -225,8 +241,11 @@ class Shaper:
             self._head = b"data: " + head + b',"choices":[{"index":0,"text":'
             self._tail = b',"finish_reason":null,"logprobs":null}]}\n\n'
 
-    def chunk(self, text: str) -> bytes:
-        return self._head + json.dumps(text, ensure_ascii=False).encode() + self._tail
+    def chunk(self, text: str, logprobs: JsonObject | None = None) -> bytes:
+        if logprobs is None:
+            return self._head + json.dumps(text, ensure_ascii=False).encode() + self._tail
+        return (self._head + json.dumps(text, ensure_ascii=False).encode() + self._tail[:-len(_NULL_CLOSE)]
+                + _dumps(logprobs) + _NULL_CLOSE[4:])
 
     def role_chunk(self) -> bytes:
         return sse({**self._base, "choices": [
@@ -243,8 +262,8 @@ class Shaper:
     def usage_chunk(self, usage: JsonObject) -> bytes:
         return sse({**self._base, "choices": [], "usage": usage})
 
-    def full(self, text: str, finish_reason: str, usage: JsonObject) -> bytes:
-        choice: JsonObject = {"index": 0, "finish_reason": finish_reason, "logprobs": None}
+    def full(self, text: str, finish_reason: str, usage: JsonObject, logprobs: JsonObject | None = None) -> bytes:
+        choice: JsonObject = {"index": 0, "finish_reason": finish_reason, "logprobs": logprobs}
         if self.kind == "chat":
             choice["message"] = {"role": "assistant", "content": text}
         else:

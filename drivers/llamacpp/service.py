@@ -15,6 +15,7 @@ from appliance.jsontypes import JsonObject, JsonValue
 
 from .batcher import Batcher
 from .errors import ContextLengthExceeded, GrammarError
+from .logprobs import LogprobRecorder
 from .model import LoadedModel
 from .prompts import PromptBuilder
 from .protocol import GenRequest
@@ -114,6 +115,8 @@ class WorkerEngine:
                        spec=self.cfg.spec_ngram > 0 and sp.grammar is None, lstrip=plain_chat)
         seq.grammar = grammar
         seq.chain_grammar = sp.grammar is not None and not split
+        if req.logprobs is not None:
+            seq.logprobs = LogprobRecorder(req.logprobs, prompt=req.echo)
         return seq
 
     # -- embeddings -------------------------------------------------------------

@@ -33,6 +33,7 @@ from appliance.errors import ApplianceError, BadRequest, EngineUnavailable, NotF
 from appliance.jsontypes import JsonObject, JsonValue
 
 from .errors import DecodeFailure, EmbeddingError, MethodNotAllowed, ModelLoadError, PayloadTooLarge, WorkerError
+from .logprobs import LogprobView, joined
 from .protocol import DONE, GenRequest, Shaper, parse_chat, parse_completion, sse, usage_dict
 from .sequence import FINISH_CANCELLED, FINISH_ERROR, FINISH_LENGTH, Sequence
 from .service import WorkerConfig, WorkerEngine
@@ -191,7 +192,7 @@ class WorkerApp:
                     return
 
         watcher = asyncio.get_running_loop().create_task(watch_disconnect())
-        if seq.max_new > 0:
+        if seq.max_new > 0 or seq.scores_prompt:  # scoring a prompt reads it even with max_tokens=0
             batcher.submit(seq)
         else:  # max_tokens=0: nothing to generate, no slot needed
             seq.free_samplers()
@@ -209,7 +210,11 @@ class WorkerApp:
                 if finish == FINISH_ERROR:
                     raise WorkerError(f"generation failed: {seq.error}")
                 usage = usage_dict(len(seq.prompt), seq.n_gen, seq.cached)
-                body = shaper.full("".join(parts), finish, usage)
+                echo, lp = self._echo(req, seq), self._logprobs(req, seq)
+                logprobs = None
+                if lp is not None:
+                    logprobs = lp.next() if echo is None else joined(lp.prompt(echo), lp.next())
+                body = shaper.full((echo or "") + "".join(parts), finish, usage, logprobs)
                 await send({"type": "http.response.start", "status": 200, "headers": _JSON})
                 await send({"type": "http.response.body", "body": body})
         finally:
@@ -222,9 +227,13 @@ class WorkerApp:
         body = "http.response.body"
         if req.kind == "chat":
             await send({"type": body, "body": shaper.role_chunk(), "more_body": True})
+        echo, lp = self._echo(req, seq), self._logprobs(req, seq)
         async for text, finish in seq.events():
+            if echo is not None and finish not in (FINISH_CANCELLED, FINISH_ERROR):  # the prompt comes first
+                await send({"type": body, "body": shaper.chunk(echo, lp.prompt(echo) if lp else None), "more_body": True})
+                echo = None
             if finish is None:
-                await send({"type": body, "body": shaper.chunk(text), "more_body": True})
+                await send({"type": body, "body": shaper.chunk(text, lp.next() if lp else None), "more_body": True})
                 continue
             if finish == FINISH_CANCELLED:
                 return
@@ -233,11 +242,24 @@ class WorkerApp:
                 await send({"type": body, "body": sse(err.envelope()) + DONE})
                 return
             out = shaper.chunk(text) if text else b""
+            if lp is not None and (text or lp.pending()):
+                out = shaper.chunk(text, lp.next())
             out += shaper.final_chunk(finish)
             if req.include_usage:
                 out += shaper.usage_chunk(usage_dict(len(seq.prompt), seq.n_gen, seq.cached))
             await send({"type": body, "body": out + DONE})
             return
+
+    def _echo(self, req: GenRequest, seq: Sequence) -> str | None:
+        """The prompt an ``echo`` completion starts with: as sent, or the text of the token ids sent."""
+        if not req.echo:
+            return None
+        return req.prompt_text if req.prompt_text is not None else self.engine.model.detokenize(seq.prompt)
+
+    def _logprobs(self, req: GenRequest, seq: Sequence) -> LogprobView | None:
+        if seq.logprobs is None:
+            return None
+        return LogprobView(req.kind, seq.logprobs, self.engine.model.piece)
 
 
 _ROUTES = {
