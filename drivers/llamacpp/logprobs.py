@@ -166,9 +166,21 @@ class CompletionLogprobs:
                     top.setdefault(token_text(piece(t)), lp)
                 top.setdefault(text, e.logprob)
                 tops.append(top)
-            offsets.append(self._offset)
+            offsets.append(self._offset + _held_chars(decoder, raw))
             self._offset += len(decoder.decode(raw))
         return {"tokens": tokens, "token_logprobs": logprobs, "top_logprobs": tops, "text_offset": offsets}
+
+
+def _held_chars(decoder: codecs.IncrementalDecoder, raw: bytes) -> int:
+    """Characters that bytes held from earlier tokens become in front of ``raw``'s own text.
+
+    A token that continues a character starts where that character does (0); one that
+    starts a new character follows the replacement characters of the bytes left incomplete.
+    """
+    held = decoder.getstate()[0]
+    if not held or not raw or 0x80 <= raw[0] <= 0xBF:
+        return 0
+    return len(held.decode("utf-8", "replace"))
 
 
 def joined(first: JsonObject, second: JsonObject) -> JsonObject:
@@ -192,9 +204,11 @@ class LogprobView:
         A tokenizer that adds a space before the text (SentencePiece's prefix space) gives a
         first piece with a space the prompt does not have: offsets are then counted without it.
         """
-        shaped = self._shape(self._recorder.prompt_entries)
+        entries = self._recorder.prompt_entries
+        shaped = self._shape(entries)
         if self._completion is not None:
-            if "".join(shaped["tokens"]) == " " + echoed:
+            read = b"".join(self._piece(e.token) for e in entries).decode("utf-8", "replace")
+            if read == " " + echoed:
                 shaped["text_offset"] = [max(0, o - 1) for o in shaped["text_offset"]]
             self._completion.restart_at(len(echoed))
         return shaped
