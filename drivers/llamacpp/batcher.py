@@ -272,8 +272,10 @@ class Batcher:
         # others wait on this step: keep it short; alone, still short enough for a newcomer
         paced = self._pacer.tokens(BUSY_STEP_S if waiting else LONE_STEP_S, self.n_batch) - n
         budget = min(budget, max(paced, MIN_PREFILL_TOKENS))
-        wants = [len(s.seq.prompt) - len(s.tokens) if not s.seq.scores_prompt
-                 else min(len(s.seq.prompt) - len(s.tokens), PROMPT_ROWS_PER_STEP) for s in reading]
+        wants = [len(s.seq.prompt) - len(s.tokens) for s in reading]
+        for i, s in enumerate(reading):
+            if s.seq.scores_prompt:  # each row kept costs n_vocab floats of libllama's output buffer
+                wants[i] = min(wants[i], PROMPT_ROWS_PER_STEP)
         shares = fair_shares(wants, budget) if budget > 0 else []
         scored: list[tuple[Slot, int, int, int]] = []  # (slot, first batch entry, first and end positions)
         read = sum(shares)
@@ -371,30 +373,34 @@ class Batcher:
         seq.n_gen += 1
         self.stats["tokens_generated_total"] += 1
         model = self.model
+        lp, marks = seq.logprobs, self._marks  # lp: only requests that asked for logprobs
         if model.is_eog(t):
-            self._event(events, seq, seq.text.flush(), FINISH_STOP)
+            events.append((seq, seq.text.flush(), FINISH_STOP))
+            if lp is not None:
+                marks.append((lp, lp.mark()))
             self._release(slot)
             return False
-        if seq.logprobs is not None:
-            seq.logprobs.commit()  # an output token (an end-of-generation token is not one)
+        if lp is not None:
+            lp.commit()  # an output token (an end-of-generation token is not one)
         text, hit = seq.text.feed(model.piece(t))
         if hit:
-            self._event(events, seq, text, FINISH_STOP)
+            events.append((seq, text, FINISH_STOP))
+            if lp is not None:
+                marks.append((lp, lp.mark()))
             self._release(slot)
             return False
         if seq.n_gen >= seq.max_new or len(slot.tokens) >= self.n_ctx_slot:
-            self._event(events, seq, text + seq.text.flush(), FINISH_LENGTH)
+            events.append((seq, text + seq.text.flush(), FINISH_LENGTH))
+            if lp is not None:
+                marks.append((lp, lp.mark()))
             self._release(slot)
             return False
         if text:
-            self._event(events, seq, text, None)
+            events.append((seq, text, None))
+            if lp is not None:  # the entries this event's text covers
+                marks.append((lp, lp.mark()))
         slot.feed = t
         return True
-
-    def _event(self, events: list[Event], seq: Sequence, text: str, finish: str | None) -> None:
-        events.append((seq, text, finish))
-        if seq.logprobs is not None:
-            self._marks.append((seq.logprobs, seq.logprobs.mark()))
 
     # -- lifecycle of a slot ------------------------------------------------------
     def _release(self, slot: Slot) -> None:

@@ -41,6 +41,19 @@ def _as_dicts(content) -> list[dict]:
     return [item.model_dump() for item in content]
 
 
+def assert_same_logprobs(got: list[dict], expected: list[dict]) -> None:
+    """Same tokens and bytes, same values up to rounding: a prompt read from the engine's prefix cache (a repeat)
+    rounds differently in the last bits than one read whole."""
+    def values(items: list[dict]) -> list[float]:
+        return [v for d in items for v in (d["logprob"], *(t["logprob"] for t in d["top_logprobs"]))]
+
+    def names(items: list[dict]) -> list:
+        return [(d["token"], d["bytes"], [(t["token"], t["bytes"]) for t in d["top_logprobs"]]) for d in items]
+
+    assert names(got) == names(expected)
+    assert values(got) == pytest.approx(values(expected), rel=1e-2, abs=1e-2)
+
+
 def test_chat_logprobs_are_a_distribution_whose_top_is_the_greedy_token(client):
     r = client.chat.completions.create(**CHAT, logprobs=True, top_logprobs=5)
     choice = r.choices[0]
@@ -70,7 +83,7 @@ def test_chat_streamed_logprobs_equal_the_plain_ones(client):
             if choice.logprobs is not None and choice.logprobs.content:
                 streamed.extend(_as_dicts(choice.logprobs.content))
     assert text == plain.choices[0].message.content
-    assert streamed == _as_dicts(plain.choices[0].logprobs.content)
+    assert_same_logprobs(streamed, _as_dicts(plain.choices[0].logprobs.content))
 
 
 def test_chat_without_logprobs_has_none_and_logprobs_without_top_has_empty_lists(client):
@@ -111,7 +124,11 @@ def test_completion_echo_returns_the_prompt_scored_and_streams_the_same(client):
                 for name in streamed:
                     streamed[name] += getattr(c.logprobs, name)
     assert text == choice.text
-    assert streamed == {name: getattr(lp, name) for name in streamed}
+    assert {name: streamed[name] for name in ("tokens", "text_offset")} == {"tokens": lp.tokens, "text_offset": lp.text_offset}
+    assert streamed["token_logprobs"][0] is None and streamed["top_logprobs"][0] is None
+    assert streamed["token_logprobs"][1:] == pytest.approx(lp.token_logprobs[1:], rel=1e-2, abs=1e-2)
+    for top, expected in zip(streamed["top_logprobs"][1:], lp.top_logprobs[1:]):
+        assert top == pytest.approx(expected, rel=1e-2, abs=1e-2)
 
 
 def test_scoring_a_prompt_with_max_tokens_0(client):
@@ -128,7 +145,8 @@ def test_scoring_a_prompt_with_max_tokens_0(client):
     # scored again while its prompt is still in the engine's KV cache: every position is decoded again
     again = client.completions.create(model=TINY, prompt=prompt, max_tokens=0, echo=True, logprobs=0,
                                       extra_headers={"cache-control": "no-cache"})
-    assert again.choices[0].logprobs.token_logprobs == choice.logprobs.token_logprobs
+    assert again.choices[0].logprobs.token_logprobs[0] is None
+    assert again.choices[0].logprobs.token_logprobs[1:] == pytest.approx(choice.logprobs.token_logprobs[1:], rel=1e-2, abs=1e-2)
     unscored = client.completions.create(model=TINY, prompt=prompt, max_tokens=0, echo=True).choices[0]
     assert unscored.text == prompt and unscored.logprobs is None
 
@@ -155,7 +173,7 @@ def test_the_cache_keeps_logprobs_apart_and_replays_them(client):
     assert len(live) == 8
     again = client.chat.completions.with_raw_response.create(**body, logprobs=True, top_logprobs=2)
     assert again.headers["x-cache"] == "exact"
-    assert _as_dicts(again.parse().choices[0].logprobs.content) == _as_dicts(live)
+    assert _as_dicts(again.parse().choices[0].logprobs.content) == _as_dicts(live)  # the cached answer itself
     replayed: list[dict] = []
     for chunk in client.chat.completions.create(**body, logprobs=True, top_logprobs=2, stream=True):
         for choice in chunk.choices:
