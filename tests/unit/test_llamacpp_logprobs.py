@@ -41,6 +41,19 @@ def test_log_softmax_is_stable_for_huge_logits_and_orders_ties_by_id():
     assert got.top[0][1] == pytest.approx(got.top[1][1]) and all(math.isfinite(lp) for _, lp in got.top)
     assert math.exp(got.top[0][1]) * 2 + math.exp(got.logprob) == pytest.approx(1.0, abs=1e-6)
     assert log_softmax_at(row, 0, 10).top[-1][0] == 2  # more asked than the vocabulary holds: all of it
+    flat = log_softmax_at(np.zeros(5000, dtype=np.float32), 7, 4)
+    assert [t for t, _ in flat.top] == [0, 1, 2, 3] and flat.logprob == pytest.approx(-math.log(5000))
+
+
+def test_top_tokens_of_a_large_peaked_row_are_exact():
+    rng = np.random.default_rng(11)
+    row = rng.normal(0, 1.5, 262144).astype(np.float32)
+    row[4321] += 25.0  # one token far ahead, as a trained model's row often has
+    scratch = np.empty_like(row)
+    for k in (1, 5, 20):
+        got = log_softmax_at(row, 4321, k, scratch)
+        assert [t for t, _ in got.top] == [int(i) for i in np.argsort(-row.astype(np.float64), kind="stable")[:k]]
+        assert got.top[0] == (4321, pytest.approx(got.logprob))
 
 
 def test_a_split_character_keeps_its_bytes_and_is_written_with_escapes():
