@@ -210,7 +210,7 @@ def _dumps(obj: JsonValue) -> bytes:
 
 
 DONE = b"data: [DONE]\n\n"
-_NULL_CLOSE = b"null}]}\n\n"  # how a chunk without logprobs ends
+_CLOSE = b"}]}\n\n"  # how a chunk ends, after its choice's "logprobs" value
 
 
 def sse(obj: JsonObject) -> bytes:
@@ -244,8 +244,8 @@ class Shaper:
     def chunk(self, text: str, logprobs: JsonObject | None = None) -> bytes:
         if logprobs is None:
             return self._head + json.dumps(text, ensure_ascii=False).encode() + self._tail
-        return (self._head + json.dumps(text, ensure_ascii=False).encode() + self._tail[:-len(_NULL_CLOSE)]
-                + _dumps(logprobs) + _NULL_CLOSE[4:])
+        return (self._head + json.dumps(text, ensure_ascii=False).encode() + self._tail[:-len(b"null" + _CLOSE)]
+                + _dumps(logprobs) + _CLOSE)
 
     def role_chunk(self) -> bytes:
         return sse({**self._base, "choices": [
