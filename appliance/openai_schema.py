@@ -9,8 +9,8 @@ Nothing a client sends is dropped in silence. A request body names only
 fields that change the answer and are served, fields that are harmless to
 ignore (:data:`IGNORED`: accepted, kept out of cache keys, never forwarded),
 and fields declared only so that a value that would change the answer is
-refused (:data:`REFUSED`: ``logprobs: true`` gets a 400 naming ``logprobs``,
-``logprobs: false`` is fine). Any other field is refused by msgspec as
+refused (:data:`REFUSED`: ``best_of: 3`` gets a 400 naming ``best_of``,
+``best_of: 1`` is fine). Any other field is refused by msgspec as
 unknown, and the error handler names it as the ``param``.
 """
 
@@ -25,11 +25,14 @@ Temperature = Annotated[float, msgspec.Meta(ge=0.0, le=2.0)]
 Probability = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
 Penalty = Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)]
 PositiveInt = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
+CompletionTokens = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
 ModelName = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 Stop = Union[Annotated[str, msgspec.Meta(max_length=500)], Annotated[list[Annotated[str, msgspec.Meta(max_length=500)]], msgspec.Meta(max_length=16)], None]
 
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # /v1/completions without max_tokens, as OpenAI and vLLM
+#: How a check across fields names its field: msgspec's " - at `$.field`" suffix, which the error handler reads as ``param``.
+_AT = " - at `$."
 
 
 class _Base(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -45,9 +48,6 @@ IGNORED = ("user", "metadata", "store", "service_tier", "parallel_tool_calls", "
 
 #: Declared so that only their harmless values pass; the message a client gets for any other value.
 REFUSED = {
-    "logprobs": "logprobs are not supported: the engines do not return token probabilities; leave logprobs unset or false.",
-    "top_logprobs": "top_logprobs is not supported: the engines do not return token probabilities; leave it unset or 0.",
-    "echo": "echo is not supported; leave it unset or false.",
     "suffix": "suffix (fill-in-the-middle) is not supported; leave it unset or empty.",
     "best_of": "best_of above 1 is not supported.",
     "dimensions": "dimensions is not supported: embeddings come in the model's own size; leave it unset.",
@@ -58,8 +58,6 @@ REFUSED = {
 #: that pass validation (false, 0, empty, ["text"]) ask for what the engines do anyway.
 NOT_FORWARDED = IGNORED + tuple(REFUSED)
 
-Off = Literal[False] | None
-Zero = Annotated[int, msgspec.Meta(ge=0, le=0)] | None
 Metadata = Annotated[dict[str, Annotated[str, msgspec.Meta(max_length=512)]], msgspec.Meta(max_length=16)] | None
 Hint = Annotated[str, msgspec.Meta(max_length=512)] | None
 
@@ -121,8 +119,8 @@ class ChatCompletionRequest(_Generation, kw_only=True):
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
     tools: list[JsonObject] | None = None
     top_p: Probability | None = None
-    logprobs: Off = None
-    top_logprobs: Zero = None
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int, msgspec.Meta(ge=0, le=20)] | None = None
     modalities: list[Literal["text"]] | None = None
     parallel_tool_calls: bool | None = None  # ignored (IGNORED)
     # --- extensions (llama.cpp / vLLM)
@@ -132,13 +130,17 @@ class ChatCompletionRequest(_Generation, kw_only=True):
     chat_template_kwargs: JsonObject | None = None
     ignore_eos: bool | None = None
 
+    def __post_init__(self) -> None:
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError(f"top_logprobs needs logprobs: true{_AT}top_logprobs`")
+
 
 class CompletionRequest(_Generation, kw_only=True):
     model: ModelName
     prompt: Union[Annotated[str, msgspec.Meta(min_length=0)], Annotated[list[str], msgspec.Meta(min_length=1, max_length=1)]]
     frequency_penalty: Penalty | None = None
     logit_bias: dict[str, Annotated[float, msgspec.Meta(ge=-100, le=100)]] | None = None
-    max_tokens: PositiveInt | None = None
+    max_tokens: CompletionTokens | None = None  # 0 only with echo: the prompt scored, nothing generated
     n: Annotated[int, msgspec.Meta(ge=1, le=1)] | None = None
     presence_penalty: Penalty | None = None
     seed: int | None = None
@@ -147,8 +149,8 @@ class CompletionRequest(_Generation, kw_only=True):
     stream_options: StreamOptions | None = None
     temperature: Temperature | None = None
     top_p: Probability | None = None
-    logprobs: Zero = None
-    echo: Off = None
+    logprobs: Annotated[int, msgspec.Meta(ge=0, le=5)] | None = None
+    echo: bool | None = None
     suffix: Annotated[str, msgspec.Meta(max_length=0)] | None = None
     best_of: Annotated[int, msgspec.Meta(ge=1, le=1)] | None = None
     # --- extensions (llama.cpp / vLLM)
@@ -162,6 +164,8 @@ class CompletionRequest(_Generation, kw_only=True):
         # OpenAI and vLLM default a completion to 16 tokens; set it here so it is forwarded and reserved
         if self.max_tokens is None:
             self.max_tokens = COMPLETION_DEFAULT_MAX_TOKENS
+        if self.max_tokens == 0 and not self.echo:
+            raise ValueError(f"max_tokens may be 0 only with echo (to score a prompt){_AT}max_tokens`")
 
 
 class EmbeddingRequest(_Request):

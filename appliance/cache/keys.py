@@ -151,6 +151,12 @@ def normalized(body: CacheableRequest) -> JsonObject:
     for name in ("frequency_penalty", "presence_penalty"):
         if doc.get(name) == 0:
             del doc[name]
+    if isinstance(body, ChatCompletionRequest) and not doc.get("logprobs"):
+        doc.pop("logprobs", None)  # top_logprobs without logprobs is refused; logprobs: false asks for nothing
+    if doc.get("top_logprobs") == 0:
+        del doc["top_logprobs"]
+    if doc.get("echo") is False:
+        del doc["echo"]
     return doc
 
 
@@ -163,7 +169,13 @@ def cache_key(part: str, endpoint: str, model: str, doc: JsonObject) -> str:
 
 
 def semantic_text(endpoint: str, doc: JsonObject) -> str | None:
-    """The text the semantic tier embeds: the last user message, or the prompt."""
+    """The text the semantic tier embeds: the last user message, or the prompt.
+
+    None for answers that describe the exact tokens of their own request (``logprobs``,
+    ``echo``): a similar request's answer would describe another text.
+    """
+    if "logprobs" in doc or doc.get("echo"):
+        return None
     if endpoint == "completions":
         prompt = doc.get("prompt")
         return prompt if isinstance(prompt, str) else None

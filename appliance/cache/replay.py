@@ -2,7 +2,9 @@
 
 Entries are stored in the non-streamed shape (``chat.completion`` /
 ``text_completion``), so a streamed request can hit an answer first produced
-without streaming and the other way round.
+without streaming and the other way round. Token log-probabilities travel both
+ways too: the chunks' ``logprobs`` are joined when a stream is folded, and a
+replay's text chunk carries the whole answer's.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ def from_stream(endpoint: str, events: list[bytes], usage: JsonObject | None) ->
     text: list[str] = []
     reasoning: list[str] = []
     tools: dict[int, JsonObject] = {}
+    logprobs: JsonObject | None = None
     for event in events:
         if not event.startswith(b"data:"):
             continue
@@ -78,6 +81,8 @@ def from_stream(endpoint: str, events: list[bytes], usage: JsonObject | None) ->
                 return None
             if choice.get("finish_reason"):
                 finish = choice["finish_reason"]
+            if isinstance(choice.get("logprobs"), dict):
+                logprobs = _join_logprobs(logprobs, choice["logprobs"])
             if endpoint != "chat":
                 text.append(choice.get("text") or "")
                 continue
@@ -108,10 +113,20 @@ def from_stream(endpoint: str, events: list[bytes], usage: JsonObject | None) ->
             message["reasoning_content"] = "".join(reasoning)
         if tools:
             message["tool_calls"] = [tools[i] for i in sorted(tools)]
-        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+        choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}
         return {**base, "object": "chat.completion", "choices": [choice], "usage": usage}
-    choice = {"index": 0, "text": "".join(text), "logprobs": None, "finish_reason": finish}
+    choice = {"index": 0, "text": "".join(text), "logprobs": logprobs, "finish_reason": finish}
     return {**base, "object": "text_completion", "choices": [choice], "usage": usage}
+
+
+def _join_logprobs(so_far: JsonObject | None, more: JsonObject) -> JsonObject:
+    """One answer's ``logprobs`` from its chunks': each list field (``content``; ``tokens``, ``text_offset``, …) runs on."""
+    if so_far is None:
+        return {name: list(value) if isinstance(value, list) else value for name, value in more.items()}
+    for name, value in more.items():
+        if isinstance(value, list) and isinstance(so_far.get(name), list):
+            so_far[name].extend(value)
+    return so_far
 
 
 class Hit:
@@ -161,14 +176,14 @@ class Hit:
             delta: JsonObject = {"role": message.get("role") or "assistant", "content": message.get("content") or ""}
             if message.get("reasoning_content"):
                 delta["reasoning_content"] = message["reasoning_content"]
-            chunks.append({**base, "object": obj, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]})
+            chunks.append({**base, "object": obj, "choices": [{"index": 0, "delta": delta, "logprobs": choice.get("logprobs"), "finish_reason": None}]})
             if message.get("tool_calls"):
                 calls = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
                 chunks.append({**base, "object": obj, "choices": [{"index": 0, "delta": {"tool_calls": calls}, "logprobs": None, "finish_reason": None}]})
             chunks.append({**base, "object": obj, "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish}]})
         else:
             obj = "text_completion"
-            chunks.append({**base, "object": obj, "choices": [{"index": 0, "text": choice.get("text") or "", "logprobs": None, "finish_reason": None}]})
+            chunks.append({**base, "object": obj, "choices": [{"index": 0, "text": choice.get("text") or "", "logprobs": choice.get("logprobs"), "finish_reason": None}]})
             chunks.append({**base, "object": obj, "choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": finish}]})
         if want_usage:
             chunks.append({**base, "object": obj, "choices": [], "usage": self._usage()})

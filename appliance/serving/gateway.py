@@ -47,8 +47,9 @@ def _engine_stopped(name: str) -> EngineUnavailable:
 
 
 def requested_tokens(body: Body) -> int | None:
-    """The completion tokens a request asks for (``None``: as many as the engine gives)."""
-    return getattr(body, "max_completion_tokens", None) or getattr(body, "max_tokens", None)
+    """The completion tokens a request asks for (``None``: as many as the engine gives; 0: a prompt scored with echo)."""
+    requested = getattr(body, "max_completion_tokens", None)
+    return requested if requested is not None else getattr(body, "max_tokens", None)
 
 
 B = TypeVar("B", ChatCompletionRequest, CompletionRequest, EmbeddingRequest)

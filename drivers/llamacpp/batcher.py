@@ -39,6 +39,7 @@ from concurrent.futures import Future
 
 from .context import DecodeContext
 from .embed import EmbedQueue
+from .logprobs import PROMPT_ROWS_PER_STEP, LogprobRecorder, logits_row
 from .model import LoadedModel
 from .scheduling import BUSY_STEP_S, LONE_STEP_S, PrefixCache, StepPacer, fair_shares
 from .sampling import drop_first_link
@@ -65,6 +66,8 @@ class Batcher:
         self._incoming: collections.deque[Sequence] = collections.deque()
         self._embeds = EmbedQueue(model, ctx=max(512, ctx), n_seq=min(parallel, 16), threads=threads)
         self._sampled: collections.deque[tuple[Slot, Future[int]]] = collections.deque()  # helper-thread results
+        # (recorder, entries its sequence's text so far covers) for this step's events of logprobs requests
+        self._marks: list[tuple[LogprobRecorder, int]] = []
         self._cv = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -175,7 +178,8 @@ class Batcher:
                 self._fail_all(active, events, str(exc))
             active[:] = [s for s in active if s.seq is not None]
             if events:
-                self._loop.call_soon_threadsafe(self._deliver, events)
+                marks, self._marks = self._marks, []
+                self._loop.call_soon_threadsafe(self._deliver, events, marks)
             dt = time.perf_counter() - t0
             self._step_s += dt
             self._pacer.observe(n, dt)
@@ -199,9 +203,11 @@ class Batcher:
             self._sampled.clear()
 
     @staticmethod
-    def _deliver(events: list[Event]) -> None:
+    def _deliver(events: list[Event], marks: list[tuple[LogprobRecorder, int]]) -> None:
         for seq, text, finish in events:
             seq.push(text, finish)
+        for recorder, n in marks:  # after the texts, in the same callback: a reader sees both together
+            recorder.visible = n
 
     def _admit(self, active: list[Slot]) -> None:
         while True:
@@ -266,7 +272,12 @@ class Batcher:
         # others wait on this step: keep it short; alone, still short enough for a newcomer
         paced = self._pacer.tokens(BUSY_STEP_S if waiting else LONE_STEP_S, self.n_batch) - n
         budget = min(budget, max(paced, MIN_PREFILL_TOKENS))
-        shares = fair_shares([len(s.seq.prompt) - len(s.tokens) for s in reading], budget) if budget > 0 else []
+        wants = [len(s.seq.prompt) - len(s.tokens) for s in reading]
+        for i, s in enumerate(reading):
+            if s.seq.scores_prompt:  # each row kept costs n_vocab floats of libllama's output buffer
+                wants[i] = min(wants[i], PROMPT_ROWS_PER_STEP)
+        shares = fair_shares(wants, budget) if budget > 0 else []
+        scored: list[tuple[Slot, int, int, int]] = []  # (slot, first batch entry, first and end positions)
         read = sum(shares)
         for slot, share in zip(reading, shares):
             if share <= 0:
@@ -280,7 +291,11 @@ class Batcher:
                 sids[n][0] = sid
                 n += 1
             slot.chunk_end = end
-            if end == len(prompt):
+            if seq.scores_prompt:
+                for j in range(n - share, n):
+                    lg[j] = 1
+                scored.append((slot, n - share, start, end))
+            if end == len(prompt) and seq.max_new > 0:
                 lg[n - 1] = 1
                 slot.out_idx = n - 1
         if n == 0:
@@ -304,7 +319,26 @@ class Batcher:
                 slot.out_idx = -1
                 if t >= 0:
                     self._accept(slot, t, events)
+        if scored:
+            self._score_prompts(scored, events)
         return n if read else 0
+
+    def _score_prompts(self, scored: list[tuple[Slot, int, int, int]], events: list[Event]) -> None:
+        """Record the log-probabilities of prompt tokens read this step (echo with logprobs).
+
+        The logits at position p score the token at p + 1. A sequence asking for no
+        new tokens (scoring a prompt) is done once its prompt is read.
+        """
+        ctx, n_vocab = self.context.ctx, self.model.info.n_vocab
+        for slot, first, start, end in scored:
+            seq = slot.seq
+            if seq is None:
+                continue
+            prompt = seq.prompt
+            rows = [(logits_row(ctx, first + p - start, n_vocab), prompt[p + 1]) for p in range(start, min(end, len(prompt) - 1))]
+            seq.logprobs.add_prompt(prompt[0], rows)
+            if end == len(prompt) and seq.max_new == 0:
+                self._finish(slot, FINISH_LENGTH, events)
 
     def _verify(self, slot: Slot, context: DecodeContext, sampler: TokenSampler, events: list[Event]) -> None:
         """Check ``slot``'s drafts against the samples at their positions; drop the KV of rejected ones."""
@@ -339,21 +373,32 @@ class Batcher:
         seq.n_gen += 1
         self.stats["tokens_generated_total"] += 1
         model = self.model
+        lp, marks = seq.logprobs, self._marks  # lp: only requests that asked for logprobs
         if model.is_eog(t):
             events.append((seq, seq.text.flush(), FINISH_STOP))
+            if lp is not None:
+                marks.append((lp, lp.mark()))
             self._release(slot)
             return False
+        if lp is not None:
+            lp.commit()  # an output token (an end-of-generation token is not one)
         text, hit = seq.text.feed(model.piece(t))
         if hit:
             events.append((seq, text, FINISH_STOP))
+            if lp is not None:
+                marks.append((lp, lp.mark()))
             self._release(slot)
             return False
         if seq.n_gen >= seq.max_new or len(slot.tokens) >= self.n_ctx_slot:
             events.append((seq, text + seq.text.flush(), FINISH_LENGTH))
+            if lp is not None:
+                marks.append((lp, lp.mark()))
             self._release(slot)
             return False
         if text:
             events.append((seq, text, None))
+            if lp is not None:  # the entries this event's text covers
+                marks.append((lp, lp.mark()))
         slot.feed = t
         return True
 

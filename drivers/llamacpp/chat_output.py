@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from appliance.jsontypes import JsonObject, JsonValue
 
+from .logprobs import joined
 from .protocol import Shaper
 from .tool_calls import CALL, CONTENT, THINK_CLOSE, THINK_OPEN, OutputParser, Piece, ToolCall
 
@@ -31,31 +32,46 @@ class ChatOutput:
         self._count = count_tokens
         self._thinks = thinks
         self._sent_calls = 0
+        self._held: JsonObject | None = None  # logprobs of tokens whose text the parser still holds
 
     # -- streamed ----------------------------------------------------------------
-    def chunks(self, text: str) -> bytes:
-        """SSE chunks for newly generated text."""
+    def chunks(self, text: str, logprobs: JsonObject | None = None) -> bytes:
+        """SSE chunks for newly generated text; its tokens' ``logprobs`` ride on the next chunk sent.
+
+        The parser may hold text back (a call not yet complete): its tokens' logprobs wait with it."""
+        self._hold(logprobs)
         return self._shape(self.parser.feed(text))
 
-    def last_chunks(self, text: str, finish: str) -> tuple[bytes, str]:
-        """SSE chunks for the last text, and the finish reason to report."""
-        pieces = self.parser.feed(text) + self.parser.flush()
-        return self._shape(pieces), self.finish_reason(finish)
+    def last_chunks(self, text: str, finish: str, logprobs: JsonObject | None = None) -> tuple[bytes, str]:
+        """SSE chunks for the last text (and every logprob still held), and the finish reason to report."""
+        self._hold(logprobs)
+        out = self._shape(self.parser.feed(text) + self.parser.flush())
+        if self._held is not None:
+            out += self.shaper.chunk("", self._take())
+        return out, self.finish_reason(finish)
+
+    def _hold(self, logprobs: JsonObject | None) -> None:
+        if logprobs is not None:
+            self._held = logprobs if self._held is None else joined(self._held, logprobs)
+
+    def _take(self) -> JsonObject | None:
+        held, self._held = self._held, None
+        return held
 
     def _shape(self, pieces: list[Piece]) -> bytes:
         out = b""
         for kind, value in pieces:
             if kind == CONTENT:
-                out += self.shaper.chunk(value)  # type: ignore[arg-type]
+                out += self.shaper.chunk(value, self._take())  # type: ignore[arg-type]
             elif kind == CALL:
                 call: ToolCall = value  # type: ignore[assignment]
                 index, self._sent_calls = self._sent_calls, self._sent_calls + 1
                 head = call.as_openai(index)
                 head["function"] = {"name": call.name, "arguments": ""}
-                out += self.shaper.delta_chunk({"tool_calls": [head]})
+                out += self.shaper.delta_chunk({"tool_calls": [head]}, self._take())
                 out += self.shaper.delta_chunk({"tool_calls": [{"index": index, "function": {"arguments": call.arguments}}]})
             else:
-                out += self.shaper.delta_chunk({"reasoning_content": value})
+                out += self.shaper.delta_chunk({"reasoning_content": value}, self._take())
         return out
 
     # -- whole -------------------------------------------------------------------

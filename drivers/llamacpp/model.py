@@ -86,7 +86,6 @@ class LoadedModel:
         )
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
-        self._piece_buf = ctypes.create_string_buffer(256)
 
     # -- metadata ---------------------------------------------------------
     def meta(self, key: str) -> str | None:
@@ -173,10 +172,10 @@ class LoadedModel:
         return toks[0] if len(toks) == 1 else None
 
     def piece(self, token: int) -> bytes:
-        """The bytes a token renders to (control tokens render empty). Cached."""
+        """The bytes a token renders to (control tokens render empty). Cached; safe from any thread."""
         p = self._pieces.get(token)
         if p is None:
-            buf = self._piece_buf
+            buf = ctypes.create_string_buffer(256)  # one per miss: libllama writes it without the GIL
             n = ll.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
             if n < 0:
                 buf = ctypes.create_string_buffer(-n)

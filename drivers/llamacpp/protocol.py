@@ -18,6 +18,7 @@ from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject, JsonValue
 
 from .grammar import grammar_for
+from .logprobs import MAX_CHAT_TOP, MAX_COMPLETION_TOP
 from .sampling import SamplingParams
 from .tool_choice import ToolChoice, check_tools, parse_tool_choice
 
@@ -42,6 +43,8 @@ class GenRequest:
     template_kwargs: JsonObject | None = None
     ignore_eos: bool = False  # generate max_tokens, never stopping at an end-of-generation token
     tool_choice: ToolChoice = field(default_factory=ToolChoice)
+    logprobs: int | None = None  # how many most likely tokens to report beside each token (None: no logprobs)
+    echo: bool = False  # a completion's answer starts with its prompt
 
 
 # -- parsing -------------------------------------------------------------------
@@ -94,10 +97,6 @@ def _common(body: JsonValue, kind: str, n_vocab: int) -> GenRequest:
     n = _num(body, "n", 1, integer=True)
     if n != 1:
         raise BadRequest("only n=1 is supported", param="n")
-    if body.get("logprobs") not in (None, False) or body.get("top_logprobs") is not None:
-        raise BadRequest("logprobs are not supported by this engine", param="logprobs")
-    if body.get("echo"):
-        raise BadRequest("echo is not supported by this engine", param="echo")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest("stream must be a boolean", param="stream")
@@ -143,6 +142,11 @@ def _common(body: JsonValue, kind: str, n_vocab: int) -> GenRequest:
 
 def parse_completion(body: JsonValue, n_vocab: int) -> GenRequest:
     req = _common(body, "completion", n_vocab)
+    req.logprobs = _num(body, "logprobs", None, lo=0, hi=MAX_COMPLETION_TOP, integer=True)
+    echo = body.get("echo", False)
+    if not isinstance(echo, bool):
+        raise BadRequest("echo must be a boolean", param="echo")
+    req.echo = echo
     completion_prompt(req, body, n_vocab)
     return req
 
@@ -166,6 +170,17 @@ def completion_prompt(req: GenRequest, body: JsonObject, n_vocab: int) -> None:
 
 def parse_chat(body: JsonValue, n_vocab: int) -> GenRequest:
     req = _common(body, "chat", n_vocab)
+    if body.get("echo"):
+        raise BadRequest("echo is a field of /v1/completions only", param="echo")
+    wanted = body.get("logprobs", False)
+    if wanted is None:
+        wanted = False
+    if not isinstance(wanted, bool):
+        raise BadRequest("logprobs must be a boolean", param="logprobs")
+    top = _num(body, "top_logprobs", 0, lo=0, hi=MAX_CHAT_TOP, integer=True)
+    if top and not wanted:
+        raise BadRequest("top_logprobs needs logprobs: true", param="top_logprobs")
+    req.logprobs = top if wanted else None
     chat_prompt(req, body)
     return req
 
@@ -207,6 +222,7 @@ def _dumps(obj: JsonValue) -> bytes:
 
 
 DONE = b"data: [DONE]\n\n"
+_CLOSE = b"}]}\n\n"  # how a chunk ends, after its choice's "logprobs" value
 
 
 def sse(obj: JsonObject) -> bytes:
@@ -237,12 +253,15 @@ class Shaper:
             self._head = b"data: " + head + b',"choices":[{"index":0,"text":'
             self._tail = b',"finish_reason":null,"logprobs":null}]}\n\n'
 
-    def chunk(self, text: str) -> bytes:
-        return self._head + json.dumps(text, ensure_ascii=False).encode() + self._tail
+    def chunk(self, text: str, logprobs: JsonObject | None = None) -> bytes:
+        if logprobs is None:
+            return self._head + json.dumps(text, ensure_ascii=False).encode() + self._tail
+        return (self._head + json.dumps(text, ensure_ascii=False).encode() + self._tail[:-len(b"null" + _CLOSE)]
+                + _dumps(logprobs) + _CLOSE)
 
-    def delta_chunk(self, delta: JsonObject) -> bytes:
+    def delta_chunk(self, delta: JsonObject, logprobs: JsonObject | None = None) -> bytes:
         """A chat chunk with any delta (reasoning, tool calls)."""
-        return sse({**self._base, "choices": [{"index": 0, "delta": delta, "finish_reason": None, "logprobs": None}]})
+        return sse({**self._base, "choices": [{"index": 0, "delta": delta, "finish_reason": None, "logprobs": logprobs}]})
 
     def role_chunk(self) -> bytes:
         return sse({**self._base, "choices": [
@@ -259,9 +278,10 @@ class Shaper:
     def usage_chunk(self, usage: JsonObject) -> bytes:
         return sse({**self._base, "choices": [], "usage": usage})
 
-    def full(self, text: str, finish_reason: str, usage: JsonObject, message: JsonObject | None = None) -> bytes:
+    def full(self, text: str, finish_reason: str, usage: JsonObject, *, message: JsonObject | None = None,
+             logprobs: JsonObject | None = None) -> bytes:
         """The whole response; ``message`` replaces the plain chat message (tool calls, reasoning)."""
-        choice: JsonObject = {"index": 0, "finish_reason": finish_reason, "logprobs": None}
+        choice: JsonObject = {"index": 0, "finish_reason": finish_reason, "logprobs": logprobs}
         if self.kind == "chat":
             choice["message"] = message if message is not None else {"role": "assistant", "content": text}
         else:

@@ -99,6 +99,8 @@ class PrefixCache:
         """Pick the free slot with the longest cached prefix; reuse or share KV; set ``seq.cached``."""
         prompt = seq.prompt
         limit = len(prompt) - 1  # the last prompt token is always decoded (its logits are needed)
+        if seq.scores_prompt:
+            limit = 0  # every position's logits are needed: the whole prompt is decoded
         best, best_len = free[0], -1
         for s in free:
             n = min(common_prefix(s.tokens, prompt), limit)

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from concurrent.futures import Future
 from typing import TypeAlias
 
+from .logprobs import LogprobRecorder
 from .sampling import free_chain
 from .text import TextStream
 
@@ -31,7 +32,8 @@ class Sequence:
     """
 
     __slots__ = ("prompt", "max_new", "chain", "grammar", "chain_grammar", "ban_first", "text", "cancelled", "n_gen",
-                 "cached", "finish", "error", "outbox", "waiter", "t_submit", "t_first", "spec")
+                 "cached", "finish", "error", "outbox", "waiter", "t_submit", "t_first", "spec",
+                 "logprobs")
 
     def __init__(self, prompt: list[int], max_new: int, chain, stops: list[str], *, ban_first: bool = False,
                  spec: bool = False, lstrip: bool = False) -> None:
@@ -52,6 +54,12 @@ class Sequence:
         self.t_submit = time.perf_counter()
         self.t_first = 0.0
         self.spec = spec
+        self.logprobs: LogprobRecorder | None = None  # only when the request asked for logprobs
+
+    @property
+    def scores_prompt(self) -> bool:
+        """Every prompt position's logits are wanted (echo with logprobs): no KV reuse, no skipped rows."""
+        return self.logprobs is not None and self.logprobs.prompt
 
     def free_samplers(self) -> None:
         """Free the sampler chain and the grammar (the sequence samples no more)."""

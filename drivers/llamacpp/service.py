@@ -16,6 +16,7 @@ from appliance.jsontypes import JsonObject, JsonValue
 from .batcher import Batcher
 from .chat_output import ChatOutput
 from .errors import ContextLengthExceeded, GrammarError
+from .logprobs import LogprobRecorder
 from .model import LoadedModel
 from .prompts import PromptBuilder
 from .protocol import GenRequest, Shaper
@@ -123,6 +124,8 @@ class WorkerEngine:
                        spec=self.cfg.spec_ngram > 0 and sp.grammar is None, lstrip=plain_chat)
         seq.grammar = grammar
         seq.chain_grammar = sp.grammar is not None and not split
+        if req.logprobs is not None:
+            seq.logprobs = LogprobRecorder(req.logprobs, prompt=req.echo)
         return seq
 
     def chat_output(self, req: GenRequest, prompt: list[int], shaper: Shaper) -> ChatOutput | None:

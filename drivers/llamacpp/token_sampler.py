@@ -19,6 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import llama_cpp.llama_cpp as ll
 
 from .errors import DecodeFailure
+from .logprobs import logits_row
 from .sequence import Slot
 
 
@@ -47,7 +48,7 @@ class TokenSampler:
         t = ll.llama_sampler_sample(seq.chain, self._ctx, idx)
         g = seq.grammar
         if g is None:
-            return t
+            return t if seq.logprobs is None else self._staged(slot, idx, t)
         one = self._one
         one.id, one.logit, one.p = t, 0.0, 0.0
         arr = self._one_arr
@@ -55,10 +56,15 @@ class TokenSampler:
         ll.llama_sampler_apply(g, self._one_ref)
         if one.logit != -math.inf:
             ll.llama_sampler_accept(g, t)
-            return t
+            return t if seq.logprobs is None else self._staged(slot, idx, t)
         # the free choice breaks the grammar: filter the whole vocabulary, then sample
         self._defer(slot, idx, g)
         return -1
+
+    def _staged(self, slot: Slot, idx: int, t: int) -> int:
+        """``t``, after staging its log-probabilities from logits row ``idx`` (requests that asked only)."""
+        slot.seq.logprobs.stage(logits_row(self._ctx, idx, self._n_vocab), t)
+        return t
 
     def _defer(self, slot: Slot, idx: int, grammar) -> None:
         """Sample ``slot``'s token from a copy of logits row ``idx`` in the helper thread.
@@ -73,6 +79,7 @@ class TokenSampler:
         n_vocab = self._n_vocab
         logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(self._ctx, idx), shape=(n_vocab,)).copy()
         chain = slot.seq.chain
+        recorder = slot.seq.logprobs
 
         def work() -> int:
             data = (ll.llama_token_data * n_vocab)()
@@ -88,6 +95,8 @@ class TokenSampler:
                 raise DecodeFailure("the grammar allows no token here")
             t = int(data[arr.selected].id)
             ll.llama_sampler_accept(grammar if grammar is not None else chain, t)
+            if recorder is not None:
+                recorder.stage(logits, t)
             return t
 
         fut = self._pool.submit(work)

@@ -34,6 +34,7 @@ from appliance.jsontypes import JsonObject, JsonValue
 
 from .chat_output import ChatOutput
 from .errors import DecodeFailure, EmbeddingError, MethodNotAllowed, ModelLoadError, PayloadTooLarge, WorkerError
+from .logprobs import LogprobView, joined
 from .protocol import DONE, GenRequest, Shaper, parse_chat, parse_completion, sse, usage_dict
 from .sequence import FINISH_CANCELLED, FINISH_ERROR, FINISH_LENGTH, Sequence
 from .service import WorkerConfig, WorkerEngine
@@ -193,7 +194,7 @@ class WorkerApp:
                     return
 
         watcher = asyncio.get_running_loop().create_task(watch_disconnect())
-        if seq.max_new > 0:
+        if seq.max_new > 0 or seq.scores_prompt:  # scoring a prompt reads it even with max_tokens=0
             batcher.submit(seq)
         else:  # max_tokens=0: nothing to generate, no slot needed
             seq.free_samplers()
@@ -215,7 +216,11 @@ class WorkerApp:
                     message, finish = output.message("".join(parts), finish)
                 usage = usage_dict(len(seq.prompt), seq.n_gen, seq.cached,
                                    output.reasoning_tokens(seq.n_gen) if output is not None else None)
-                body = shaper.full("".join(parts), finish, usage, message)
+                echo, lp = self._echo(req, seq), self._logprobs(req, seq)
+                logprobs = None
+                if lp is not None:
+                    logprobs = lp.next() if echo is None else joined(lp.prompt(echo), lp.next())
+                body = shaper.full((echo or "") + "".join(parts), finish, usage, message=message, logprobs=logprobs)
                 await send({"type": "http.response.start", "status": 200, "headers": _JSON})
                 await send({"type": "http.response.body", "body": body})
         finally:
@@ -229,11 +234,15 @@ class WorkerApp:
         body = "http.response.body"
         if req.kind == "chat":
             await send({"type": body, "body": shaper.role_chunk(), "more_body": True})
+        echo, lp = self._echo(req, seq), self._logprobs(req, seq)
         async for text, finish in seq.events():
+            if echo is not None and finish not in (FINISH_CANCELLED, FINISH_ERROR):  # the prompt comes first
+                await send({"type": body, "body": shaper.chunk(echo, lp.prompt(echo) if lp else None), "more_body": True})
+                echo = None
             if finish is None:
                 if output is None:
-                    await send({"type": body, "body": shaper.chunk(text), "more_body": True})
-                elif chunks := output.chunks(text):
+                    await send({"type": body, "body": shaper.chunk(text, lp.next() if lp else None), "more_body": True})
+                elif chunks := output.chunks(text, lp.next() if lp else None):
                     await send({"type": body, "body": chunks, "more_body": True})
                 continue
             if finish == FINISH_CANCELLED:
@@ -242,16 +251,29 @@ class WorkerApp:
                 err = WorkerError(f"generation failed: {seq.error}")
                 await send({"type": body, "body": sse(err.envelope()) + DONE})
                 return
-            if output is None:
-                out = shaper.chunk(text) if text else b""
+            if output is not None:
+                out, finish = output.last_chunks(text, finish, lp.next() if lp is not None and (text or lp.pending()) else None)
+            elif lp is not None and (text or lp.pending()):
+                out = shaper.chunk(text, lp.next())
             else:
-                out, finish = output.last_chunks(text, finish)
+                out = shaper.chunk(text) if text else b""
             out += shaper.final_chunk(finish)
             if req.include_usage:
                 reasoning = output.reasoning_tokens(seq.n_gen) if output is not None else None
                 out += shaper.usage_chunk(usage_dict(len(seq.prompt), seq.n_gen, seq.cached, reasoning))
             await send({"type": body, "body": out + DONE})
             return
+
+    def _echo(self, req: GenRequest, seq: Sequence) -> str | None:
+        """The prompt an ``echo`` completion starts with: as sent, or the text of the token ids sent."""
+        if not req.echo:
+            return None
+        return req.prompt_text if req.prompt_text is not None else self.engine.model.detokenize(seq.prompt)
+
+    def _logprobs(self, req: GenRequest, seq: Sequence) -> LogprobView | None:
+        if seq.logprobs is None:
+            return None
+        return LogprobView(req.kind, seq.logprobs, self.engine.model.piece)
 
 
 _ROUTES = {

@@ -37,16 +37,18 @@ def _refused(call, param: str) -> str:
     return error["message"]
 
 
-def test_chat_logprobs_are_refused_by_name(client):
-    message = _refused(lambda: client.chat.completions.create(**CHAT, logprobs=True), "logprobs")
-    assert "not supported" in message
+def test_chat_logprobs_are_served_and_their_bounds_refused_by_name(client):
+    served = client.chat.completions.create(**CHAT, logprobs=True, top_logprobs=2)
+    assert len(served.choices[0].logprobs.content) == served.usage.completion_tokens
     _refused(lambda: client.chat.completions.create(**CHAT, logprobs=False, top_logprobs=3), "top_logprobs")
+    _refused(lambda: client.chat.completions.create(**CHAT, logprobs=True, top_logprobs=21), "top_logprobs")
 
 
-def test_completion_logprobs_echo_suffix_and_best_of_are_refused_by_name(client):
+def test_completion_logprobs_bounds_suffix_and_best_of_are_refused_by_name(client):
     base = {"model": "default", "prompt": "Once upon a time", "max_tokens": 4, "temperature": 0}
-    _refused(lambda: client.completions.create(**base, logprobs=2), "logprobs")
-    _refused(lambda: client.completions.create(**base, echo=True), "echo")
+    served = client.completions.create(**base, logprobs=2, echo=True)
+    assert served.choices[0].text.startswith(base["prompt"]) and served.choices[0].logprobs.token_logprobs[0] is None
+    _refused(lambda: client.completions.create(**base, logprobs=6), "logprobs")
     _refused(lambda: client.completions.create(**base, suffix=" the end."), "suffix")
     _refused(lambda: client.completions.create(**base, best_of=3), "best_of")
 

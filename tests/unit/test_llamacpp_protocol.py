@@ -26,7 +26,9 @@ V = 512
     ({"prompt": [1, 99999]}, "prompt"),
     ({"prompt": None}, "prompt"),
     ({"prompt": "x", "response_format": {"type": "xml"}}, "response_format"),
-    ({"prompt": "x", "logprobs": 2}, "logprobs"),
+    ({"prompt": "x", "logprobs": 6}, "logprobs"),
+    ({"prompt": "x", "logprobs": True}, "logprobs"),
+    ({"prompt": "x", "echo": "yes"}, "echo"),
     ({"prompt": "x", "stream": "yes"}, "stream"),
 ])
 def test_completion_400s(body, param):

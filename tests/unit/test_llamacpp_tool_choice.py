@@ -120,3 +120,17 @@ def test_a_call_cut_by_the_length_limit_is_content():
     message, finish = out.message('<tool_call>{"name": "ping", "argu', "length")
     assert finish == "length" and message["content"] == '<tool_call>{"name": "ping", "argu'
     assert "tool_calls" not in message
+
+
+def test_logprobs_of_text_the_parser_holds_ride_on_the_next_chunk_sent():
+    """With tools and logprobs together, every token's logprob is sent exactly once, in order."""
+    out = ChatOutput(OutputParser(HERMES, names=frozenset({"ping"})), Shaper("chat", "m"), len, False)
+    text = 'Hi.<tool_call>{"name": "ping", "arguments": {}}</tool_call>'
+    pieces = [text[i:i + 5] for i in range(0, len(text), 5)]
+    entry = lambda i: {"token": f"t{i}", "logprob": -0.1 * i, "bytes": [], "top_logprobs": []}  # noqa: E731
+    raw = b"".join(out.chunks(piece, {"content": [entry(i)]}) for i, piece in enumerate(pieces[:-1]))
+    last, finish = out.last_chunks(pieces[-1], "stop", {"content": [entry(len(pieces) - 1)]})
+    chunks = _sse(raw + last)
+    sent = [e["token"] for c in chunks for e in (c["choices"][0]["logprobs"] or {}).get("content", [])]
+    assert sent == [f"t{i}" for i in range(len(pieces))] and finish == "tool_calls"
+    assert any(c["choices"][0]["delta"].get("tool_calls") for c in chunks)
