@@ -18,7 +18,8 @@ class ResponsesController(Controller):
     tags = ["OpenAI-compatible API"]
 
     @post("/", summary="Create a response (text and function calls; streamed with stream=true)", status_code=200)
-    async def create(self, request: Request, data: ResponsesRequest, responses: ResponsesService, principal: Principal) -> Response:  # type: ignore[type-arg]
+    async def create(self, request: Request, data: ResponsesRequest, responses: ResponsesService,  # type: ignore[type-arg]
+                     principal: Principal) -> Response:
         return await responses.create(request, principal, data)
 
     @get("/{response_id:str}", summary="Get a stored response (the creating key only)")

@@ -79,7 +79,8 @@ def test_tool_call_deltas_become_function_call_items_after_the_text():
         "response.output_item.done", "response.completed"]
     first_call = events[8]
     assert first_call["output_index"] == 1 and first_call["item"]["type"] == "function_call"
-    assert first_call["item"]["name"] == "get_weather" and first_call["item"]["call_id"] == "call_a" and first_call["item"]["id"].startswith("fc_")
+    assert first_call["item"]["name"] == "get_weather" and first_call["item"]["call_id"] == "call_a"
+    assert first_call["item"]["id"].startswith("fc_")
     assert events[11]["arguments"] == "{\"city\": \"Paris\"}" and events[11]["item_id"] == first_call["item"]["id"]
     output = events[-1]["response"]["output"]
     assert [item["type"] for item in output] == ["message", "function_call", "function_call"]

@@ -4,9 +4,9 @@ import msgspec
 import pytest
 
 from appliance.errors import BadRequest
-from appliance.openai_schema import ResponsesRequest
-from appliance.serving.responses.translate import (ResponseHead, chat_messages, chat_request, completed_response, input_items,
-                                                   response_usage)
+from appliance.openai_schema import ChatCompletionRequest, ResponsesRequest
+from appliance.serving.responses.translate import (ResponseHead, chat_messages, chat_request, chat_tool_choice, chat_tools,
+                                                   completed_response, input_items, response_usage)
 
 
 def _request(**fields) -> ResponsesRequest:
@@ -26,7 +26,8 @@ RECORDED_TOOL_ANSWER = {
     "id": "chatcmpl-7f3a", "object": "chat.completion", "created": 1764851000, "model": "qwen3:q4_k_m",
     "choices": [{"index": 0, "finish_reason": "tool_calls", "logprobs": None, "message": {
         "role": "assistant", "content": None,
-        "tool_calls": [{"id": "call_9xk", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]}}],
+        "tool_calls": [{"id": "call_9xk", "type": "function",
+                        "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]}}],
     "usage": {"prompt_tokens": 181, "completion_tokens": 19, "total_tokens": 200, "prompt_tokens_details": {"cached_tokens": 128}},
 }
 # A plain answer from the llama.cpp engine, cut at max_tokens.
@@ -83,7 +84,8 @@ def test_a_call_after_assistant_text_joins_that_turn():
         {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]
 
 
-@pytest.mark.parametrize("item", [{"type": "item_reference", "id": "msg_1"}, {"role": "user", "content": [{"type": "input_image", "image_url": "x"}]},
+@pytest.mark.parametrize("item", [{"type": "item_reference", "id": "msg_1"},
+                                  {"role": "user", "content": [{"type": "input_image", "image_url": "x"}]},
                                   {"type": "function_call", "call_id": "c"}, {"content": "no role"}, {"role": "tool", "content": "x"}])
 def test_unserved_input_items_are_a_400_naming_input(item):
     with pytest.raises(BadRequest) as info:
@@ -109,12 +111,12 @@ def test_other_tools_are_a_400_naming_tools(tool):
 def test_tool_choice_none_keeps_the_tools_away_and_named_choices_take_chat_shape():
     assert "tools" not in _chat(tools=[WEATHER], tool_choice="none")
     body = _request(tools=[WEATHER], tool_choice={"type": "function", "name": "get_weather"})
-    from appliance.serving.responses.translate import chat_tool_choice, chat_tools
     assert chat_tool_choice(body.tool_choice, chat_tools(body.tools)) == {"type": "function", "function": {"name": "get_weather"}}
     assert chat_tool_choice("required", []) == "required"
 
 
-@pytest.mark.parametrize("choice", [{"type": "function", "name": "not_a_tool"}, {"type": "web_search"}, {"type": "allowed_tools", "tools": []}])
+@pytest.mark.parametrize("choice", [{"type": "function", "name": "not_a_tool"}, {"type": "web_search"},
+                                    {"type": "allowed_tools", "tools": []}])
 def test_bad_tool_choices_are_a_400_naming_tool_choice(choice):
     with pytest.raises(BadRequest) as info:
         _chat(tools=[WEATHER], tool_choice=choice)
@@ -122,7 +124,6 @@ def test_bad_tool_choices_are_a_400_naming_tool_choice(choice):
 
 
 def test_a_tool_choice_the_chat_schema_refuses_is_refused_by_its_responses_name():
-    from appliance.openai_schema import ChatCompletionRequest
     try:
         msgspec.convert({"model": "m", "messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}, ChatCompletionRequest)
     except msgspec.ValidationError:
