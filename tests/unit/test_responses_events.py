@@ -119,3 +119,18 @@ def test_events_are_sent_named_by_type():
     raw = sse(event)
     assert raw.startswith(b"event: response.output_text.delta\ndata: ") and raw.endswith(b"\n\n")
     assert json.loads(raw.split(b"data: ", 1)[1]) == event
+
+
+def test_reasoning_deltas_become_a_reasoning_item_before_the_message():
+    stream = [_chunk({"role": "assistant", "content": ""}), _chunk({"reasoning_content": "The user "}),
+              _chunk({"reasoning_content": "greets."}), _chunk({"content": "Hi!"}), _chunk(finish="stop"), USAGE]
+    _, events = _run(stream)
+    assert [e["type"] for e in events][2:] == [
+        "response.output_item.added", "response.reasoning_text.delta", "response.reasoning_text.delta",
+        "response.reasoning_text.done", "response.output_item.done",
+        "response.output_item.added", "response.content_part.added", "response.output_text.delta", "response.output_text.done",
+        "response.content_part.done", "response.output_item.done", "response.completed"]
+    assert events[2]["item"]["type"] == "reasoning" and events[5]["text"] == "The user greets."
+    reasoning, message = events[-1]["response"]["output"]
+    assert reasoning["content"] == [{"type": "reasoning_text", "text": "The user greets."}] and reasoning["status"] == "completed"
+    assert message["content"][0]["text"] == "Hi!"

@@ -181,3 +181,19 @@ def test_a_length_stop_is_incomplete_and_the_text_is_one_message():
 def test_usage_without_details_or_total():
     assert response_usage({"prompt_tokens": 3, "completion_tokens": 2})["total_tokens"] == 5
     assert response_usage(None)["input_tokens"] == 0
+
+
+def test_reasoning_comes_back_as_an_item_and_is_not_sent_to_the_model_again():
+    answer = {**RECORDED_TEXT_ANSWER, "choices": [{"index": 0, "finish_reason": "stop", "message": {
+        "role": "assistant", "content": "4", "reasoning_content": "2 plus 2 is 4."}}]}
+    response = completed_response(ResponseHead.of(_request(), "resp_r", 1), answer)
+    reasoning, message = response["output"]
+    assert reasoning["type"] == "reasoning" and reasoning["id"].startswith("rs_")
+    assert reasoning["content"] == [{"type": "reasoning_text", "text": "2 plus 2 is 4."}]
+    assert message["content"][0]["text"] == "4"
+    # the output fed back as input (by hand or through previous_response_id): the reasoning is dropped, the answer kept
+    items = input_items([{"role": "user", "content": "2+2?"}, *response["output"]])
+    assert [item["type"] for item in items] == ["message", "reasoning", "message"]
+    assert chat_messages(items, None) == [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]
+    assert chat_messages([{"role": "user", "content": [{"type": "input_text", "text": "x"}], "type": "message"}, reasoning], None) == [
+        {"role": "user", "content": "x"}]

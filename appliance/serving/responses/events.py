@@ -7,7 +7,8 @@ returns the Responses events each one causes, numbered by ``sequence_number``:
 ``response.output_item.added``, then for text ``response.content_part.added``,
 ``response.output_text.delta``…, ``response.output_text.done``,
 ``response.content_part.done``, or for a function call
-``response.function_call_arguments.delta``…, ``response.function_call_arguments.done``;
+``response.function_call_arguments.delta``…, ``response.function_call_arguments.done``, or for a reasoning
+model's thinking (chat's ``reasoning_content``) ``response.reasoning_text.delta``…, ``response.reasoning_text.done``;
 then ``response.output_item.done``; finally ``response.completed`` (or
 ``response.incomplete`` after a length stop) carrying the whole response and its
 usage. An error chunk ends the stream with ``error`` and ``response.failed``.
@@ -19,7 +20,7 @@ import json
 
 from appliance.jsontypes import JsonObject
 from appliance.serving.responses.translate import (ResponseHead, function_call_item, message_item, new_id, outcome,
-                                                   response_object, response_usage)
+                                                   reasoning_item, response_object, response_usage)
 
 
 def sse(event: JsonObject) -> bytes:
@@ -67,6 +68,8 @@ class StreamTranslator:
         events: list[JsonObject] = []
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
+            if delta.get("reasoning_content"):
+                events += self._reasoning(delta["reasoning_content"])
             if delta.get("content"):
                 events += self._text(delta["content"])
             for call in delta.get("tool_calls") or []:
@@ -100,8 +103,8 @@ class StreamTranslator:
         self.output.append(item)
         self._open = len(self.output) - 1
         announced = _copy(item)
-        if announced["type"] == "message":
-            announced["content"] = []  # its part is announced next, by response.content_part.added
+        if announced["type"] in ("message", "reasoning"):
+            announced["content"] = []  # a message's part is announced next, by response.content_part.added
         return self._event("response.output_item.added", output_index=self._open, item=announced)
 
     def _open_message(self) -> list[JsonObject]:
@@ -121,6 +124,18 @@ class StreamTranslator:
         item["content"][0]["text"] += text
         events.append(self._event("response.output_text.delta", item_id=item["id"], output_index=self._open,
                                   content_index=0, delta=text, logprobs=[]))
+        return events
+
+    def _reasoning(self, text: str) -> list[JsonObject]:
+        events: list[JsonObject] = []
+        if self._open is None or self.output[self._open]["type"] != "reasoning":
+            events += self._close()
+            events.append(self._added(reasoning_item(new_id("rs"), "", status="in_progress")))
+        assert self._open is not None
+        item = self.output[self._open]
+        item["content"][0]["text"] += text
+        events.append(self._event("response.reasoning_text.delta", item_id=item["id"], output_index=self._open,
+                                  content_index=0, delta=text))
         return events
 
     def _call(self, call: JsonObject) -> list[JsonObject]:
@@ -160,6 +175,10 @@ class StreamTranslator:
                                 text=part["text"], logprobs=[]),
                     self._event("response.content_part.done", item_id=item["id"], output_index=position, content_index=0,
                                 part=dict(part)),
+                    self._event("response.output_item.done", output_index=position, item=_copy(item))]
+        if item["type"] == "reasoning":
+            return [self._event("response.reasoning_text.done", item_id=item["id"], output_index=position, content_index=0,
+                                text=item["content"][0]["text"]),
                     self._event("response.output_item.done", output_index=position, item=_copy(item))]
         return [self._event("response.function_call_arguments.done", item_id=item["id"], output_index=position,
                             name=item["name"], arguments=item["arguments"]),

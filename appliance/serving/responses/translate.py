@@ -6,6 +6,8 @@ one normal form (what is stored for ``previous_response_id``):
 - ``{"type": "message", "role", "content": [{"type": "input_text" | "output_text", "text"}]}``
 - ``{"type": "function_call", "call_id", "name", "arguments"}``
 - ``{"type": "function_call_output", "call_id", "output"}``
+- ``{"type": "reasoning", ...}``: a reasoning model's thinking, kept with the answer but never sent back to the model
+  (chat templates drop earlier turns' reasoning too)
 
 :func:`input_items` reads a request's ``input`` into that form,
 :func:`chat_request` turns a conversation and the request's options into a chat
@@ -55,6 +57,12 @@ class _FunctionCallOutput(msgspec.Struct, kw_only=True):
     output: Union[Text, list[_Part]]
 
 
+class _Reasoning(msgspec.Struct, kw_only=True):
+    id: str | None = None
+    summary: list[JsonObject] = []
+    content: list[JsonObject] | None = None
+
+
 class _FunctionTool(msgspec.Struct, kw_only=True):
     type: Literal["function"]
     name: Name
@@ -72,7 +80,7 @@ class _JsonSchemaFormat(msgspec.Struct, kw_only=True):
 
 
 _ITEMS: dict[str, type[msgspec.Struct]] = {"message": _Message, "function_call": _FunctionCall,
-                                            "function_call_output": _FunctionCallOutput}
+                                            "function_call_output": _FunctionCallOutput, "reasoning": _Reasoning}
 #: Chat request fields → the Responses field a client set them with.
 _CHAT_TO_RESPONSES = {"messages": "input", "max_tokens": "max_output_tokens", "response_format": "text"}
 _ERROR_PATH = re.compile(r"at `\$\.([A-Za-z_]+)")
@@ -109,6 +117,8 @@ def input_items(value: str | list[JsonObject]) -> list[JsonObject]:
             items.append({"type": "function_call", "call_id": item.call_id, "name": item.name, "arguments": item.arguments})
         elif isinstance(item, _FunctionCallOutput):
             items.append({"type": "function_call_output", "call_id": item.call_id, "output": _text(item.output)})
+        elif isinstance(item, _Reasoning):
+            items.append({"type": "reasoning", "id": item.id or new_id("rs"), "summary": item.summary, "content": item.content or []})
     return items
 
 
@@ -125,7 +135,7 @@ def chat_messages(items: list[JsonObject], instructions: str | None) -> list[Jso
                 last.setdefault("tool_calls", []).append(call)
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        else:
+        elif item["type"] == "function_call_output":
             messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]})
     return messages
 
@@ -250,16 +260,23 @@ def message_item(item_id: str, text: str, status: str = "completed") -> JsonObje
             "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
 
 
+def reasoning_item(item_id: str, text: str, status: str = "completed") -> JsonObject:
+    return {"id": item_id, "type": "reasoning", "status": status, "summary": [], "content": [{"type": "reasoning_text", "text": text}]}
+
+
 def function_call_item(item_id: str, call_id: str, name: str, arguments: str, status: str = "completed") -> JsonObject:
     return {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name, "arguments": arguments}
 
 
 def output_items(message: JsonObject) -> list[JsonObject]:
-    """A chat answer's message as output items: its text (if any, or if nothing else), then one item per tool call."""
+    """A chat answer's message as output items: its reasoning (if any), its text (if any, or if nothing else), then one
+    item per tool call."""
     text = message.get("content") or ""
     calls = message.get("tool_calls") or []
     items: list[JsonObject] = []
-    if text or not calls:
+    if message.get("reasoning_content"):
+        items.append(reasoning_item(new_id("rs"), message["reasoning_content"]))
+    if text or not items and not calls:
         items.append(message_item(new_id("msg"), text))
     for call in calls:
         function = call.get("function") or {}
