@@ -24,6 +24,7 @@ from appliance.api.metrics import MetricsController
 from appliance.api.models import JobsController, ModelsController
 from appliance.api.openai import OpenAIController
 from appliance.api.planning import PlanningController
+from appliance.api.responses import ResponsesController
 from appliance.api.request import ApplianceRequest
 from appliance.api.usage import CONTROLLERS as USAGE_CONTROLLERS
 from appliance.api.users import UsersController
@@ -35,7 +36,7 @@ log = logging.getLogger("appliance.app")
 
 OPENAPI_PATH = "/openapi"
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
-STREAMING_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+STREAMING_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses"})
 _TEXT = Schema(type=OpenAPIType.STRING)
 _TEXT_OR_NULL = Schema(type=[OpenAPIType.STRING, OpenAPIType.NULL])
 ERROR_SCHEMA = Schema(
@@ -46,7 +47,7 @@ ERROR_SCHEMA = Schema(
 
 
 def _route_handlers() -> list[ControllerRouterHandler]:
-    return [healthz, readyz, OpenAIController, InstancesController, KeysController, AliasesController, OpsController,
+    return [healthz, readyz, OpenAIController, ResponsesController, InstancesController, KeysController, AliasesController, OpsController,
             ModelsController, JobsController, PlanningController, *USAGE_CONTROLLERS, MetricsController, CacheController,
             UsersController, *console_handlers()]
 

@@ -177,7 +177,9 @@ class EmbeddingRequest(_Request):
 
 
 class ResponsesRequest(_Generation, kw_only=True):
-    """``/v1/responses`` for plain text: ``input`` is a string or a list of role/content messages."""
+    """``/v1/responses``: ``input`` is a string or a list of items (messages with text parts, function calls and
+    their outputs). Items, ``tools``, ``tool_choice`` and ``text`` are checked where they are translated to a chat
+    request (``appliance.serving.responses.translate``), which names the field of any value it cannot serve."""
 
     model: ModelName
     input: Union[str, Annotated[list[JsonObject], msgspec.Meta(min_length=1, max_length=4096)]]
@@ -186,6 +188,11 @@ class ResponsesRequest(_Generation, kw_only=True):
     temperature: Temperature | None = None
     top_p: Probability | None = None
     stream: bool | None = None
+    tools: Annotated[list[JsonObject], msgspec.Meta(max_length=128)] | None = None
+    tool_choice: Union[Literal["auto", "none", "required"], JsonObject, None] = None
+    previous_response_id: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] | None = None
+    text: JsonObject | None = None
+    parallel_tool_calls: bool | None = None  # ignored (IGNORED)
 
 
 def for_engine(body: _Base, **changes: object) -> _Base:

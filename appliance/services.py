@@ -1,7 +1,8 @@
 """The composition root: the daemon's collaborators, built once and handed to every route.
 
 Construction order is the dependency order: database, keys, audit trail,
-jobs, store, names, meter, quotas, router, cache, gateway. ``start()`` seeds the
+jobs, store, names, meter, quotas, router, cache, gateway,
+stored responses and the responses service. ``start()`` seeds the
 default model, starts the meter's writer and the scheduler; ``stop()`` undoes
 it in reverse, draining engines and flushing the ledger last. Handlers never
 reach in here: Litestar's dependency injection hands each one the typed
@@ -33,6 +34,8 @@ from appliance.serving.gateway import Gateway
 from appliance.serving.load_plan import LoadPlanner
 from appliance.serving.names import ModelNames
 from appliance.serving.prompt_tokens import PromptCounts
+from appliance.serving.responses.service import ResponsesService
+from appliance.serving.responses.stored import ResponseStore
 from appliance.serving.router import Instance, Router
 from appliance.settings import Settings
 from appliance.store.jobs import JobRegistry
@@ -63,6 +66,8 @@ class Services:
         self.prompt_counts = PromptCounts()
         self.gateway = Gateway(settings, self.names, self.router, self.meter, cache=self.cache, metrics=self.metrics,
                                energy=self.energy, prompts=self.prompt_counts)
+        self.response_store = ResponseStore(settings, self.db)
+        self.responses = ResponsesService(self.gateway, self.response_store)
         self.scheduler: AsyncIOScheduler | None = None
         self._register_gauges()
 
@@ -103,6 +108,8 @@ class Services:
         if self.settings.idle_unload_seconds:
             scheduler.add_job(self._unload_idle, "interval", seconds=max(5, min(60, self.settings.idle_unload_seconds // 4)),
                               id="idle-unload", coalesce=True, max_instances=1)
+        scheduler.add_job(self.response_store.purge_expired, "interval", minutes=10, id="stored-responses-expiry", coalesce=True,
+                          max_instances=1)
         scheduler.add_job(self.meter.release_stale, "interval", seconds=60, id="stale-reservations", coalesce=True, max_instances=1)
         scheduler.add_job(self._backup, "cron", hour=3, minute=17, id="daily-backup", coalesce=True, max_instances=1)
         if self.alerts.enabled:

@@ -89,6 +89,10 @@ class Settings(BaseSettings):
     semantic_cache_enabled: bool = Field(default=False, description="Also answer from the cache when a cached prompt means the same (embedding similarity). Off by default: every cache miss then costs an embedding (about 10 ms of CPU). Policies can turn it on for a team or key.")
     cache_embedding_model: Path | None = Field(default=None, description="GGUF embedding model of the semantic cache. Unset: the shipped all-MiniLM-L6-v2.")
     cache_embedding_threads: int = Field(default=1, ge=1, description="CPU threads that embed prompts for the semantic cache.")
+    responses_ttl_hours: float = Field(
+        default=720, gt=0,
+        description="How long a /v1/responses answer is kept for `previous_response_id` and `GET /v1/responses/{id}`, in hours. A request with `store: false` is not kept at all.",
+    )
     metrics_public: bool = Field(default=False, description="Serve /metrics without an admin credential (only on trusted networks).")
     trusted_proxies: list[str] = Field(
         default_factory=list,

@@ -25,6 +25,8 @@ from appliance.metering.meter import Meter
 from appliance.metrics import Metrics
 from appliance.serving.gateway import Gateway
 from appliance.serving.names import ModelNames
+from appliance.serving.responses.service import ResponsesService
+from appliance.serving.responses.stored import ResponseStore
 from appliance.serving.router import Router
 from appliance.settings import Settings
 from appliance.store.jobs import JobRegistry
@@ -90,6 +92,14 @@ def provide_gateway(state: State) -> Gateway:
     return _services(state).gateway
 
 
+def provide_responses(state: State) -> ResponsesService:
+    return _services(state).responses
+
+
+def provide_response_store(state: State) -> ResponseStore:
+    return _services(state).response_store
+
+
 def provide_after_restore(state: State) -> Callable[[], None]:
     return _services(state).after_restore
 
@@ -108,6 +118,7 @@ def dependencies() -> dict[str, Provide]:
         "settings": provide_settings, "db": provide_db, "keyring": provide_keyring, "audit": provide_audit,
         "jobs": provide_jobs, "store": provide_store, "names": provide_names, "meter": provide_meter, "quotas": provide_quotas,
         "metrics": provide_metrics, "cache": provide_cache, "router": provide_router, "gateway": provide_gateway,
+        "responses": provide_responses, "response_store": provide_response_store,
         "after_restore": provide_after_restore, "principal": provide_principal, "actor": provide_actor,
     }
     return {name: Provide(provider, sync_to_thread=False) for name, provider in providers.items()}

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import msgspec
 from litestar import Controller, Request, Response, get, post
 
@@ -11,8 +9,7 @@ from appliance.accounts.keys import Principal
 from appliance.api.access import Access, requires
 from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject
-from appliance.openai_schema import (ChatCompletionRequest, ChatMessage, CompletionRequest, EmbeddingRequest, NamedToolChoice,
-                                     ResponsesRequest)
+from appliance.openai_schema import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, NamedToolChoice
 from appliance.serving.gateway import Gateway
 from appliance.serving.names import ModelNames
 
@@ -46,47 +43,6 @@ class OpenAIController(Controller):
     @post("/embeddings", summary="Create embeddings", status_code=200)
     async def embeddings(self, request: Request, data: EmbeddingRequest, gateway: Gateway, principal: Principal) -> Response:
         return await gateway.handle(request, principal, "embeddings", data)
-
-    @post("/responses", summary="Create a response (plain text input and output)", status_code=200)
-    async def responses(self, request: Request, data: ResponsesRequest, gateway: Gateway, principal: Principal) -> Response:
-        if data.stream:
-            raise BadRequest("Streaming is not supported on /v1/responses; use /v1/chat/completions with stream=true.", param="stream")
-        messages = []
-        if data.instructions:
-            messages.append(ChatMessage(role="system", content=data.instructions))
-        if isinstance(data.input, str):
-            messages.append(ChatMessage(role="user", content=data.input))
-        else:
-            for item in data.input:
-                try:
-                    messages.append(msgspec.convert(item, ChatMessage))
-                except msgspec.ValidationError as exc:
-                    raise BadRequest(f"input items must be role/content messages: {exc}", param="input") from None
-        chat = ChatCompletionRequest(model=data.model, messages=messages, max_tokens=data.max_output_tokens,
-                                     temperature=data.temperature, top_p=data.top_p, user=data.user)
-        response = await gateway.handle(request, principal, "chat", chat)
-        result = msgspec.json.decode(response.content)
-        text = result["choices"][0]["message"].get("content") or ""
-        usage = result.get("usage") or {}
-        body = {
-            "id": "resp_" + result.get("id", "").removeprefix("chatcmpl-"),
-            "object": "response",
-            "created_at": result.get("created", int(time.time())),
-            "status": "completed",
-            "model": result.get("model", data.model),
-            "output": [{
-                "type": "message", "id": "msg_" + result.get("id", ""), "status": "completed", "role": "assistant",
-                "content": [{"type": "output_text", "text": text, "annotations": []}],
-            }],
-            "output_text": text,
-            "usage": {
-                "input_tokens": usage.get("prompt_tokens", 0),
-                "input_tokens_details": {"cached_tokens": (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)},
-                "output_tokens": usage.get("completion_tokens", 0),
-                "total_tokens": usage.get("total_tokens", 0),
-            },
-        }
-        return Response(content=body, headers=dict(response.headers))
 
 
 def check_tool_choice(data: ChatCompletionRequest) -> None:

@@ -300,3 +300,19 @@ class Setting(SQLModel, table=True):
     __tablename__ = "kv"
     key: str = Field(primary_key=True, max_length=64)
     value: str
+
+
+class StoredResponse(SQLModel, table=True):
+    """A /v1/responses answer kept for ``previous_response_id`` and ``GET /v1/responses/{id}``, until it expires.
+
+    Only the key that created it may read, continue or delete it (``key_id`` NULL: the local admin socket).
+    """
+
+    __tablename__ = "stored_responses"
+    id: str = Field(primary_key=True, max_length=64)  # resp_…
+    key_id: Optional[int] = Field(default=None, index=True)
+    model: str = Field(max_length=200)
+    conversation: str  # JSON list of the input items answered, earlier turns included
+    response: str  # JSON of the Responses object
+    created_at: float = Field(default_factory=now)
+    expires_at: float = Field(index=True)

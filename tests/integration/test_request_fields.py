@@ -81,7 +81,8 @@ def test_unknown_or_unserved_chat_fields_are_refused_by_name(http, field, value)
     ("/v1/completions", {"model": "default", "prompt": "Hi", "max_tokens": 2, "guided_json": {}}),
     ("/v1/embeddings", {"model": "default", "input": "hi", "truncate": True}),
     ("/v1/responses", {"model": "default", "input": "hi", "tools": [{"type": "web_search"}]}),
-    ("/v1/responses", {"model": "default", "input": "hi", "previous_response_id": "resp_1"}),
+    ("/v1/responses", {"model": "default", "input": "hi", "reasoning": {"effort": "high"}}),
+    ("/v1/responses", {"model": "default", "input": "hi", "truncation": "auto"}),
 ])
 def test_unknown_fields_on_every_endpoint_are_refused_by_name(http, path, body):
     r = http.post(path, json=body)
