@@ -232,8 +232,11 @@ class Shaper:
         return sse({**self._base, "choices": [
             {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None, "logprobs": None}]})
 
-    def final_chunk(self, finish_reason: str) -> bytes:
+    def final_chunk(self, finish_reason: str, stop_reason: str | None = None) -> bytes:
+        """The last chunk; ``stop_reason`` names the stop string that ended the answer, as vLLM does."""
         choice: JsonObject = {"index": 0, "finish_reason": finish_reason, "logprobs": None}
+        if stop_reason is not None:
+            choice["stop_reason"] = stop_reason
         if self.kind == "chat":
             choice["delta"] = {}
         else:
@@ -243,8 +246,10 @@ class Shaper:
     def usage_chunk(self, usage: JsonObject) -> bytes:
         return sse({**self._base, "choices": [], "usage": usage})
 
-    def full(self, text: str, finish_reason: str, usage: JsonObject) -> bytes:
+    def full(self, text: str, finish_reason: str, usage: JsonObject, stop_reason: str | None = None) -> bytes:
         choice: JsonObject = {"index": 0, "finish_reason": finish_reason, "logprobs": None}
+        if stop_reason is not None:
+            choice["stop_reason"] = stop_reason
         if self.kind == "chat":
             choice["message"] = {"role": "assistant", "content": text}
         else:

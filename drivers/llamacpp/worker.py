@@ -209,7 +209,7 @@ class WorkerApp:
                 if finish == FINISH_ERROR:
                     raise WorkerError(f"generation failed: {seq.error}")
                 usage = usage_dict(len(seq.prompt), seq.n_gen, seq.cached)
-                body = shaper.full("".join(parts), finish, usage)
+                body = shaper.full("".join(parts), finish, usage, seq.text.matched)
                 await send({"type": "http.response.start", "status": 200, "headers": _JSON})
                 await send({"type": "http.response.body", "body": body})
         finally:
@@ -233,7 +233,7 @@ class WorkerApp:
                 await send({"type": body, "body": sse(err.envelope()) + DONE})
                 return
             out = shaper.chunk(text) if text else b""
-            out += shaper.final_chunk(finish)
+            out += shaper.final_chunk(finish, seq.text.matched)
             if req.include_usage:
                 out += shaper.usage_chunk(usage_dict(len(seq.prompt), seq.n_gen, seq.cached))
             await send({"type": body, "body": out + DONE})
