@@ -40,7 +40,7 @@ def chat_request(req: MessagesRequest | CountTokensRequest) -> ChatCompletionReq
     body: JsonObject = {"model": req.model, "messages": _messages(req)}
     if req.output_config is not None and req.output_config.format is not None:
         body["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": req.output_config.format.schema}}
-    tools, tool_choice, parallel = _tools(req.tools, req.tool_choice)
+    tools, tool_choice, parallel = chat_tools(req.tools, req.tool_choice)
     if tools is not None:
         body["tools"] = tools
     if tool_choice is not None:
@@ -147,7 +147,7 @@ def _result_text(block: ToolResultBlock) -> str:
     return TOOL_ERROR_PREFIX + text if block.is_error else text
 
 
-def _tools(tools: list[Tool] | None, choice: ToolChoice | None) -> tuple[list[JsonObject] | None, str | JsonObject | None, bool | None]:
+def chat_tools(tools: list[Tool] | None, choice: ToolChoice | None) -> tuple[list[JsonObject] | None, str | JsonObject | None, bool | None]:
     """OpenAI's ``tools``, ``tool_choice`` and ``parallel_tool_calls`` for Anthropic's tools and tool_choice."""
     if isinstance(choice, ToolChoiceNone) or not tools:
         if isinstance(choice, (ToolChoiceAny, ToolChoiceTool)):
