@@ -33,6 +33,7 @@ IGNORED = {
     "cache_control": "prompt-caching hints: the appliance's own response cache and the engine's prefix reuse apply by themselves.",
     "service_tier": "there is one tier.",
     "output_config.effort": "the served models have no thinking budget to set.",
+    "caller": 'on tool_use blocks, only {"type": "direct"}: the client ran the tool, as every tool here.',
 }
 
 #: Refused values: the message a client gets.
@@ -64,11 +65,16 @@ class ImageBlock(_Base, tag="image", tag_field="type"):
     cache_control: CacheControl | None = None
 
 
+class DirectCaller(_Base):
+    type: Literal["direct"]
+
+
 class ToolUseBlock(_Base, tag="tool_use", tag_field="type"):
     id: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
     name: ToolName
     input: JsonObject
     cache_control: CacheControl | None = None
+    caller: DirectCaller | None = None  # ignored (IGNORED): the client called the tool itself
 
 
 class ToolResultBlock(_Base, tag="tool_result", tag_field="type"):

@@ -50,7 +50,8 @@ def test_tool_use_and_tool_result_blocks_become_tool_calls_and_tool_messages():
                                           {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "Sunny"}]},
                                      {"type": "text", "text": "And tomorrow?"}]},
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_2", "name": "get_weather", "input": {}}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_2", "name": "get_weather", "input": {},
+                                           "caller": {"type": "direct"}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_2", "content": "no data", "is_error": True}]},
     ])
     assert body["messages"] == [
