@@ -123,6 +123,26 @@ def test_stop_sequences(client):
     assert (streamed.stop_reason, streamed.stop_sequence, _text(streamed)) == ("stop_sequence", stop, _text(cut))
 
 
+def test_cached_answers_are_the_same_message_plain_and_streamed(client, daemon):
+    prompt = [{"role": "user", "content": "List four fruits."}]
+    plain = client.messages.create(model="default", max_tokens=20, messages=prompt, extra_body=GREEDY, extra_headers=FRESH)
+    words = [w for w in _text(plain).split() if len(w) > 2]
+    stop = words[1] if len(words) > 1 else None
+    fields = {"model": "default", "max_tokens": 20, "messages": prompt, "extra_body": GREEDY, "stop_sequences": [stop] if stop else []}
+    first = client.messages.with_raw_response.create(**fields)  # computed (and stored)
+    again = client.messages.with_raw_response.create(**fields)  # from the response cache
+    assert again.headers["x-cache"] == "exact"
+    cached = again.parse()
+    assert (cached.content, cached.stop_reason, cached.stop_sequence) == (first.parse().content, first.parse().stop_reason,
+                                                                        first.parse().stop_sequence)
+    assert cached.usage.input_tokens == first.parse().usage.input_tokens
+    with client.messages.stream(**fields) as stream:
+        replayed = stream.get_final_message()
+        assert stream.response.headers["x-cache"] == "exact"
+    assert (_text(replayed), replayed.stop_reason, replayed.stop_sequence) == (_text(cached), cached.stop_reason, cached.stop_sequence)
+    assert _ledger(daemon, again.headers["x-request-id"])[0] == "messages"
+
+
 def test_max_tokens_is_the_stop_reason(client):
     reply = client.messages.create(model="default", max_tokens=3, extra_body=GREEDY, extra_headers=FRESH,
                                    messages=[{"role": "user", "content": "Write a long story about the sea."}])
