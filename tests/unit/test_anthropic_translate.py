@@ -90,8 +90,10 @@ def test_tool_choice_translations():
      "messages", "Image content blocks"),
     ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
                                                  "content": [{"type": "image", "source": {}}]}]}]}, "messages", "Image content blocks"),
-    ({"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]}, "messages", "assistant"),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]}, "messages",
+     "assistant messages"),
     ({"tools": [WEATHER], "tool_choice": {"type": "tool", "name": "other"}}, "tool_choice", "not in tools"),
+    ({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "The answer is"}]}, "messages", "prefill"),
     ({"tool_choice": {"type": "any"}}, "tool_choice", "needs tools"),
 ])
 def test_what_cannot_be_served_is_a_400_naming_the_field(fields, param, words):

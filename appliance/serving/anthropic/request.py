@@ -5,6 +5,7 @@
   the turn's text), its text blocks one ``user`` message.
 - An assistant turn's text blocks become its ``content``, its ``tool_use``
   blocks its ``tool_calls`` (``input`` serialised as the ``arguments`` string).
+  The last message must be the user's: a prefill cannot be continued.
 - ``tools`` become functions (``input_schema`` is the ``parameters``);
   ``tool_choice`` ``auto`` → the engines' default, ``none`` → the tools are not
   offered, ``any`` → ``"required"``, ``tool`` → the named function.
@@ -79,7 +80,14 @@ def _system(system: str | list[TextBlock] | None) -> str | None:
     return system if isinstance(system, str) else _text(system)
 
 
+#: Anthropic continues a last assistant message ("prefill"); the chat templates always open a new turn.
+PREFILL_REFUSED = ("A last message from the assistant (a prefill to continue) is not supported: the chat templates always "
+                   "start a new assistant turn. End the conversation with a user message.")
+
+
 def _messages(req: MessagesRequest | CountTokensRequest) -> list[JsonObject]:
+    if req.messages[-1].role == "assistant":
+        raise BadRequest(PREFILL_REFUSED, param="messages")
     messages: list[JsonObject] = []
     system = _system(req.system)
     if system:
