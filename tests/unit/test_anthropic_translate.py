@@ -294,3 +294,12 @@ def test_error_types_by_status_and_from_openai_errors():
         "rate_limit_error", "api_error", "overloaded_error", "api_error"]
     assert from_openai({"error": {"type": "rate_limit_error", "message": "slow down"}})["error"] == {"type": "rate_limit_error",
                                                                                                      "message": "slow down"}
+
+
+def test_a_chat_schema_refusal_names_the_messages_api_field():
+    """Tool results become one chat message each: past the chat schema's 4,096 messages, a 400 naming messages."""
+    results = [{"type": "tool_result", "tool_use_id": f"t{i}", "content": "ok"} for i in range(2100)]
+    with pytest.raises(BadRequest) as info:
+        chat_request(request(messages=[{"role": "user", "content": results}, {"role": "assistant", "content": "ok"},
+                                       {"role": "user", "content": results}]))
+    assert info.value.param == "messages" and "4096" in info.value.message

@@ -66,8 +66,13 @@ def _refusal(error: str) -> BadRequest:
     if "$.tool_choice" in error:
         return BadRequest('tool_choice "any" or "tool" (a forced tool call) is not supported by the engines; use "auto" or "none".',
                           param="tool_choice")
-    field = error.rsplit("`$.", 1)[-1].rstrip("`").split(".")[0].split("[")[0] if "`$." in error else None
+    chat_field = error.rsplit("`$.", 1)[-1].rstrip("`").split(".")[0].split("[")[0] if "`$." in error else None
+    field = _FIELDS.get(chat_field or "", chat_field)
     return BadRequest(f"{error.split(' - at ')[0]} (parameter '{field}')" if field else error, param=field)
+
+
+#: The Messages API's name for a chat field that a refusal names.
+_FIELDS = {"stop": "stop_sequences", "response_format": "output_config", "parallel_tool_calls": "tool_choice"}
 
 
 def _text(blocks: list[TextBlock]) -> str:
