@@ -7,7 +7,7 @@ import json
 import msgspec
 import pytest
 
-from appliance.anthropic_schema import MessagesRequest
+from appliance.anthropic_schema import IGNORED, MessagesRequest
 from appliance.errors import BadRequest
 from appliance.serving.anthropic.errors import error_type, from_openai
 from appliance.serving.anthropic.request import TOOL_ERROR_PREFIX, chat_request, chat_tools
@@ -303,3 +303,28 @@ def test_a_chat_schema_refusal_names_the_messages_api_field():
         chat_request(request(messages=[{"role": "user", "content": results}, {"role": "assistant", "content": "ok"},
                                        {"role": "user", "content": results}]))
     assert info.value.param == "messages" and "4096" in info.value.message
+
+
+IGNORED_VALUES = {
+    "metadata": {"metadata": {"user_id": "someone"}},
+    "cache_control": {"cache_control": {"type": "ephemeral", "ttl": "1h"},
+                      "system": [{"type": "text", "text": "S", "cache_control": {"type": "ephemeral"}}],
+                      "tools": [{**WEATHER, "cache_control": {"type": "ephemeral"}}]},
+    "service_tier": {"service_tier": "standard_only"},
+    "output_config.effort": {"output_config": {"effort": "max"}},
+    "caller": {"messages": [{"role": "user", "content": "Hi"},
+                            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "get_weather", "input": {},
+                                                               "caller": {"type": "direct"}}]},
+                            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "ok"}]}]},
+}
+
+
+@pytest.mark.parametrize("name", sorted(IGNORED))
+def test_every_ignored_field_leaves_the_chat_body_unchanged(name):
+    with_it = IGNORED_VALUES[name]
+    without = json.loads(json.dumps(with_it).replace(', "cache_control": {"type": "ephemeral"}', "")
+                         .replace(', "caller": {"type": "direct"}', ""))
+    for field in ("metadata", "cache_control", "service_tier", "output_config"):
+        without.pop(field, None)
+    assert without != with_it and name.split(".")[0] not in json.dumps(without)
+    assert chat_body(**with_it) == chat_body(**without)
