@@ -14,6 +14,7 @@ from litestar.openapi.spec import Components, OpenAPIMediaType, OpenAPIResponse,
 
 from appliance import __version__
 from appliance.api.access import Access, AccessGuard, requires
+from appliance.api.anthropic import AnthropicController
 from appliance.api.admin import AliasesController, InstancesController, KeysController, OpsController
 from appliance.api.cache import CacheController
 from appliance.api.dependencies import dependencies
@@ -36,7 +37,8 @@ log = logging.getLogger("appliance.app")
 
 OPENAPI_PATH = "/openapi"
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
-STREAMING_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses"})
+STREAMING_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"})
+ANTHROPIC_PATHS = frozenset({"/v1/messages", "/v1/messages/count_tokens"})
 _TEXT = Schema(type=OpenAPIType.STRING)
 _TEXT_OR_NULL = Schema(type=[OpenAPIType.STRING, OpenAPIType.NULL])
 ERROR_SCHEMA = Schema(
@@ -44,10 +46,16 @@ ERROR_SCHEMA = Schema(
     properties={"error": Schema(type=OpenAPIType.OBJECT, required=["message", "type", "param", "code"], properties={
         "message": _TEXT, "type": _TEXT, "param": _TEXT_OR_NULL, "code": _TEXT_OR_NULL})},
 )
+ANTHROPIC_ERROR_SCHEMA = Schema(
+    type=OpenAPIType.OBJECT, required=["type", "error"], description="Anthropic's error shape, for every error of the Messages API.",
+    properties={"type": _TEXT, "error": Schema(type=OpenAPIType.OBJECT, required=["type", "message"], properties={
+        "type": _TEXT, "message": _TEXT})},
+)
 
 
 def _route_handlers() -> list[ControllerRouterHandler]:
-    return [healthz, readyz, OpenAIController, ResponsesController, InstancesController, KeysController, AliasesController, OpsController,
+    return [healthz, readyz, OpenAIController, ResponsesController, AnthropicController, InstancesController, KeysController,
+            AliasesController, OpsController,
             ModelsController, JobsController, PlanningController, *USAGE_CONTROLLERS, MetricsController, CacheController,
             UsersController, *console_handlers()]
 
@@ -96,14 +104,18 @@ def _document_errors(app: Litestar) -> None:
     """Make the OpenAPI document say what the API does on errors.
 
     Litestar documents its own validation-error shape for 400 and no other error,
-    while every error here is OpenAI's envelope (one handler: appliance.api.errors)
-    with any status from 400 to 503; the health probes need no key.
+    while every error here is OpenAI's envelope (one handler: appliance.api.errors),
+    Anthropic's shape on the Messages API, with any status from 400 to 503; the
+    health probes need no key.
     """
     document = app.openapi_schema
     if document.components is not None:
-        document.components.schemas = {**(document.components.schemas or {}), "Error": ERROR_SCHEMA}
-    error = OpenAPIResponse(description="Error (OpenAI's envelope)",
-                            content={"application/json": OpenAPIMediaType(schema=Reference(ref="#/components/schemas/Error"))})
+        document.components.schemas = {**(document.components.schemas or {}), "Error": ERROR_SCHEMA,
+                                        "AnthropicError": ANTHROPIC_ERROR_SCHEMA}
+    openai_error = OpenAPIResponse(description="Error (OpenAI's envelope)",
+                                   content={"application/json": OpenAPIMediaType(schema=Reference(ref="#/components/schemas/Error"))})
+    anthropic_error = OpenAPIResponse(description="Error (Anthropic's shape)", content={
+        "application/json": OpenAPIMediaType(schema=Reference(ref="#/components/schemas/AnthropicError"))})
     for path, item in (document.paths or {}).items():
         for method in ("get", "put", "post", "delete", "patch"):
             operation = getattr(item, method, None)
@@ -115,6 +127,7 @@ def _document_errors(app: Litestar) -> None:
                 if path == "/readyz" and "200" in responses:
                     responses["503"] = responses["200"]  # not ready: the same report, with status 503
             else:
+                error = anthropic_error if path in ANTHROPIC_PATHS else openai_error
                 responses["400"] = error
                 responses["default"] = error
             if path in STREAMING_PATHS and "200" in responses:

@@ -2,7 +2,10 @@
 
 ``{"error": {"message", "type", "param", "code"}}`` with the status carried by
 the typed exception. htmx requests from the console get a small HTML partial
-instead, which the console swaps into its error area.
+instead, which the console swaps into its error area. Routes of the Anthropic
+Messages API declare :func:`anthropic_errors` in their ``opt``, and get the same
+error, status and message in Anthropic's shape, ``{"type": "error", "error":
+{"type", "message"}}``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from litestar.exceptions import HTTPException, ValidationException
 from appliance.errors import ApplianceError, BadRequest, error_envelope
 from appliance.jsontypes import JsonObject
 from appliance.openai_schema import REFUSED
+from appliance.serving.anthropic.errors import error_body, error_type
 
 log = logging.getLogger("appliance.errors")
 
@@ -26,7 +30,23 @@ _STATUS_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403:
                  405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error"}
 
 
+ERROR_SHAPE = "error_shape"
+_ANTHROPIC = "anthropic"
+
+
+def anthropic_errors() -> dict[str, str]:
+    """The ``opt`` of routes whose errors take Anthropic's shape."""
+    return {ERROR_SHAPE: _ANTHROPIC}
+
+
+def _speaks_anthropic(request: Request) -> bool:
+    handler = request.scope.get("route_handler")  # set once the request is routed (before guards and validation)
+    return handler is not None and (handler.opt or {}).get(ERROR_SHAPE) == _ANTHROPIC
+
+
 def _respond(request: Request, status: int, body: JsonObject, headers: dict[str, str] | None = None) -> Response:
+    if _speaks_anthropic(request):
+        body = error_body(error_type(status), body["error"]["message"])
     if request.headers.get("hx-request") == "true":
         message = html.escape(body["error"]["message"])
         return Response(content=f'<div class="alert alert-error" role="alert">{message}</div>', status_code=status,

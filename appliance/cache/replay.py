@@ -58,6 +58,7 @@ def from_stream(endpoint: str, events: list[bytes], usage: JsonObject | None) ->
     """Fold SSE events (``data: {...}``, no trailing blank line) into the non-streamed response, or None."""
     head: JsonObject | None = None
     role, finish = "assistant", None
+    matched: object = None
     text: list[str] = []
     reasoning: list[str] = []
     tools: dict[int, JsonObject] = {}
@@ -81,6 +82,7 @@ def from_stream(endpoint: str, events: list[bytes], usage: JsonObject | None) ->
                 return None
             if choice.get("finish_reason"):
                 finish = choice["finish_reason"]
+                matched = choice.get("stop_reason")
             if isinstance(choice.get("logprobs"), dict):
                 logprobs = _join_logprobs(logprobs, choice["logprobs"])
             if endpoint != "chat":
@@ -114,8 +116,12 @@ def from_stream(endpoint: str, events: list[bytes], usage: JsonObject | None) ->
         if tools:
             message["tool_calls"] = [tools[i] for i in sorted(tools)]
         choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}
+    else:
+        choice = {"index": 0, "text": "".join(text), "logprobs": logprobs, "finish_reason": finish}
+    if matched is not None:
+        choice["stop_reason"] = matched  # the stop string that ended the answer
+    if endpoint == "chat":
         return {**base, "object": "chat.completion", "choices": [choice], "usage": usage}
-    choice = {"index": 0, "text": "".join(text), "logprobs": logprobs, "finish_reason": finish}
     return {**base, "object": "text_completion", "choices": [choice], "usage": usage}
 
 
@@ -169,6 +175,9 @@ class Hit:
         if self.response.get("system_fingerprint"):
             base["system_fingerprint"] = self.response["system_fingerprint"]
         finish = choice.get("finish_reason") or "stop"
+        last: JsonObject = {"logprobs": None, "finish_reason": finish}
+        if choice.get("stop_reason") is not None:
+            last["stop_reason"] = choice["stop_reason"]
         chunks: list[JsonObject] = []
         if self.endpoint == "chat":
             obj = "chat.completion.chunk"
@@ -180,11 +189,11 @@ class Hit:
             if message.get("tool_calls"):
                 calls = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
                 chunks.append({**base, "object": obj, "choices": [{"index": 0, "delta": {"tool_calls": calls}, "logprobs": None, "finish_reason": None}]})
-            chunks.append({**base, "object": obj, "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish}]})
+            chunks.append({**base, "object": obj, "choices": [{"index": 0, "delta": {}, **last}]})
         else:
             obj = "text_completion"
             chunks.append({**base, "object": obj, "choices": [{"index": 0, "text": choice.get("text") or "", "logprobs": choice.get("logprobs"), "finish_reason": None}]})
-            chunks.append({**base, "object": obj, "choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": finish}]})
+            chunks.append({**base, "object": obj, "choices": [{"index": 0, "text": "", **last}]})
         if want_usage:
             chunks.append({**base, "object": obj, "choices": [], "usage": self._usage()})
         return b"".join(b"data: " + _encode(c) + b"\n\n" for c in chunks) + DONE

@@ -36,6 +36,7 @@ class RequestContext:
     body: Body  # as the client sent it, with max_tokens capped by admission
     headers: Headers  # the client's request headers (cache-control, cache policy overrides)
     stream: bool
+    ledger_endpoint: str  # the endpoint's name in the usage ledger (the API the client spoke)
     request_id: str = field(default_factory=new_request_id)
     started: float = field(default_factory=time.perf_counter)
     admission: Admission | None = None  # set once the meter has admitted it

@@ -34,6 +34,7 @@ from appliance.serving.context import Body, RequestContext
 from appliance.serving.names import ModelNames
 from appliance.serving.prompt_tokens import PromptCounts, prompt_bound
 from appliance.serving.router import Instance, Router
+from appliance.store.store import ResolvedVariant
 from appliance.settings import Settings
 
 log = logging.getLogger("appliance.serving.gateway")
@@ -122,13 +123,16 @@ class Gateway:
         self.prompts = prompts
 
     # ------------------------------------------------------------------ entry
-    async def handle(self, request: Request, principal: Principal, endpoint: str, body: Body) -> Response:
-        """Serve one OpenAI-compatible request for ``principal`` (authenticated by the access guard)."""
-        target = self.names.resolve(body.model)
-        if not principal.may_use(target.name):
-            raise PermissionDenied(f"This key may not use the model `{body.model}`.", param="model", code="model_not_allowed")
+    async def handle(self, request: Request, principal: Principal, endpoint: str, body: Body, *,
+                     ledger_endpoint: str | None = None) -> Response:
+        """Serve one OpenAI-compatible request for ``principal`` (authenticated by the access guard).
+
+        ``ledger_endpoint`` names the endpoint in the usage ledger when the client spoke
+        another API than the engine serves (``messages``, served as ``chat``).
+        """
+        target = self._allowed(principal, body)
         ctx = RequestContext(principal=principal, endpoint=endpoint, target=target, body=body, headers=request.headers,
-                             stream=bool(getattr(body, "stream", False)))
+                             stream=bool(getattr(body, "stream", False)), ledger_endpoint=ledger_endpoint or endpoint)
 
         if self.cache is not None and endpoint != "embeddings":
             hit = await self.cache.lookup_async(principal, endpoint, ctx.model, body, request.headers)
@@ -138,11 +142,11 @@ class Gateway:
         counted = await self.prompts.count(target, endpoint, body) if self.prompts is not None else None
         prompt = counted if counted is not None else prompt_bound(body)
         if isinstance(body, EmbeddingRequest):
-            ctx.admission = self.meter.admit(principal, request_id=ctx.request_id, endpoint=endpoint, model=ctx.model,
+            ctx.admission = self.meter.admit(principal, request_id=ctx.request_id, endpoint=ctx.ledger_endpoint, model=ctx.model,
                                              estimated_tokens=prompt)
         else:
             # reserve the prompt, then cap the completion to what the key's and team's budgets have left
-            ctx.admission = self.meter.admit(principal, request_id=ctx.request_id, endpoint=endpoint, model=ctx.model,
+            ctx.admission = self.meter.admit(principal, request_id=ctx.request_id, endpoint=ctx.ledger_endpoint, model=ctx.model,
                                              estimated_tokens=prompt, cap=True,
                                              max_tokens=requested_tokens(body) or self._context(ctx.model))
             ctx.body = with_cap(body, ctx.admission.max_tokens)
@@ -158,6 +162,18 @@ class Gateway:
         except BaseException as exc:
             await self._fail(ctx, exc.status if isinstance(exc, ApplianceError) else 499, 0)
             raise
+
+    def _allowed(self, principal: Principal, body: Body) -> ResolvedVariant:
+        """The variant ``body`` names, if ``principal`` may use it."""
+        target = self.names.resolve(body.model)
+        if not principal.may_use(target.name):
+            raise PermissionDenied(f"This key may not use the model `{body.model}`.", param="model", code="model_not_allowed")
+        return target
+
+    async def prompt_tokens(self, principal: Principal, endpoint: str, body: Body) -> int | None:
+        """The prompt tokens ``body`` would be billed (``None`` where the gateway cannot count them); nothing is admitted."""
+        target = self._allowed(principal, body)
+        return await self.prompts.count(target, endpoint, body) if self.prompts is not None else None
 
     def _context(self, name: str) -> int | None:
         """The loaded model's context, the most a request without max_tokens can generate (None if not loaded)."""
@@ -336,7 +352,7 @@ class Gateway:
 
     # ------------------------------------------------------------------ cache
     async def _serve_cached(self, ctx: RequestContext, hit: Hit) -> Response:
-        ctx.admission = self.meter.admit(ctx.principal, request_id=ctx.request_id, endpoint=ctx.endpoint, model=ctx.model,
+        ctx.admission = self.meter.admit(ctx.principal, request_id=ctx.request_id, endpoint=ctx.ledger_endpoint, model=ctx.model,
                                          estimated_tokens=hit.prompt_tokens + hit.completion_tokens, cached=True)
         usage = {"prompt_tokens": hit.prompt_tokens, "completion_tokens": hit.completion_tokens,
                  "prompt_tokens_details": {"cached_tokens": hit.prompt_tokens}}

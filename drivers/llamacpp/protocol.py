@@ -267,8 +267,11 @@ class Shaper:
         return sse({**self._base, "choices": [
             {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None, "logprobs": None}]})
 
-    def final_chunk(self, finish_reason: str) -> bytes:
+    def final_chunk(self, finish_reason: str, stop_reason: str | None = None) -> bytes:
+        """The last chunk; ``stop_reason`` names the stop string that ended the answer, as vLLM does."""
         choice: JsonObject = {"index": 0, "finish_reason": finish_reason, "logprobs": None}
+        if stop_reason is not None:
+            choice["stop_reason"] = stop_reason
         if self.kind == "chat":
             choice["delta"] = {}
         else:
@@ -279,9 +282,12 @@ class Shaper:
         return sse({**self._base, "choices": [], "usage": usage})
 
     def full(self, text: str, finish_reason: str, usage: JsonObject, *, message: JsonObject | None = None,
-             logprobs: JsonObject | None = None) -> bytes:
-        """The whole response; ``message`` replaces the plain chat message (tool calls, reasoning)."""
+             logprobs: JsonObject | None = None, stop_reason: str | None = None) -> bytes:
+        """The whole response; ``message`` replaces the plain chat message (tool calls, reasoning);
+        ``stop_reason`` names the stop string that ended the answer."""
         choice: JsonObject = {"index": 0, "finish_reason": finish_reason, "logprobs": logprobs}
+        if stop_reason is not None:
+            choice["stop_reason"] = stop_reason
         if self.kind == "chat":
             choice["message"] = message if message is not None else {"role": "assistant", "content": text}
         else:

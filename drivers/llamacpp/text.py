@@ -4,7 +4,7 @@ Tokens arrive as byte pieces; multi-byte UTF-8 characters may be split across
 tokens, so bytes go through an incremental decoder that holds incomplete
 sequences back. Stop strings may span tokens: text that could still turn into
 a stop string is held back until it can't, and the stop string itself is never
-emitted.
+emitted; :attr:`TextStream.matched` names the one that ended the text.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ _Utf8Decoder = codecs.getincrementaldecoder("utf-8")
 
 
 class TextStream:
-    __slots__ = ("_dec", "_stops", "_held", "_lstrip")
+    __slots__ = ("_dec", "_stops", "_held", "_lstrip", "matched")
 
     def __init__(self, stops: list[str], *, lstrip: bool = False) -> None:
         self._dec = _Utf8Decoder("replace")
         self._stops = stops
         self._held = ""
         self._lstrip = lstrip  # drop leading whitespace (after a "Assistant:" style prompt)
+        self.matched: str | None = None  # the stop string that ended the text, once one has
 
     def feed(self, piece: bytes) -> tuple[str, bool]:
         """Add one token's bytes; return (text safe to emit, stop string hit)."""
@@ -40,7 +41,7 @@ class TextStream:
         for s in self._stops:
             i = buf.find(s)
             if i >= 0 and (cut < 0 or i < cut):
-                cut = i
+                cut, self.matched = i, s
         if cut >= 0:
             self._held = ""
             return buf[:cut], True
@@ -60,5 +61,8 @@ class TextStream:
         """End of generation (not by a stop string): release everything held."""
         buf = self._held + self._dec.decode(b"", True)
         self._held = ""
-        cut = min((i for i in (buf.find(s) for s in self._stops) if i >= 0), default=-1)
-        return buf[:cut] if cut >= 0 else buf
+        found = [(i, s) for i, s in ((buf.find(s), s) for s in self._stops) if i >= 0]
+        if not found:
+            return buf
+        cut, self.matched = min(found, key=lambda hit: hit[0])
+        return buf[:cut]

@@ -220,7 +220,8 @@ class WorkerApp:
                 logprobs = None
                 if lp is not None:
                     logprobs = lp.next() if echo is None else joined(lp.prompt(echo), lp.next())
-                body = shaper.full((echo or "") + "".join(parts), finish, usage, message=message, logprobs=logprobs)
+                body = shaper.full((echo or "") + "".join(parts), finish, usage, message=message, logprobs=logprobs,
+                                   stop_reason=seq.text.matched)
                 await send({"type": "http.response.start", "status": 200, "headers": _JSON})
                 await send({"type": "http.response.body", "body": body})
         finally:
@@ -257,7 +258,7 @@ class WorkerApp:
                 out = shaper.chunk(text, lp.next())
             else:
                 out = shaper.chunk(text) if text else b""
-            out += shaper.final_chunk(finish)
+            out += shaper.final_chunk(finish, seq.text.matched)
             if req.include_usage:
                 reasoning = output.reasoning_tokens(seq.n_gen) if output is not None else None
                 out += shaper.usage_chunk(usage_dict(len(seq.prompt), seq.n_gen, seq.cached, reasoning))

@@ -1,4 +1,9 @@
-"""reliability-table rows 1 (open routes), 2 (DNS rebinding), 8 (SQL injection at key lookup), 11 (revocation)."""
+"""reliability-table rows 1 (open routes), 2 (DNS rebinding), 8 (SQL injection at key lookup), 11 (revocation).
+
+The Anthropic Messages API's own credential, ``x-api-key``, goes through the same
+hashed lookup: missing, wrong, injected, revoked and expired keys are refused on
+/v1/messages with Anthropic's error shape.
+"""
 
 import re
 import statistics
@@ -122,3 +127,40 @@ def test_expired_key_is_refused(daemon):
     time.sleep(0.3)
     response = httpx.get(daemon.url + "/v1/models", headers={"Authorization": f"Bearer {key}"})
     assert response.status_code == 401
+
+
+MESSAGE = {"model": "default", "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}], "temperature": 0}
+ANTHROPIC_VERSION = {"anthropic-version": "2023-06-01"}
+
+
+def _anthropic_401(response: httpx.Response) -> None:
+    assert response.status_code == 401, (response.status_code, response.text[:200])
+    body = response.json()
+    assert set(body) == {"type", "error"} and body["type"] == "error", body
+    assert body["error"]["type"] == "authentication_error" and body["error"]["message"], body
+
+
+def test_messages_api_x_api_key_missing_wrong_revoked_expired_are_401_in_anthropic_shape(daemon):
+    key = daemon.create_key("x-api-key")
+    routes = [("/v1/messages", MESSAGE), ("/v1/messages/count_tokens", {k: MESSAGE[k] for k in ("model", "messages")})]
+    with httpx.Client(base_url=daemon.url, timeout=300) as client:
+        for path, body in routes:
+            assert client.post(path, json=body, headers={"x-api-key": key, **ANTHROPIC_VERSION}).status_code == 200
+            for headers in ({}, {"x-api-key": ""}, {"x-api-key": "ak_ordinary-wrong-key"}, {"x-api-key": "' OR '1'='1"},
+                            {"x-api-key": "ak_x' UNION SELECT secret_hash FROM api_keys--"}, {"x-api-key": "ak_" + "A" * 10_000},
+                            {"x-api-key": key[:-1]}, {"Authorization": "Basic " + key, "x-api-key": key}):
+                _anthropic_401(client.post(path, json=body, headers={**headers, **ANTHROPIC_VERSION}))
+        with daemon.admin() as admin:
+            admin.delete(f"/admin/keys/{key[:12]}").raise_for_status()
+        for path, body in routes:
+            _anthropic_401(client.post(path, json=body, headers={"x-api-key": key, **ANTHROPIC_VERSION}))
+        expiring = daemon.create_key("x-api-key-expiring", expires_in_days=1 / 86400 / 10)  # 0.1 s
+        time.sleep(0.3)
+        _anthropic_401(client.post("/v1/messages", json=MESSAGE, headers={"x-api-key": expiring, **ANTHROPIC_VERSION}))
+
+
+def test_messages_api_model_outside_the_allow_list_is_403_in_anthropic_shape(daemon):
+    key = daemon.create_key("x-api-key-limited", allowed_models=["some-other-model"])
+    response = httpx.post(daemon.url + "/v1/messages", json=MESSAGE, headers={"x-api-key": key, **ANTHROPIC_VERSION}, timeout=60)
+    assert response.status_code == 403
+    assert response.json()["error"]["type"] == "permission_error" and response.json()["type"] == "error"

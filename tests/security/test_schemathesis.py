@@ -34,7 +34,7 @@ MAX_EXAMPLES = 12
 #: The operations that run the model get more: few generated bodies are valid (roles, content parts,
 #: tools, a served model's name), and some valid ones must reach the model for the last test to mean anything.
 MODEL_EXAMPLES = 48
-MODEL_PATHS = r"^/v1/(chat/completions|responses|completions|embeddings)$"
+MODEL_PATHS = r"^/v1/(chat/completions|responses|completions|embeddings|messages)$"
 MAX_TOKENS = 16
 EXCLUDED = r"^/admin/(ops/|jobs/\{job_id\}/events|models/pull|models/\{name\}/quantize)"
 # Left out, with the reason:

@@ -227,6 +227,20 @@ def test_streamed_tool_calls_fold_into_one_message():
     assert message["tool_calls"] == [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}]
 
 
+async def test_the_stop_string_that_ended_an_answer_survives_the_cache(cache):
+    base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": MODEL}
+    events = [b"data: " + json.dumps({**base, "choices": [{"index": 0, "delta": {"content": "Red, "}, "finish_reason": None}]}).encode(),
+              b"data: " + json.dumps({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop", "stop_reason": "blue"}]}).encode()]
+    folded = from_stream("chat", events, {"prompt_tokens": 3, "completion_tokens": 2})
+    assert folded["choices"][0]["stop_reason"] == "blue"
+    stored(cache, result=folded)
+    hit = cache.lookup(WHO, "chat", MODEL, chat(stream=True), {})
+    assert json.loads(hit.body)["choices"][0]["stop_reason"] == "blue"
+    chunks = [json.loads(e[6:]) for e in sse_events(await collect(hit.as_sse(want_usage=False)))[:-1]]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop" and chunks[-1]["choices"][0]["stop_reason"] == "blue"
+    assert "stop_reason" not in from_stream("chat", events[:1] + [events[1].replace(b', "stop_reason": "blue"', b"")], {})["choices"][0]
+
+
 def test_stats_count_lookups_hits_and_bytes(cache):
     cache.lookup(WHO, "chat", MODEL, chat(), {})
     stored(cache)

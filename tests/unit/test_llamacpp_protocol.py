@@ -78,3 +78,12 @@ def test_stream_chunks_are_valid_json():
     full = json.loads(Shaper("chat", "m").full("x", "stop", usage_dict(1, 1, 0)))
     assert full["object"] == "chat.completion" and full["choices"][0]["message"] == {"role": "assistant", "content": "x"}
     assert DONE == b"data: [DONE]\n\n"
+
+
+def test_the_stop_string_that_ended_the_answer_is_named_as_vllm_does():
+    shaper = Shaper("chat", "m")
+    assert json.loads(shaper.final_chunk("stop", "END")[6:])["choices"][0]["stop_reason"] == "END"
+    assert "stop_reason" not in json.loads(shaper.final_chunk("stop")[6:])["choices"][0]
+    full = json.loads(shaper.full("x", "stop", usage_dict(1, 1, 0), stop_reason="END"))
+    assert full["choices"][0]["stop_reason"] == "END"
+    assert "stop_reason" not in json.loads(shaper.full("x", "length", usage_dict(1, 1, 0)))["choices"][0]

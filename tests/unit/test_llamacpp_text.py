@@ -64,3 +64,15 @@ def test_lstrip_drops_leading_whitespace_only():
     assert ts.feed(b" ") == ("", False)
     assert ts.feed(b" Paris is") == ("Paris is", False)
     assert ts.feed(b" big") == (" big", False)
+
+
+def test_the_stop_string_that_ended_the_text_is_named():
+    spanning = TextStream(["STOP", "END"])
+    assert spanning.feed(b"abc EN") == ("abc ", False) and spanning.matched is None
+    assert spanning.feed(b"D and STOP") == ("", True)
+    assert spanning.matched == "END"  # the earliest stop in the text, not the first listed
+    earliest = TextStream(["END", "STOP"])
+    assert earliest.feed(b"x STOP then END") == ("x ", True) and earliest.matched == "STOP"
+    plain = TextStream(["STOP"])
+    assert plain.feed(b"no stop here") == ("no stop here", False)
+    assert plain.flush() == "" and plain.matched is None
