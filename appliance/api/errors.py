@@ -2,7 +2,8 @@
 
 ``{"error": {"message", "type", "param", "code"}}`` with the status carried by
 the typed exception. htmx requests from the console get a small HTML partial
-instead, which the console swaps into its error area.
+instead, which the console swaps into its error area, and the Ollama API's
+path family (``/api/*``) gets Ollama's ``{"error": "message"}``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,12 @@ _STATUS_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403:
                  405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error"}
 
 
+OLLAMA_PREFIX = "/api/"
+
+
 def _respond(request: Request, status: int, body: JsonObject, headers: dict[str, str] | None = None) -> Response:
+    if request.url.path.startswith(OLLAMA_PREFIX):
+        return Response(content={"error": body["error"]["message"]}, status_code=status, media_type=MediaType.JSON, headers=headers)
     if request.headers.get("hx-request") == "true":
         message = html.escape(body["error"]["message"])
         return Response(content=f'<div class="alert alert-error" role="alert">{message}</div>', status_code=status,
