@@ -51,9 +51,11 @@ def test_list_shows_the_installed_model_and_the_alias(client):
 
 
 def test_list_is_filtered_by_the_key_allow_list(daemon):
-    limited = _client(daemon, daemon.create_key("ollama-limited", models=["gemma-3-270m:q4_k_m"]))
-    names = {m.model for m in limited.list().models}
-    assert "gemma-3-270m:q4_k_m" in names
+    limited = _client(daemon, daemon.create_key("ollama-limited", allowed_models=["other-family:q8_0"]))
+    assert limited.list().models == []
+    with pytest.raises(ollama.ResponseError) as info:
+        limited.show("default")
+    assert info.value.status_code == 403
 
 
 def test_show(client):
@@ -64,20 +66,20 @@ def test_show(client):
     assert "completion" in shown.capabilities and "embedding" in shown.capabilities
 
 
-def test_chat_plain_and_streamed_agree(client):
+def test_chat_streamed_and_plain_agree(client):
     options = {"temperature": 0, "seed": 1, "num_predict": 24}
-    plain = client.chat(model="default", messages=QUESTION, options=options)
-    assert plain.done and plain.done_reason in ("stop", "length")
-    assert plain.message.role == "assistant" and plain.message.content
-    assert plain.prompt_eval_count > 0 and 0 < plain.eval_count <= 24
-    assert plain.total_duration > 0 and plain.eval_duration > 0
-
-    parts = list(client.chat(model="default", messages=QUESTION, options=options, stream=True))
+    messages = [{"role": "user", "content": "Describe the sea in one sentence."}]
+    parts = list(client.chat(model="default", messages=messages, options=options, stream=True))
     assert len(parts) > 2 and [p.done for p in parts] == [False] * (len(parts) - 1) + [True]
-    assert "".join(p.message.content for p in parts) == plain.message.content
     final = parts[-1]
-    assert final.eval_count == plain.eval_count and final.prompt_eval_count == plain.prompt_eval_count
+    assert final.done_reason in ("stop", "length") and final.prompt_eval_count > 0 and 0 < final.eval_count <= 24
     assert final.total_duration >= final.prompt_eval_duration > 0 and final.eval_duration > 0
+
+    plain = client.chat(model="default", messages=messages, options=options)
+    assert plain.done and plain.message.role == "assistant"
+    assert plain.message.content == "".join(p.message.content for p in parts) != ""
+    assert (plain.prompt_eval_count, plain.eval_count) == (final.prompt_eval_count, final.eval_count)
+    assert plain.total_duration > 0 and plain.eval_duration > 0
 
 
 def test_ps_lists_the_loaded_model(client):
