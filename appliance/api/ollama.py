@@ -44,17 +44,26 @@ def _line(obj: JsonObject) -> bytes:
 
 
 async def ndjson(sse: AsyncIterable[bytes | str], translator: translate.StreamTranslator) -> AsyncIterator[bytes]:
-    """The gateway's SSE stream as Ollama's NDJSON: one object per line, the last with ``done: true``."""
+    """The gateway's SSE stream as Ollama's NDJSON: one object per line, the last with ``done: true``.
+
+    If the client leaves, the gateway's stream is closed at once (not when it is collected), so
+    the engine stops and the request is settled with what it produced.
+    """
     buffer = b""
-    async for chunk in sse:
-        buffer += chunk.encode() if isinstance(chunk, str) else chunk
-        *events, buffer = buffer.split(b"\n\n")
-        lines = [_line(obj) for event in events if event for obj in translator.event(event, time.perf_counter_ns())]
+    try:
+        async for chunk in sse:
+            buffer += chunk.encode() if isinstance(chunk, str) else chunk
+            *events, buffer = buffer.split(b"\n\n")
+            lines = [_line(obj) for event in events if event for obj in translator.event(event, time.perf_counter_ns())]
+            if lines:
+                yield b"".join(lines)
+        lines = [_line(obj) for obj in translator.finish(time.perf_counter_ns())]
         if lines:
             yield b"".join(lines)
-    lines = [_line(obj) for obj in translator.finish(time.perf_counter_ns())]
-    if lines:
-        yield b"".join(lines)
+    finally:
+        close = getattr(sse, "aclose", None)
+        if close is not None:
+            await close()
 
 
 def _timings(started_ns: int) -> translate.Timings:

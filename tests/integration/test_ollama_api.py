@@ -2,10 +2,13 @@
 
 import json
 import sqlite3
+import time
 
 import httpx
 import ollama
 import pytest
+
+from tests.reliability.kit import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -171,3 +174,22 @@ def test_admin_delete_of_a_loaded_model_is_refused_and_unknown_is_404(daemon, ad
     with pytest.raises(ollama.ResponseError) as info:
         admin.delete("no-such:model")
     assert info.value.status_code == 404
+
+
+def test_hang_up_mid_stream_is_settled_at_once(daemon, key):
+    body = {"model": "default", "prompt": "Once upon a time, in a small village by the sea,", "raw": True,
+            "options": {"num_predict": 400, "temperature": 0}}
+    with httpx.Client(base_url=daemon.url, headers={"Authorization": f"Bearer {key}"}, timeout=300) as http:
+        with http.stream("POST", "/api/generate", json=body) as response:
+            assert response.status_code == 200 and response.headers["content-type"].startswith("application/x-ndjson")
+            request_id = response.headers["x-request-id"]
+            lines = response.iter_lines()
+            pieces = [json.loads(next(lines)) for _ in range(10)]
+            assert not any(p["done"] for p in pieces)
+    gone_at = time.monotonic()
+    with sqlite3.connect(daemon.data_dir / "appliance.db") as db:
+        rows = wait_until(lambda: db.execute("SELECT status, completion_tokens FROM usage WHERE request_id = ?", (request_id,)).fetchall(),
+                          2.0, 0.05, "the usage row of the abandoned stream")
+    assert time.monotonic() - gone_at < 2.0
+    (status, completion_tokens), = rows
+    assert status == 499 and 10 <= completion_tokens < 400
