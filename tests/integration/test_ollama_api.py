@@ -8,7 +8,10 @@ import httpx
 import ollama
 import pytest
 
+from tests.daemon import start_daemon
+from tests.ggufkit import make_tiny_gguf
 from tests.reliability.kit import wait_until
+from tests.storekit import RangeServer
 
 pytestmark = pytest.mark.slow
 
@@ -193,3 +196,28 @@ def test_hang_up_mid_stream_is_settled_at_once(daemon, key):
     assert time.monotonic() - gone_at < 2.0
     (status, completion_tokens), = rows
     assert status == 499 and 10 <= completion_tokens < 400
+
+
+@pytest.fixture(scope="module")
+def pull_box(tmp_path_factory):
+    running = start_daemon(tmp_path_factory.mktemp("ollama-pull"), APPLIANCE_ALLOW_PRIVATE_PULL_HOSTS='["127.0.0.1"]')
+    yield running
+    running.stop()
+
+
+def test_admin_pull_streams_progress_then_delete_removes_it(pull_box, tmp_path):
+    admin = _client(pull_box, pull_box.create_key("ollama-admin", role="admin"))
+    with RangeServer() as server:
+        streamed_url = server.add("Tiny-Q8_0.gguf", make_tiny_gguf(tmp_path / "a.gguf", vocab=4096, n_embd=128))
+        plain_url = server.add("Other-Q4_0.gguf", make_tiny_gguf(tmp_path / "b.gguf"))
+        progress = list(admin.pull(streamed_url, stream=True))
+        assert progress[-1].status == "success"
+        assert any(p.total and p.completed for p in progress)
+        assert admin.pull(plain_url).status == "success"
+    installed = {m.model for m in admin.list().models}
+    assert {"tiny:q8_0", "other:q4_0"} <= installed
+    with pytest.raises(ollama.ResponseError) as info:
+        admin.pull("https://example.invalid/missing-file.gguf")
+    assert info.value.status_code >= 400
+    assert admin.delete("other:q4_0").status == "success"
+    assert "other:q4_0" not in {m.model for m in admin.list().models}
