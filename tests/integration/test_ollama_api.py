@@ -146,6 +146,9 @@ def test_refused_field_is_400_naming_it(client):
     with pytest.raises(ollama.ResponseError) as info:
         client.generate(model="default", prompt="hi", template="{{ .Prompt }}")
     assert info.value.status_code == 400 and "template" in info.value.error
+    with pytest.raises(ollama.ResponseError) as info:
+        client.chat(model="default", messages=QUESTION, options={"mirostat": 2})
+    assert info.value.status_code == 400 and "options.mirostat" in info.value.error
 
 
 def test_missing_key_is_401(daemon):
