@@ -99,8 +99,9 @@ def _document_errors(app: Litestar) -> None:
     """Make the OpenAPI document say what the API does on errors.
 
     Litestar documents its own validation-error shape for 400 and no other error,
-    while every error here is OpenAI's envelope (one handler: appliance.api.errors)
-    with any status from 400 to 503; the health probes need no key.
+    while every error here is OpenAI's envelope, or Ollama's ``{"error": "..."}``
+    under /api (one handler: appliance.api.errors), with any status from 400 to
+    503; the health probes need no key.
     """
     document = app.openapi_schema
     if document.components is not None:

@@ -3,7 +3,7 @@
 Lives here: ``edge`` (Host, canonical paths, body deadlines), ``http_protocol``
 (header deadline), ``access`` (who may call a route), ``request`` (JSON depth
 limit), ``errors`` (the one exception handler), and the controllers:
-``openai`` (/v1), ``admin``, ``models``, ``usage``, ``users``, ``cache``,
+``openai`` (/v1), ``ollama`` (/api), ``admin``, ``models``, ``usage``, ``users``, ``cache``,
 ``planning``, ``metrics``, ``health``.
 
 May import every package below it (serving, metering, cache, store, planner,
