@@ -260,7 +260,8 @@ class StreamTranslator:
     """The engine's SSE events for one request → Ollama's NDJSON objects.
 
     ``chat`` picks ``message`` objects (``/api/chat``) or ``response`` text
-    (``/api/generate``). Times are ``time.perf_counter_ns()`` readings: the
+    (``/api/generate``, whose engine request is a chat turn, or a completion
+    with ``raw``). Times are ``time.perf_counter_ns()`` readings: the
     request's start is given, the first token's and the end's are read by the
     caller and passed in, so the translator stays pure.
     """
@@ -290,7 +291,7 @@ class StreamTranslator:
         for choice in chunk.get("choices") or []:
             self.finish_reason = choice.get("finish_reason") or self.finish_reason
             delta = choice.get("delta") or {}
-            text = delta.get("content") if self.chat else choice.get("text")
+            text = delta.get("content") if "delta" in choice else choice.get("text")  # a chat chunk, or a completion's
             thinking = delta.get("reasoning_content") or delta.get("reasoning")
             for call in delta.get("tool_calls") or []:
                 self._add_tool_call_part(call)

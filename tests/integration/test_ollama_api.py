@@ -100,6 +100,14 @@ def test_num_predict_caps_eval_count(client):
     assert reply.eval_count == 5 and reply.done_reason == "length"
 
 
+def test_generate_streamed_and_plain_agree(client):
+    options = {"num_predict": 12, "temperature": 0}
+    parts = list(client.generate(model="default", prompt="Name three colours.", system="Answer briefly.", stream=True, options=options))
+    assert len(parts) > 2 and parts[-1].done and parts[-1].eval_count > 0
+    plain = client.generate(model="default", prompt="Name three colours.", system="Answer briefly.", options=options)
+    assert plain.response == "".join(p.response for p in parts) != ""
+
+
 def test_generate_streamed_and_raw(client):
     parts = list(client.generate(model="default", prompt="The capital of France is", raw=True, stream=True,
                                  options={"num_predict": 8, "temperature": 0}))

@@ -201,6 +201,12 @@ def test_streamed_completion_for_generate():
     assert objects[-1]["eval_count"] == 2 and "message" not in objects[-1]
 
 
+def test_streamed_chat_turn_for_generate():
+    translator = t.StreamTranslator("m", chat=False, started_ns=0)
+    objects = [obj for event in TEXT_STREAM for obj in translator.event(event, 1)] + translator.finish(2)
+    assert "".join(o["response"] for o in objects) == "Blue." and objects[-1]["done"] is True
+
+
 def test_engine_error_mid_stream_ends_with_an_error_object():
     translator = t.StreamTranslator("m", chat=True, started_ns=0)
     objects = translator.event(TEXT_STREAM[0], 1)
