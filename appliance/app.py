@@ -23,6 +23,7 @@ from appliance.api.errors import EXCEPTION_HANDLERS
 from appliance.api.health import healthz, readyz
 from appliance.api.metrics import MetricsController
 from appliance.api.models import JobsController, ModelsController
+from appliance.api.ollama import OllamaAdminController, OllamaController
 from appliance.api.openai import OpenAIController
 from appliance.api.planning import PlanningController
 from appliance.api.responses import ResponsesController
@@ -39,6 +40,7 @@ OPENAPI_PATH = "/openapi"
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 STREAMING_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"})
 ANTHROPIC_PATHS = frozenset({"/v1/messages", "/v1/messages/count_tokens"})
+NDJSON_PATHS = frozenset({"/api/chat", "/api/generate", "/api/pull"})  # Ollama's streams: one JSON object a line
 _TEXT = Schema(type=OpenAPIType.STRING)
 _TEXT_OR_NULL = Schema(type=[OpenAPIType.STRING, OpenAPIType.NULL])
 ERROR_SCHEMA = Schema(
@@ -51,13 +53,15 @@ ANTHROPIC_ERROR_SCHEMA = Schema(
     properties={"type": _TEXT, "error": Schema(type=OpenAPIType.OBJECT, required=["type", "message"], properties={
         "type": _TEXT, "message": _TEXT})},
 )
+OLLAMA_ERROR_SCHEMA = Schema(type=OpenAPIType.OBJECT, required=["error"], properties={"error": _TEXT},
+                             description="Ollama's error body, for every error of the Ollama API (/api/*).")
 
 
 def _route_handlers() -> list[ControllerRouterHandler]:
     return [healthz, readyz, OpenAIController, ResponsesController, AnthropicController, InstancesController, KeysController,
             AliasesController, OpsController,
             ModelsController, JobsController, PlanningController, *USAGE_CONTROLLERS, MetricsController, CacheController,
-            UsersController, *console_handlers()]
+            UsersController, OllamaController, OllamaAdminController, *console_handlers()]
 
 
 def create_app(settings: Settings, services: Services | None = None) -> Litestar:
@@ -105,17 +109,19 @@ def _document_errors(app: Litestar) -> None:
 
     Litestar documents its own validation-error shape for 400 and no other error,
     while every error here is OpenAI's envelope (one handler: appliance.api.errors),
-    Anthropic's shape on the Messages API, with any status from 400 to 503; the
-    health probes need no key.
+    Anthropic's shape on the Messages API, or Ollama's ``{"error": "..."}`` under
+    /api, with any status from 400 to 503; the health probes need no key.
     """
     document = app.openapi_schema
     if document.components is not None:
         document.components.schemas = {**(document.components.schemas or {}), "Error": ERROR_SCHEMA,
-                                        "AnthropicError": ANTHROPIC_ERROR_SCHEMA}
+                                        "AnthropicError": ANTHROPIC_ERROR_SCHEMA, "OllamaError": OLLAMA_ERROR_SCHEMA}
     openai_error = OpenAPIResponse(description="Error (OpenAI's envelope)",
                                    content={"application/json": OpenAPIMediaType(schema=Reference(ref="#/components/schemas/Error"))})
     anthropic_error = OpenAPIResponse(description="Error (Anthropic's shape)", content={
         "application/json": OpenAPIMediaType(schema=Reference(ref="#/components/schemas/AnthropicError"))})
+    ollama_error = OpenAPIResponse(description="Error (Ollama's shape)",
+                                   content={"application/json": OpenAPIMediaType(schema=Reference(ref="#/components/schemas/OllamaError"))})
     for path, item in (document.paths or {}).items():
         for method in ("get", "put", "post", "delete", "patch"):
             operation = getattr(item, method, None)
@@ -127,7 +133,7 @@ def _document_errors(app: Litestar) -> None:
                 if path == "/readyz" and "200" in responses:
                     responses["503"] = responses["200"]  # not ready: the same report, with status 503
             else:
-                error = anthropic_error if path in ANTHROPIC_PATHS else openai_error
+                error = anthropic_error if path in ANTHROPIC_PATHS else ollama_error if path.startswith("/api/") else openai_error
                 responses["400"] = error
                 responses["default"] = error
             if path in STREAMING_PATHS and "200" in responses:
@@ -136,6 +142,10 @@ def _document_errors(app: Litestar) -> None:
                 # with `stream: true`: server-sent events, each a JSON chunk, ending with `data: [DONE]`
                 content["text/event-stream"] = OpenAPIMediaType()
                 ok.content = content
+            if path in NDJSON_PATHS and "200" in responses:
+                ok = responses["200"]
+                # unless `stream` is false: newline-delimited JSON objects, the last with `done: true`
+                ok.content = {**dict(getattr(ok, "content", None) or {}), "application/x-ndjson": OpenAPIMediaType()}
             operation.responses = responses
 
 

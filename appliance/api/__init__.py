@@ -3,8 +3,8 @@
 Lives here: ``edge`` (Host, canonical paths, body deadlines), ``http_protocol``
 (header deadline), ``access`` (who may call a route), ``request`` (JSON depth
 limit), ``errors`` (the one exception handler), and the controllers:
-``openai`` (/v1), ``responses`` (/v1/responses), ``anthropic`` (/v1/messages), ``admin``, ``models``, ``usage``,
-``users``, ``cache``,
+``openai`` (/v1), ``responses`` (/v1/responses), ``anthropic`` (/v1/messages), ``ollama`` (/api), ``admin``,
+``models``, ``usage``, ``users``, ``cache``,
 ``planning``, ``metrics``, ``health``.
 
 May import every package below it (serving, metering, cache, store, planner,

@@ -5,7 +5,8 @@ the typed exception. htmx requests from the console get a small HTML partial
 instead, which the console swaps into its error area. Routes of the Anthropic
 Messages API declare :func:`anthropic_errors` in their ``opt``, and get the same
 error, status and message in Anthropic's shape, ``{"type": "error", "error":
-{"type", "message"}}``.
+{"type", "message"}}``; routes of the Ollama API declare :func:`ollama_errors` and
+get Ollama's ``{"error": "message"}``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ _STATUS_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403:
 
 ERROR_SHAPE = "error_shape"
 _ANTHROPIC = "anthropic"
+_OLLAMA = "ollama"
 
 
 def anthropic_errors() -> dict[str, str]:
@@ -39,13 +41,23 @@ def anthropic_errors() -> dict[str, str]:
     return {ERROR_SHAPE: _ANTHROPIC}
 
 
-def _speaks_anthropic(request: Request) -> bool:
+def ollama_errors() -> dict[str, str]:
+    """The ``opt`` of routes whose errors take Ollama's shape."""
+    return {ERROR_SHAPE: _OLLAMA}
+
+
+def _error_shape(request: Request) -> str | None:
     handler = request.scope.get("route_handler")  # set once the request is routed (before guards and validation)
-    return handler is not None and (handler.opt or {}).get(ERROR_SHAPE) == _ANTHROPIC
+    if handler is None:  # no route matched (404, 405): the path family is all there is to go by
+        return _OLLAMA if request.url.path.startswith("/api/") else None
+    return (handler.opt or {}).get(ERROR_SHAPE)
 
 
 def _respond(request: Request, status: int, body: JsonObject, headers: dict[str, str] | None = None) -> Response:
-    if _speaks_anthropic(request):
+    shape = _error_shape(request)
+    if shape == _OLLAMA:
+        return Response(content={"error": body["error"]["message"]}, status_code=status, media_type=MediaType.JSON, headers=headers)
+    if shape == _ANTHROPIC:
         body = error_body(error_type(status), body["error"]["message"])
     if request.headers.get("hx-request") == "true":
         message = html.escape(body["error"]["message"])

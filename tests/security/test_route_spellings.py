@@ -48,6 +48,7 @@ def test_every_route_declares_its_access_level():
     levels = {p.rstrip("/") or "/": level for _, p, level, _ in declared_routes()}
     assert levels["/admin/keys"] is Access.ADMIN and levels["/v1/chat/completions"] is Access.KEY
     assert levels["/metrics"] is Access.METRICS and levels["/healthz"] is Access.PUBLIC
+    assert levels["/api/chat"] is Access.KEY and levels["/api/pull"] is Access.ADMIN and levels["/api/delete"] is Access.ADMIN
 
 
 def spellings(path: str) -> list[str]:

@@ -12,6 +12,7 @@ import time
 import httpx
 import pytest
 
+from appliance.api.access import ACCESS, Access
 from appliance.app import create_app
 from appliance.settings import Settings
 
@@ -38,7 +39,14 @@ def app_routes() -> list[tuple[str, str]]:
 
 def test_route_list_is_not_empty():
     paths = {p for _, p in app_routes()}
-    assert {"/v1/chat/completions", "/v1/models", "/admin/keys"} <= {p.rstrip("/") for p in paths}
+    assert {"/v1/chat/completions", "/v1/models", "/admin/keys", "/api/chat", "/api/pull"} <= {p.rstrip("/") for p in paths}
+
+
+def admin_routes() -> set[tuple[str, str]]:
+    """Every (method, path) whose handler declares the admin level, taken from the app itself."""
+    app = create_app(Settings(data_dir="/nonexistent-appliance-routes", seed_default_model=False))
+    return {(method, _concrete(route.path)) for route in app.routes for handler in getattr(route, "route_handlers", [])
+            if handler.opt.get(ACCESS) is Access.ADMIN for method in set(handler.http_methods) - {"OPTIONS", "HEAD"}}
 
 
 def test_every_route_needs_credentials(daemon):
@@ -56,8 +64,10 @@ def test_every_route_needs_credentials(daemon):
 
 def test_user_key_gets_403_on_admin_routes(daemon, api_key):
     failures = []
+    admin = admin_routes()
+    assert {("POST", "/api/pull"), ("DELETE", "/api/delete")} <= admin
     for method, path in app_routes():
-        if not path.startswith("/admin"):
+        if not path.startswith("/admin") and (method, path) not in admin:
             continue
         response = httpx.request(method, daemon.url + path, headers={"Authorization": f"Bearer {api_key}"}, timeout=30)
         if response.status_code != 403:

@@ -11,7 +11,8 @@ time (the other half name models that do not exist), and generation budgets are
 capped, so valid chat requests really run and stay fast. Operations that would
 legitimately take long or change the box under the test are left out:
 ``/admin/ops/*`` (backup and restore), job event streams (SSE), model pulls
-and quantization.
+and quantization, and the Ollama API's pull and delete (``/api/pull``,
+``/api/delete``: the same store operations, for admin keys).
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ MAX_EXAMPLES = 12
 #: The operations that run the model get more: few generated bodies are valid (roles, content parts,
 #: tools, a served model's name), and some valid ones must reach the model for the last test to mean anything.
 MODEL_EXAMPLES = 48
-MODEL_PATHS = r"^/v1/(chat/completions|responses|completions|embeddings|messages)$"
+MODEL_PATHS = r"^/v1/(chat/completions|responses|completions|embeddings|messages)$|^/api/(chat|generate|embed|embeddings)$"
 MAX_TOKENS = 16
-EXCLUDED = r"^/admin/(ops/|jobs/\{job_id\}/events|models/pull|models/\{name\}/quantize)"
+EXCLUDED = r"^/admin/(ops/|jobs/\{job_id\}/events|models/pull|models/\{name\}/quantize)|^/api/(pull|delete)$"
 # Left out, with the reason:
 # * positive_data_acceptance: the server validates more than OpenAPI can say (key names 1-128
 #   characters, ``key:<prefix>|team:<name>`` subjects, models and jobs that do not exist); those
@@ -68,6 +69,12 @@ def map_body(context, body):
         value = body.get(field)
         if isinstance(value, int) and not isinstance(value, bool) and MAX_TOKENS < value <= 1_000_000:
             body[field] = MAX_TOKENS
+    if context.operation.path in ("/api/chat", "/api/generate"):  # Ollama's budget is options.num_predict, unbounded by default
+        options = body.setdefault("options", {})
+        if isinstance(options, dict):
+            value = options.get("num_predict")
+            if value is None or (isinstance(value, int) and not isinstance(value, bool) and (value > MAX_TOKENS or value <= 0)):
+                options["num_predict"] = MAX_TOKENS
     return body
 
 
