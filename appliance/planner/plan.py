@@ -30,7 +30,7 @@ from appliance.hardware.snapshot import HardwareSnapshot
 from appliance.planner.common import (
     TIER_CPU, TIER_FULL_GPU, TIER_PARTIAL, TIER_VLLM, Attempt, gib, gpu_groups, llamacpp_gpus,
 )
-from appliance.planner.llamacpp import cpu_only, full_gpu, llamacpp_context, partial
+from appliance.planner.llamacpp import cpu_only, full_gpu, llamacpp_context, llamacpp_flash_attn, partial
 from appliance.planner.quality import meets_floor, quality_key, quantization_of
 from appliance.planner.types import (
     CalibrationPoint, DeviceMemory, Plan, PlanRow, Preferences, Refusal, Variant,
@@ -188,6 +188,7 @@ def _to_plan(a: Attempt, e: _Eval, evals: list[_Eval], prefs: Preferences) -> Pl
         calibration_bytes=e.calibrated or 0,
         swa_full=f.get("swa_full", True),
         speculative=prefs.speculative_ngram and a.backend == "llamacpp",
+        flash_attn=llamacpp_flash_attn(f.get("kv_cache_dtype", "f16")) if a.backend == "llamacpp" else "auto",
     )
 
 

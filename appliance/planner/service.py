@@ -128,6 +128,7 @@ def preferences_for(settings: Settings, sw: SoftwareInfo, ctx: int | None = None
         threads=settings.engine_threads,
         memory_budget=int(settings.memory_budget_gib * GiB) if settings.memory_budget_gib else None,
         speculative_ngram=settings.speculative_ngram,
+        kv_cache_dtype=settings.engine_kv_cache_type,
     )
 
 

@@ -77,6 +77,9 @@ class Preferences:
     instead of 1152 MiB); the driver must then create the context with ``swa_full = plan.swa_full``."""
     speculative_ngram: bool = False
     """llama.cpp: prompt-lookup (n-gram) speculative decoding (the ``speculative_ngram`` setting)."""
+    min_decode_tps: float = 10.0
+    """Interactive floor: decode tokens/s per stream at ``parallel`` streams the chosen variant should reach
+    (the ``min_decode_tokens_per_s`` setting); 0 ranks by quality alone."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,8 @@ class Plan:
     """Correction from measured loads already included in ``estimated_bytes`` (0: none applied)."""
     speculative: bool = False
     """llama.cpp: draft tokens by prompt lookup (n-gram) and verify them in the same decode."""
+    flash_attn: str = "auto"
+    """llama.cpp: flash attention ``auto`` (libllama decides per device), ``on`` (needed by a quantized KV cache) or ``off``."""
 
     @property
     def calibrated(self) -> bool:

@@ -40,6 +40,7 @@ from concurrent.futures import Future
 from .context import DecodeContext
 from .embed import EmbedQueue
 from .model import LoadedModel
+from .params import KvSettings
 from .scheduling import BUSY_STEP_S, LONE_STEP_S, PrefixCache, StepPacer, fair_shares
 from .sampling import drop_first_link
 from .sequence import FINISH_CANCELLED, FINISH_ERROR, FINISH_LENGTH, FINISH_STOP, Event, Sequence, Slot
@@ -54,7 +55,8 @@ class Batcher:
     """The decode loop of one model: generation in ``parallel`` slots, embeddings between steps."""
 
     def __init__(self, model: LoadedModel, *, ctx: int, parallel: int, threads: int, batch_size: int = 256,
-                 spec_ngram: int = 0, spec_draft: int = 8, embedding_only: bool = False) -> None:
+                 spec_ngram: int = 0, spec_draft: int = 8, embedding_only: bool = False,
+                 kv: KvSettings = KvSettings()) -> None:
         self.model = model
         self.n_ctx_slot = ctx
         self.parallel = parallel
@@ -79,7 +81,7 @@ class Batcher:
         self._prefix: PrefixCache | None = None
         if not embedding_only:
             self.context = DecodeContext(model, ctx_per_slot=ctx, parallel=parallel, threads=threads,
-                                         n_batch=self.n_batch)
+                                         n_batch=self.n_batch, kv=kv)
             self._sampler = TokenSampler(self.context.ctx, model.info.n_vocab, self._sampled_ready)
             self._prefix = PrefixCache(self.context, self.slots, model.info.n_swa)
 

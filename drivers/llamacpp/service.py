@@ -16,6 +16,7 @@ from appliance.jsontypes import JsonObject, JsonValue
 from .batcher import Batcher
 from .errors import ContextLengthExceeded, GrammarError
 from .model import LoadedModel
+from .params import GpuPlacement, KvSettings
 from .prompts import PromptBuilder
 from .protocol import GenRequest
 from .sampling import build_chain, build_grammar, free_chain, has_penalties
@@ -39,6 +40,8 @@ class WorkerConfig:
     batch_size: int = 256
     spec_ngram: int = 0
     embedding: bool = False
+    gpu: GpuPlacement = GpuPlacement()
+    kv: KvSettings = KvSettings()
 
 
 class WorkerEngine:
@@ -46,7 +49,7 @@ class WorkerEngine:
 
     def __init__(self, cfg: WorkerConfig) -> None:
         self.cfg = cfg
-        self.model = LoadedModel(cfg.model_path, n_gpu_layers=cfg.n_gpu_layers)
+        self.model = LoadedModel(cfg.model_path, n_gpu_layers=cfg.n_gpu_layers, gpu=cfg.gpu)
         try:
             self.prompts = PromptBuilder(self.model)
             self.chat = self.prompts.chat
@@ -55,7 +58,7 @@ class WorkerEngine:
             self._eog = self.model.eog_tokens() if not cfg.embedding else []
             self.batcher = Batcher(self.model, ctx=cfg.ctx, parallel=cfg.parallel, threads=cfg.threads,
                                    batch_size=cfg.batch_size, spec_ngram=cfg.spec_ngram,
-                                   embedding_only=cfg.embedding)
+                                   embedding_only=cfg.embedding, kv=cfg.kv)
         except BaseException:
             self.model.close()
             raise
