@@ -32,6 +32,17 @@ def _memory_cell(memory: list[JsonObject]) -> str:
     return "\n".join(lines) or "-"
 
 
+def _engine_line(sw: JsonObject) -> str:
+    """``llama-cpp-python 0.3.36, cuda build, GPU offload yes``."""
+    if not sw["llamacpp_version"]:
+        return "not installed"
+    backends = ", ".join(sw["llamacpp_gpu_backends"]) or "CPU only"
+    flavour = f"{sw['llamacpp_flavour']} build" if sw.get("llamacpp_flavour") else f"backends: {backends}"
+    offload = sw.get("llamacpp_gpu_offload")
+    said = "unknown (the library did not load)" if offload is None else ("yes" if offload else "no")
+    return f"llama-cpp-python {sw['llamacpp_version']}, {flavour}, GPU offload {said}"
+
+
 def _print_doctor(report: JsonObject) -> None:
     hw, sw = report["hardware"], report["software"]
     cpu = hw["cpu"]
@@ -52,8 +63,7 @@ def _print_doctor(report: JsonObject) -> None:
         click.echo(f"NVIDIA driver {hw['nvidia_driver']}, CUDA {hw.get('cuda_version') or '?'}")
     if hw.get("rocm_version"):
         click.echo(f"ROCm {hw['rocm_version']}")
-    backends = ", ".join(sw["llamacpp_gpu_backends"]) or "CPU only"
-    click.echo(f"llama.cpp: {('llama-cpp-python ' + sw['llamacpp_version'] + ' (' + backends + ')') if sw['llamacpp_version'] else 'not installed'}")
+    click.echo(f"llama.cpp: {_engine_line(sw)}")
     click.echo(f"vLLM:  {('installed ' + (sw.get('vllm_version') or '')).strip() if sw['vllm_available'] else 'not installed'}")
     if report["findings"]:
         click.echo("Findings:")

@@ -20,7 +20,7 @@ from appliance.catalog import ArchFacts, Catalog, CatalogVariant, load_catalog
 from appliance.errors import ModelNotFound
 from appliance.hardware import Finding, HardwareSnapshot, detect_hardware, detect_software, software_findings
 from appliance.hardware.ray_cluster import ClusterView, describe, read_cluster
-from appliance.hardware.software import SoftwareInfo
+from appliance.hardware.software import SoftwareInfo, with_offload_probe
 from appliance.hardware.units import GiB
 from appliance.jsontypes import JsonObject
 from appliance.modelfacts import ModelFacts, inspect_gguf, inspect_hf
@@ -135,7 +135,7 @@ def preferences_for(settings: Settings, sw: SoftwareInfo, ctx: int | None = None
 def hardware_report(settings: Settings, snapshot: HardwareSnapshot | None = None) -> JsonObject:
     """The doctor's answer: snapshot, software, and every finding (errors first) with its fix."""
     snap = snapshot or detect_hardware()
-    sw = software(settings)
+    sw = with_offload_probe(software(settings))
     view = cluster_view(settings)
     findings = sorted([*snap.findings, *software_findings(sw, snap), *cluster_findings(settings, view)],
                       key=lambda f: SEVERITY_ORDER.get(f.severity, 3))
@@ -143,6 +143,7 @@ def hardware_report(settings: Settings, snapshot: HardwareSnapshot | None = None
         "hardware": snap.to_dict(),
         "cluster": view.to_dict() if view is not None else None,
         "software": {"llamacpp_version": sw.llamacpp_version, "llamacpp_gpu_backends": list(sw.llamacpp_backends),
+                     "llamacpp_flavour": sw.engine_flavour, "llamacpp_gpu_offload": sw.gpu_offload,
                      "vllm_available": sw.vllm_available, "vllm_version": sw.vllm_version},
         "findings": [f.__dict__ for f in findings],
         "ok": not any(f.severity == "error" for f in findings),
