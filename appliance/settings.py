@@ -74,6 +74,10 @@ class Settings(BaseSettings):
         default="f16",
         description="KV cache element type of llama.cpp engines: `q8_0` halves the KV cache's memory, `q4_0` quarters it (both turn flash attention on). The planner sizes the cache with it.",
     )
+    min_decode_tokens_per_s: float = Field(
+        default=10.0, ge=0,
+        description="Interactive floor: the planner picks the best quality whose estimated decode speed per stream, at engine_parallel streams, reaches this many tokens/s (else the fastest that fits). 0 ranks by quality alone.",
+    )
     backend: Literal["auto", "llamacpp", "vllm"] = Field(
         default="auto", description="Inference backend: `auto` lets the planner choose (vLLM on capable GPUs), or force one."
     )

@@ -73,19 +73,30 @@ def _print_doctor(report: JsonObject) -> None:
             click.echo(f"          fix: {f['fix']}")
 
 
+def _speed_cell(row: JsonObject) -> str:
+    """``12 tok/s\n400 prompt`` (estimated decode per stream and prompt tokens/s), or ``-``."""
+    if row.get("decode_tps") is None:
+        return "-"
+    decode, prompt = row["decode_tps"], row.get("prompt_tps") or 0
+    return f"{decode:.1f} tok/s\n{prompt:.0f} prompt" if decode < 10 else f"{decode:.0f} tok/s\n{prompt:.0f} prompt"
+
+
 def _print_plan(report: JsonObject) -> None:
-    table = Table("variant", "format", "quant", "size", "fits", "backend", "placement", "estimate", "memory", "why",
+    table = Table("variant", "format", "quant", "size", "fits", "backend", "placement", "estimate", "memory", "speed", "why",
                   title=f"{report['model']}: context {report['context']}, {report['parallel']} parallel")
     for r in report["rows"]:
         fits = ("[bold green]chosen[/]" if r["chosen"] else "yes") if r["fits"] else "[red]no[/]"
         est = _gib(r["estimated_bytes"]) if r["estimated_bytes"] else "-"
         table.add_row(r["variant"], r["format"], r["quantization"] or "-", _gib(r["size_bytes"]), fits, r["backend"] or "-",
-                      r["placement"], est, _memory_cell(r["memory"]), r["reason"])
+                      r["placement"], est, _memory_cell(r["memory"]), _speed_cell(r), r["reason"])
     console = Console()
     console.print(table)
     if report["plan"]:
         p = report["plan"]
         console.print(f"Plan: {p['model']} on {p['backend']}: {p['reason']}", highlight=False)
+        if report.get("min_decode_tps"):
+            console.print(f"Speeds are estimates per stream at {report['parallel']} streams; the floor is "
+                          f"{report['min_decode_tps']:g} tok/s (min_decode_tokens_per_s).", highlight=False)
     else:
         refusal = report["refusal"]
         console.print(f"[red]Does not fit:[/] {refusal['reason']}", highlight=False)

@@ -129,6 +129,7 @@ def preferences_for(settings: Settings, sw: SoftwareInfo, ctx: int | None = None
         memory_budget=int(settings.memory_budget_gib * GiB) if settings.memory_budget_gib else None,
         speculative_ngram=settings.speculative_ngram,
         kv_cache_dtype=settings.engine_kv_cache_type,
+        min_decode_tps=settings.min_decode_tokens_per_s,
     )
 
 
@@ -225,6 +226,7 @@ def plan_report(snapshot: HardwareSnapshot, variants: Sequence[Variant], prefs: 
         "model": variants[0].family if variants else None,
         "context": prefs.min_context,
         "parallel": prefs.parallel,
+        "min_decode_tps": prefs.min_decode_tps,
         "plan": decision.to_dict() if isinstance(decision, Plan) else None,
         "refusal": None if isinstance(decision, Plan) else decision.to_dict(),
         "rows": [r.to_dict() for r in rows],
