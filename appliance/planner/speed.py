@@ -161,13 +161,19 @@ def estimate_speed(a: Attempt, snapshot: HardwareSnapshot, prefs: Preferences, c
     output_on_cpu = a.backend == "llamacpp" and a.fields.get("n_gpu_layers", 0) != -1
     # Bytes each device reads per step: its weights (experts: the used share), less the token
     # embeddings kept in host memory (a lookup of one row), unless they double as the output head there.
+    gpu_rows = [m.device for m in a.memory if m.device != "cpu"]
+    head = "cpu" if output_on_cpu or not gpu_rows else gpu_rows[-1]  # where llama.cpp keeps the output head
     reads: list[tuple[str, float]] = []
     for m in a.memory:
         weights = float(m.weights)
-        if m.device == "cpu" and a.backend == "llamacpp" and not (w.tied and output_on_cpu):
-            weights -= w.embd
-        layer_part = max(0.0, weights - (w.output if m.device != "cpu" or output_on_cpu else 0))
-        reads.append((m.device, weights - layer_part * (1 - share)))
+        if a.backend == "vllm":
+            nonlayer = w.output / len(a.memory)  # every rank holds its share of everything
+        else:
+            if m.device == "cpu" and not (w.tied and output_on_cpu):
+                weights -= w.embd
+            nonlayer = w.output if m.device == head else 0.0
+        layers = max(0.0, weights - nonlayer)
+        reads.append((m.device, weights - layers * (1 - share)))
     total_read = sum(r for _, r in reads) or 1.0
     kv_token = kv_read_per_token(f, a.context, kv_dtype)
     flops = flops_per_token(f, a.context)
