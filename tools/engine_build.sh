@@ -171,9 +171,10 @@ if [[ $flavour == cuda && $toolkit == wheels:* ]]; then
 else
   for line in "${env_lines[@]}"; do build_env+=("$line"); done
 fi
-pip_args=(install -q --no-deps --no-binary llama-cpp-python)
+pip_args=(install -q --no-binary llama-cpp-python)
 [[ -n "$pip_cache" ]] && pip_args+=("$pip_cache")
-[[ $rebuild -eq 1 || -n "$have" ]] && pip_args+=(--force-reinstall)
+# A first install brings llama-cpp-python's dependencies (numpy, ...); a rebuild replaces the library alone.
+[[ $rebuild -eq 1 || -n "$have" ]] && pip_args+=(--force-reinstall --no-deps)
 pip_args+=("llama-cpp-python==$LLAMACPP_VERSION")
 env "${build_env[@]}" CMAKE_ARGS="$cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc 2>/dev/null || echo 2)" \
   "$python" -m pip "${pip_args[@]}" || die "building llama-cpp-python for $flavour failed (see above)"
