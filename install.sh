@@ -4,15 +4,18 @@
 #   ./install.sh                 system mode when run as root on a systemd host, else local mode
 #   ./install.sh --local         ./.venv, ./appliance-data, daemon in the foreground on 127.0.0.1:8080
 #   ./install.sh --system        /opt/appliance, /var/lib/appliance, /etc/appliance, systemd service
-#   ./install.sh --with-vllm     also prepare a separate vLLM environment (GPU hosts)
+#   ./install.sh --with-vllm     also prepare a separate vLLM environment (NVIDIA GPU hosts)
+#   ./install.sh --rebuild-engine  build llama.cpp again for this host's GPU (after adding a GPU or driver)
 #   ./install.sh --uninstall [--purge]
 #
+# llama.cpp is built for the host's accelerator: CUDA on NVIDIA, HIP on AMD with ROCm, else the
+# CPU (tools/engine_build.sh --print-plan shows the choice).
 # This script only bootstraps Python and the virtual environment; the rest is
 # `appliancectl install`, which admins can re-run to upgrade in place.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-mode="" with_vllm=0 uninstall=0 purge=0 passthrough=()
+mode="" with_vllm=0 uninstall=0 purge=0 rebuild_engine=0 passthrough=()
 for arg in "$@"; do
   case "$arg" in
     --system) mode=system ;;
@@ -20,7 +23,8 @@ for arg in "$@"; do
     --with-vllm) with_vllm=1 ;;
     --uninstall) uninstall=1 ;;
     --purge) purge=1 ;;
-    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --rebuild-engine) rebuild_engine=1 ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) passthrough+=("$arg") ;;
   esac
 done
@@ -58,6 +62,13 @@ if [[ $uninstall -eq 1 ]]; then
   exit 0
 fi
 
+if [[ $rebuild_engine -eq 1 ]]; then
+  [[ -x "$venv/bin/python" ]] || die "no installation found at $venv (run ./install.sh first)"
+  "$here/tools/engine_build.sh" --python "$venv/bin/python" --rebuild
+  if [[ $mode == system ]]; then echo "Restart the service to use it: systemctl restart appliance"; else echo "Restart the daemon to use it."; fi
+  exit 0
+fi
+
 # 1. A Python 3.11+ with venv and a compiler for llama-cpp-python.
 python=""
 for candidate in python3.13 python3.12 python3.11 python3; do
@@ -77,12 +88,15 @@ if [[ -z "$python" || $need_build_tools -eq 1 ]]; then
   "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || die "this system's python3 is older than 3.11"
 fi
 
-# 2. The virtual environment. pip's cache is kept, so llama-cpp-python is built once per machine.
+# 2. The virtual environment, and llama.cpp built for this host's accelerator first (the appliance's
+#    own install then finds it in place). The CPU build is kept in pip's cache, so it is built once
+#    per machine; GPU builds bypass the cache (tools/engine_build.sh).
 say "Preparing $venv with $("$python" --version)"
 [[ -x "$venv/bin/python" ]] || "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip
-export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}"
-say "Installing the appliance (the first build of llama.cpp takes about 5 minutes)"
+say "Building llama.cpp (about 5 minutes on the CPU the first time, longer for a GPU)"
+"$here/tools/engine_build.sh" --python "$venv/bin/python"
+say "Installing the appliance"
 if [[ $mode == system ]]; then
   mkdir -p /opt/appliance
   rm -rf /opt/appliance/src && cp -a "$here" /opt/appliance/src && rm -rf /opt/appliance/src/.venv /opt/appliance/src/.git
@@ -93,15 +107,21 @@ fi
 
 if [[ $with_vllm -eq 1 ]]; then
   vllm_venv="$(dirname "$venv")/vllm-venv"
-  flavour=()
-  if ls /dev/nvidia0 /dev/kfd >/dev/null 2>&1; then flavour=(--gpu); fi
-  say "Preparing the vLLM environment in $vllm_venv ${flavour[*]:-(CPU build)}"
-  "$here/tests/vllm_env.sh" "${flavour[@]}" "$vllm_venv"
-  export APPLIANCE_VLLM_PYTHON="$vllm_venv/bin/python"
-  if [[ $mode == system ]]; then
-    mkdir -p /etc/appliance
-    touch /etc/appliance/appliance.toml
-    grep -q '^vllm_python' /etc/appliance/appliance.toml || echo "vllm_python = \"$vllm_venv/bin/python\"" >> /etc/appliance/appliance.toml
+  vllm_kind="$("$here/tools/engine_build.sh" --print-plan | sed -n 's/^vllm=//p')"
+  if [[ $vllm_kind == cuda ]]; then vllm_flavour=(--gpu); else vllm_flavour=(--cpu); fi
+  if [[ $vllm_kind == rocm ]]; then
+    say "vLLM: no ROCm build of vLLM is available from the package registry, so none is installed."
+    echo "    GGUF models run on this AMD GPU through llama.cpp (HIP build). For safetensors models, install"
+    echo "    vLLM for ROCm by AMD's instructions into its own environment and set vllm_python to its interpreter."
+  else
+    say "Preparing the vLLM environment in $vllm_venv (${vllm_flavour[0]#--} build)"
+    "$here/tests/vllm_env.sh" "${vllm_flavour[@]}" "$vllm_venv"
+    export APPLIANCE_VLLM_PYTHON="$vllm_venv/bin/python"
+    if [[ $mode == system ]]; then
+      mkdir -p /etc/appliance
+      touch /etc/appliance/appliance.toml
+      grep -q '^vllm_python' /etc/appliance/appliance.toml || echo "vllm_python = \"$vllm_venv/bin/python\"" >> /etc/appliance/appliance.toml
+    fi
   fi
 fi
 

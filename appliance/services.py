@@ -61,7 +61,8 @@ class Services:
         self.alerts = AlertNotifier(settings, self.db)
         self.energy = EnergyMeter()
         self.load_planner = LoadPlanner(settings, self.db)
-        self.router = Router(settings, make_plan=self._plan, make_engine_process=self._engine, on_loaded=self._after_load)
+        self.router = Router(settings, make_plan=self._plan, make_engine_process=self._engine, on_loaded=self._after_load,
+                             on_stopping=self._before_stop)
         self.cache = ResponseCache(settings, self.db, make_embedder(settings))
         self.prompt_counts = PromptCounts()
         self.gateway = Gateway(settings, self.names, self.router, self.meter, cache=self.cache, metrics=self.metrics,
@@ -148,6 +149,17 @@ class Services:
         gpu = gpu_bytes_of(process_tree_pids(pid)) if pid and instance.plan.n_gpu_layers else None
         record_load(self.db, instance.plan, instance.engine.rss_bytes(), gpu)
         await self.prompt_counts.warm(Path(instance.plan.model_path))
+
+    async def _before_stop(self, instance: Instance) -> None:
+        """Keep how fast the engine really decoded (llama.cpp engines count their decode-only steps)."""
+        if instance.plan.backend != "llamacpp" or instance.engine.state != "ready":
+            return
+        from appliance.planner.calibration import decode_speed_from_stats, record_decode_speed
+
+        response = await instance.engine.client.get("/stats", timeout=2.0)
+        speed = decode_speed_from_stats(response.json()) if response.status_code == 200 else None
+        if speed is not None:
+            await asyncio.to_thread(record_decode_speed, self.db, instance.plan, speed)
 
     def after_restore(self) -> None:
         """Forget every in-memory copy of database state after a restore."""

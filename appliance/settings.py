@@ -72,6 +72,14 @@ class Settings(BaseSettings):
     engine_threads: int | None = Field(default=None, ge=1, description="CPU threads per llama.cpp engine. Unset: the planner chooses from the core count.")
     engine_parallel: int = Field(default=8, ge=1, le=256, description="Concurrent sequences (slots) per llama.cpp engine.")
     engine_context: int = Field(default=4096, ge=256, description="Context tokens each request may use in a llama.cpp engine (the KV cache holds this × engine_parallel).")
+    engine_kv_cache_type: Literal["f16", "q8_0", "q4_0"] = Field(
+        default="f16",
+        description="KV cache element type of llama.cpp engines: `q8_0` halves the KV cache's memory, `q4_0` quarters it (both turn flash attention on). The planner sizes the cache with it.",
+    )
+    min_decode_tokens_per_s: float = Field(
+        default=10.0, ge=0,
+        description="Interactive floor: the planner picks the best quality whose estimated decode speed per stream, at engine_parallel streams, reaches this many tokens/s (else the fastest that fits). 0 ranks by quality alone.",
+    )
     backend: Literal["auto", "llamacpp", "vllm"] = Field(
         default="auto", description="Inference backend: `auto` lets the planner choose (vLLM on capable GPUs), or force one."
     )

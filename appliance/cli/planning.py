@@ -32,6 +32,17 @@ def _memory_cell(memory: list[JsonObject]) -> str:
     return "\n".join(lines) or "-"
 
 
+def _engine_line(sw: JsonObject) -> str:
+    """``llama-cpp-python 0.3.36, cuda build, GPU offload yes``."""
+    if not sw["llamacpp_version"]:
+        return "not installed"
+    backends = ", ".join(sw["llamacpp_gpu_backends"]) or "CPU only"
+    flavour = f"{sw['llamacpp_flavour']} build" if sw.get("llamacpp_flavour") else f"backends: {backends}"
+    offload = sw.get("llamacpp_gpu_offload")
+    said = "unknown (the library did not load)" if offload is None else ("yes" if offload else "no")
+    return f"llama-cpp-python {sw['llamacpp_version']}, {flavour}, GPU offload {said}"
+
+
 def _print_doctor(report: JsonObject) -> None:
     hw, sw = report["hardware"], report["software"]
     cpu = hw["cpu"]
@@ -52,8 +63,7 @@ def _print_doctor(report: JsonObject) -> None:
         click.echo(f"NVIDIA driver {hw['nvidia_driver']}, CUDA {hw.get('cuda_version') or '?'}")
     if hw.get("rocm_version"):
         click.echo(f"ROCm {hw['rocm_version']}")
-    backends = ", ".join(sw["llamacpp_gpu_backends"]) or "CPU only"
-    click.echo(f"llama.cpp: {('llama-cpp-python ' + sw['llamacpp_version'] + ' (' + backends + ')') if sw['llamacpp_version'] else 'not installed'}")
+    click.echo(f"llama.cpp: {_engine_line(sw)}")
     click.echo(f"vLLM:  {('installed ' + (sw.get('vllm_version') or '')).strip() if sw['vllm_available'] else 'not installed'}")
     if report["findings"]:
         click.echo("Findings:")
@@ -63,19 +73,30 @@ def _print_doctor(report: JsonObject) -> None:
             click.echo(f"          fix: {f['fix']}")
 
 
+def _speed_cell(row: JsonObject) -> str:
+    """``12 tok/s\n400 prompt`` (estimated decode per stream and prompt tokens/s), or ``-``."""
+    if row.get("decode_tps") is None:
+        return "-"
+    decode, prompt = row["decode_tps"], row.get("prompt_tps") or 0
+    return f"{decode:.1f} tok/s\n{prompt:.0f} prompt" if decode < 10 else f"{decode:.0f} tok/s\n{prompt:.0f} prompt"
+
+
 def _print_plan(report: JsonObject) -> None:
-    table = Table("variant", "format", "quant", "size", "fits", "backend", "placement", "estimate", "memory", "why",
+    table = Table("variant", "format", "quant", "size", "fits", "backend", "placement", "estimate", "memory", "speed", "why",
                   title=f"{report['model']}: context {report['context']}, {report['parallel']} parallel")
     for r in report["rows"]:
         fits = ("[bold green]chosen[/]" if r["chosen"] else "yes") if r["fits"] else "[red]no[/]"
         est = _gib(r["estimated_bytes"]) if r["estimated_bytes"] else "-"
         table.add_row(r["variant"], r["format"], r["quantization"] or "-", _gib(r["size_bytes"]), fits, r["backend"] or "-",
-                      r["placement"], est, _memory_cell(r["memory"]), r["reason"])
+                      r["placement"], est, _memory_cell(r["memory"]), _speed_cell(r), r["reason"])
     console = Console()
     console.print(table)
     if report["plan"]:
         p = report["plan"]
         console.print(f"Plan: {p['model']} on {p['backend']}: {p['reason']}", highlight=False)
+        if report.get("min_decode_tps"):
+            console.print(f"Speeds are estimates per stream at {report['parallel']} streams; the floor is "
+                          f"{report['min_decode_tps']:g} tok/s (min_decode_tokens_per_s).", highlight=False)
     else:
         refusal = report["refusal"]
         console.print(f"[red]Does not fit:[/] {refusal['reason']}", highlight=False)

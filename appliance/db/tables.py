@@ -124,6 +124,9 @@ class Calibration(SQLModel, table=True):
     estimated_bytes: int
     measured_bytes: int
     measured_at: float = Field(default_factory=now)
+    estimated_decode_tps: Optional[float] = None  # the planner's uncorrected decode tokens/s per stream
+    measured_decode_tps: Optional[float] = None  # what the engine decoded per stream
+    decode_streams: Optional[int] = None  # streams decoding together while it was measured
 
 
 class Price(SQLModel, table=True):

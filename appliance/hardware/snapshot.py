@@ -99,6 +99,9 @@ class CpuInfo:
     arch: str = "x86_64"
     flags: tuple[str, ...] = ()
     """The SIMD flags that matter to inference engines (avx2, avx512f, amx_int8, ...)."""
+    memory_bandwidth: int | None = None
+    """Bytes/s the cores read memory at, when measured (or given by a fixture); None: the planner
+    estimates it from the core count (:mod:`appliance.planner.speed`)."""
 
     @property
     def avx2(self) -> bool:

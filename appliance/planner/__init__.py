@@ -1,8 +1,8 @@
 """Which variant, which backend, which devices.
 
-``plan``, ``types``, ``common``, ``estimates``, ``llamacpp``, ``vllm`` and
-``quality`` are pure: no I/O, tested on machine fixtures. ``calibration``
-keeps measured footprints; ``service`` gathers the inputs (hardware, store,
+``plan``, ``types``, ``common``, ``estimates``, ``speed``, ``llamacpp``, ``vllm``
+and ``quality`` are pure: no I/O, tested on machine fixtures. ``calibration``
+keeps measured footprints and decode speeds; ``service`` gathers the inputs (hardware, store,
 catalog) for ``appliancectl doctor|plan`` and ``/admin/hardware|plan``.
 
 The pure modules import nothing of the appliance outside this package except

@@ -7,6 +7,12 @@ context) beside the planner's *uncorrected* estimate. ``load_calibrations``
 hands the rows to the pure planner as plain data; it corrects the next estimate
 of the same variant and backend by (measured - estimated) of the nearest
 context. ``calibration_report`` gives the estimation error of each row.
+
+Decode speed is measured the same way: before an engine stops, the daemon reads
+its counters of decode-only steps (:func:`decode_speed_from_stats`) and stores the
+per-stream rate beside the planner's uncorrected estimate at that many streams
+(:func:`record_decode_speed`); the planner scales its speed estimates by
+measured over estimated (:func:`appliance.planner.speed.speed_correction`).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from sqlmodel import select
 from appliance.db import engine as dbmod
 from appliance.db.tables import Calibration, now
 from appliance.hardware.nvml import NvmlModule, session_for
-from appliance.jsontypes import JsonObject
+from appliance.jsontypes import JsonObject, JsonValue
 from appliance.planner.types import CalibrationPoint, Plan
 
 log = logging.getLogger("appliance.planner.calibration")
@@ -113,17 +119,71 @@ def record_load(engine: Engine, plan: Plan, rss_bytes: int | None, gpu_bytes: in
             row.estimated_bytes, row.measured_bytes, row.measured_at = estimated, measured, now()
         s.add(row)
         s.commit()
-        point = CalibrationPoint(row.variant_key, row.backend, row.context, row.estimated_bytes, row.measured_bytes)
+        point = _point(row)
     log.info("calibration %s %s ctx=%d: estimated %d, measured %d (%+.1f%%)", point.variant_key, point.backend,
              point.context, point.estimated_bytes, point.measured_bytes, 100 * estimation_error(point))
     return point
+
+
+MIN_DECODE_TOKENS = 64
+"""Fewer decoded tokens than this say little about an engine's speed: not recorded."""
+
+
+@dataclass(frozen=True)
+class DecodeSpeed:
+    """Measured decode rate of one stream while ``streams`` streams (on average) decoded together."""
+
+    tokens_per_s: float
+    streams: int
+
+
+def decode_speed_from_stats(stats: dict[str, JsonValue]) -> DecodeSpeed | None:
+    """The llama.cpp worker's ``/stats`` counters of decode-only steps, as a per-stream rate; None when too few."""
+    tokens, ms, stream_ms = (stats.get(k) for k in ("decode_only_tokens_total", "decode_only_ms_total",
+                                                     "decode_only_stream_ms_total"))
+    if not (isinstance(tokens, int) and isinstance(ms, int) and isinstance(stream_ms, int)):
+        return None
+    if tokens < MIN_DECODE_TOKENS or ms <= 0 or stream_ms <= 0:
+        return None
+    return DecodeSpeed(tokens / (stream_ms / 1000), max(1, round(stream_ms / ms)))
+
+
+def record_decode_speed(engine: Engine, plan: Plan, speed: DecodeSpeed) -> CalibrationPoint | None:
+    """Store a measured decode speed beside the plan's own estimate at that many streams.
+
+    None when the plan has no estimate for that many streams. A variant never measured
+    for memory gets a row whose memory fields are zero (:func:`load_calibrations` hands
+    those to the planner without a memory correction).
+    """
+    if not plan.decode_curve or speed.streams > len(plan.decode_curve):
+        return None
+    estimated = plan.decode_curve[speed.streams - 1]
+    with dbmod.session(engine) as s:
+        row = s.exec(select(Calibration).where(
+            Calibration.variant_key == plan.model, Calibration.backend == plan.backend, Calibration.context == plan.context,
+        )).first()
+        if row is None:
+            row = Calibration(variant_key=plan.model, backend=plan.backend, context=plan.context,
+                              estimated_bytes=0, measured_bytes=0)
+        row.estimated_decode_tps, row.measured_decode_tps, row.decode_streams = estimated, speed.tokens_per_s, speed.streams
+        s.add(row)
+        s.commit()
+        point = _point(row)
+    log.info("calibration %s %s: decode %.1f tok/s per stream at %d streams, estimated %.1f", plan.model, plan.backend,
+             speed.tokens_per_s, speed.streams, estimated)
+    return point
+
+
+def _point(r: Calibration) -> CalibrationPoint:
+    return CalibrationPoint(r.variant_key, r.backend, r.context, r.estimated_bytes, r.measured_bytes,
+                            r.estimated_decode_tps, r.measured_decode_tps, r.decode_streams)
 
 
 def load_calibrations(engine: Engine) -> tuple[CalibrationPoint, ...]:
     """Every stored measurement, as the planner takes them."""
     with dbmod.session(engine) as s:
         rows = s.exec(select(Calibration)).all()
-    return tuple(CalibrationPoint(r.variant_key, r.backend, r.context, r.estimated_bytes, r.measured_bytes) for r in rows)
+    return tuple(_point(r) for r in rows)
 
 
 def estimation_error(point: CalibrationPoint) -> float:
@@ -135,6 +195,8 @@ def calibration_report(points: Iterable[CalibrationPoint]) -> list[JsonObject]:
     """Rows for people: key, backend, context, both sizes and the error in percent."""
     return [
         {"variant": p.variant_key, "backend": p.backend, "context": p.context, "estimated_bytes": p.estimated_bytes,
-         "measured_bytes": p.measured_bytes, "error_pct": round(100 * estimation_error(p), 1)}
+         "measured_bytes": p.measured_bytes, "error_pct": round(100 * estimation_error(p), 1),
+         "decode_streams": p.decode_streams, "estimated_decode_tps": p.estimated_decode_tps,
+         "measured_decode_tps": p.measured_decode_tps}
         for p in sorted(points, key=lambda p: (p.variant_key, p.backend, p.context))
     ]

@@ -31,6 +31,11 @@ def llamacpp_context(v: Variant, prefs: Preferences) -> tuple[int, str]:
     return ctx, ""
 
 
+def llamacpp_flash_attn(kv_dtype: str) -> str:
+    """``on`` for a quantized KV cache (libllama quantizes V only inside flash attention), else ``auto``."""
+    return "auto" if kv_dtype.lower() in ("f16", "f32", "bf16") else "on"
+
+
 class _Shape:
     """Per-variant numbers every llama.cpp placement needs."""
 

@@ -16,8 +16,14 @@ Rules, in order (each choice carries a one-line reason):
    backend only when ``backend="vllm"`` is asked for).
 5. Otherwise a :class:`Refusal` that says what would be needed.
 
+Speed: every placement that fits gets a decode and prompt speed estimate
+(:mod:`appliance.planner.speed`). With an interactive floor (``min_decode_tps``),
+the first placement in the order above whose decode rate per stream, at
+``parallel`` streams, reaches the floor is chosen; when none does, the fastest.
+
 Measured loads (``calibrations``) correct the estimate of the same
-(family:variant, backend) at the nearest context.
+(family:variant, backend) at the nearest context; measured decode speeds correct
+the speed estimates (:func:`appliance.planner.speed.speed_correction`).
 """
 
 from __future__ import annotations
@@ -30,8 +36,9 @@ from appliance.hardware.snapshot import HardwareSnapshot
 from appliance.planner.common import (
     TIER_CPU, TIER_FULL_GPU, TIER_PARTIAL, TIER_VLLM, Attempt, gib, gpu_groups, llamacpp_gpus,
 )
-from appliance.planner.llamacpp import cpu_only, full_gpu, llamacpp_context, partial
+from appliance.planner.llamacpp import cpu_only, full_gpu, llamacpp_context, llamacpp_flash_attn, partial
 from appliance.planner.quality import meets_floor, quality_key, quantization_of
+from appliance.planner.speed import Speed, decode_curve, estimate_speed, speed_correction, speed_text
 from appliance.planner.types import (
     CalibrationPoint, DeviceMemory, Plan, PlanRow, Preferences, Refusal, Variant,
 )
@@ -49,11 +56,13 @@ class _Eval:
     attempts: list[Attempt] = field(default_factory=list)
     blocked: str | None = None
     calibrated: int | None = None
+    speeds: dict[int, Speed] = field(default_factory=dict)
+    """Speed estimate of each fitting attempt, by ``id(attempt)``."""
 
 
 def _correction(v: Variant, backend: str, context: int, calibrations: Sequence[CalibrationPoint]) -> int | None:
     """Measured minus estimated bytes of the nearest-context load of this variant and backend."""
-    same = [c for c in calibrations if c.variant_key == v.key and c.backend == backend]
+    same = [c for c in calibrations if c.variant_key == v.key and c.backend == backend and c.measured_bytes > 0]
     if not same:
         return None
     near = min(same, key=lambda c: (abs(c.context - context), -c.context))
@@ -80,7 +89,7 @@ def _evaluate(v: Variant, snapshot: HardwareSnapshot, prefs: Preferences, calibr
                 e.blocked = "vLLM needs an NVIDIA GPU of compute capability >= 7.0 or an AMD GPU with ROCm (backend=vllm uses its CPU backend)"
             else:
                 e.attempts.append(attempt)
-        return e
+        return _with_speeds(e, snapshot, prefs, calibrations)
     if v.format != "gguf":
         e.blocked = f"unsupported format {v.format}"
         return e
@@ -101,6 +110,15 @@ def _evaluate(v: Variant, snapshot: HardwareSnapshot, prefs: Preferences, calibr
     e.attempts.append(cpu_only(v, snapshot, prefs, extra or 0))
     if prefs.memory_budget is not None:
         e.attempts = [_within_budget(a, prefs.memory_budget) for a in e.attempts]
+    return _with_speeds(e, snapshot, prefs, calibrations)
+
+
+def _with_speeds(e: _Eval, snapshot: HardwareSnapshot, prefs: Preferences, calibrations: Sequence[CalibrationPoint]) -> _Eval:
+    for a in e.attempts:
+        if a.fits:
+            speed = estimate_speed(a, snapshot, prefs, speed_correction(a.variant.key, a.backend, calibrations))
+            if speed is not None:
+                e.speeds[id(a)] = speed
     return e
 
 
@@ -115,21 +133,47 @@ def _best(e: _Eval) -> Attempt | None:
     return next((a for a in e.attempts if a.fits), None)
 
 
-def _choose(evals: list[_Eval]) -> Attempt | None:
+def _preference_order(evals: list[_Eval]) -> list[Attempt]:
+    """Every fitting placement, most wanted first: vLLM, all layers on GPU, a partial offload with
+    at least half the layers on GPU (then by GPU share), CPU; by quality within each."""
     fits = [a for e in evals for a in e.attempts if a.fits]
-    for tier in (TIER_VLLM, TIER_FULL_GPU):
-        hit = next((a for a in fits if a.tier == tier), None)
-        if hit:
-            return hit
     partials = [a for a in fits if a.tier == TIER_PARTIAL]
-    if partials:
-        return next((a for a in partials if a.gpu_fraction >= PARTIAL_MIN_SHARE), None) or max(partials, key=lambda a: a.gpu_fraction)
-    return next((a for a in fits if a.tier == TIER_CPU), None)
+    return [*(a for a in fits if a.tier == TIER_VLLM), *(a for a in fits if a.tier == TIER_FULL_GPU),
+            *(a for a in partials if a.gpu_fraction >= PARTIAL_MIN_SHARE),
+            *sorted((a for a in partials if a.gpu_fraction < PARTIAL_MIN_SHARE), key=lambda a: -a.gpu_fraction),
+            *(a for a in fits if a.tier == TIER_CPU)]
 
 
-def _why_not(e: _Eval, chosen: Attempt) -> str:
+def _speeds(evals: list[_Eval]) -> dict[int, Speed]:
+    return {k: s for e in evals for k, s in e.speeds.items()}
+
+
+def _choose(evals: list[_Eval], floor: float = 0.0) -> Attempt | None:
+    """The first placement in preference order that decodes at ``floor`` tokens/s per stream; else the fastest."""
+    order = _preference_order(evals)
+    if not order or floor <= 0:
+        return order[0] if order else None
+    speeds = _speeds(evals)
+    rate = {id(a): speeds[id(a)].decode_tps if id(a) in speeds else 0.0 for a in order}
+    return next((a for a in order if rate[id(a)] >= floor), None) or max(order, key=lambda a: rate[id(a)])
+
+
+def _slow(e: _Eval, chosen: Attempt, speeds: dict[int, Speed], floor: float) -> str | None:
+    """``would decode ~6 tok/s per stream at 8 streams < the 10 tok/s floor`` for a better variant passed over for speed."""
+    best = _best(e)
+    s = speeds.get(id(best)) if best is not None else None
+    if best is None or s is None or floor <= 0 or s.decode_tps >= floor or quality_key(e.variant) >= quality_key(chosen.variant):
+        return None
+    at = f" per stream at {s.streams} streams" if s.streams > 1 else ""
+    return f"would decode ~{s.decode_tps:.1f} tok/s{at} {TIER_WORDS[best.tier]} < the {floor:g} tok/s floor"
+
+
+def _why_not(e: _Eval, chosen: Attempt, speeds: dict[int, Speed] | None = None, floor: float = 0.0) -> str:
     if e.blocked:
         return e.blocked
+    slow = _slow(e, chosen, speeds or {}, floor)
+    if slow:
+        return slow
     best = _best(e)
     if best is None:
         first = e.attempts[0].summary
@@ -154,15 +198,24 @@ def _check(prefs: Preferences) -> None:
         raise BadRequest(f"unknown backend {prefs.backend!r} (auto, llamacpp, vllm)")
 
 
-def _to_plan(a: Attempt, e: _Eval, evals: list[_Eval], prefs: Preferences) -> Plan:
+def _to_plan(a: Attempt, e: _Eval, evals: list[_Eval], snapshot: HardwareSnapshot, prefs: Preferences) -> Plan:
     v = a.variant
-    rejected = tuple((o.variant.name, _why_not(o, a)) for o in evals if o.variant is not v)
-    above = next((o for o in evals if o.variant is not v and quality_key(o.variant) < quality_key(v) and not o.blocked), None)
+    speeds, floor = _speeds(evals), prefs.min_decode_tps
+    rejected = tuple((o.variant.name, _why_not(o, a, speeds, floor)) for o in evals if o.variant is not v)
+    better = [o for o in evals if o.variant is not v and quality_key(o.variant) < quality_key(v) and not o.blocked]
+    # Name the best variant that lost, or, when speed decided, the next better one that was too slow.
+    slow = [o for o in better if _slow(o, a, speeds, floor)]
+    above = slow[-1] if slow else next(iter(better), None)
+    speed = e.speeds.get(id(a))
     reason = a.summary
     if e.calibrated:
         reason += f" (calibrated {'+' if e.calibrated > 0 else '-'}{gib(abs(e.calibrated))} from a measured load)"
+    if speed is not None:
+        reason += f", {speed_text(speed)}"
     if above is not None:
-        reason += f"; {quantization_of(above.variant) or above.variant.name} {_why_not(above, a)}"
+        reason += f"; {quantization_of(above.variant) or above.variant.name} {_why_not(above, a, speeds, floor)}"
+    if speed is not None and 0 < floor and speed.decode_tps < floor:
+        reason += f"; nothing that fits reaches the {floor:g} tok/s floor per stream, so the fastest is chosen"
     f = a.fields
     return Plan(
         model=v.key,
@@ -188,6 +241,12 @@ def _to_plan(a: Attempt, e: _Eval, evals: list[_Eval], prefs: Preferences) -> Pl
         calibration_bytes=e.calibrated or 0,
         swa_full=f.get("swa_full", True),
         speculative=prefs.speculative_ngram and a.backend == "llamacpp",
+        flash_attn=llamacpp_flash_attn(f.get("kv_cache_dtype", "f16")) if a.backend == "llamacpp" else "auto",
+        decode_tps=round(speed.decode_tps, 2) if speed else None,
+        aggregate_tps=round(speed.aggregate_tps, 2) if speed else None,
+        prompt_tps=round(speed.prompt_tps, 1) if speed else None,
+        speed_correction=speed.correction if speed else 1.0,
+        decode_curve=decode_curve(a, snapshot, prefs) if speed else (),
     )
 
 
@@ -226,12 +285,12 @@ def plan(snapshot: HardwareSnapshot, variants: Sequence[Variant], preferences: P
     if not variants:
         return Refusal("?", "the model has no variants")
     evals = [_evaluate(v, snapshot, preferences, calibrations) for v in _ordered(variants)]
-    chosen = _choose(evals)
+    chosen = _choose(evals, preferences.min_decode_tps)
     model = variants[0].family
     if chosen is None:
         return _refusal(model, evals, snapshot, preferences, calibrations)
     e = next(x for x in evals if x.variant is chosen.variant)
-    return _to_plan(chosen, e, evals, preferences)
+    return _to_plan(chosen, e, evals, snapshot, preferences)
 
 
 def plan_all(snapshot: HardwareSnapshot, variants: Sequence[Variant], preferences: Preferences,
@@ -239,16 +298,20 @@ def plan_all(snapshot: HardwareSnapshot, variants: Sequence[Variant], preference
     """One row per variant, best quality first: fits or not, how, why, and the memory breakdown."""
     _check(preferences)
     evals = [_evaluate(v, snapshot, preferences, calibrations) for v in _ordered(variants)]
-    chosen = _choose(evals)
+    floor = preferences.min_decode_tps
+    chosen = _choose(evals, floor)
+    speeds = _speeds(evals)
     rows = []
     for e in evals:
         v = e.variant
         a = chosen if chosen is not None and chosen.variant is v else _best(e)
         shown = a or (e.attempts[0] if e.attempts else None)
+        speed = speeds.get(id(a)) if a is not None else None
+        summary = f"{a.summary}, {speed_text(speed)}" if a is not None and speed is not None else a.summary if a else ""
         if e.blocked or shown is None:
             reason = e.blocked or "no placement"
         elif a is not None:
-            reason = a.summary if chosen is None or a is chosen else f"{a.summary}; not chosen: {_why_not(e, chosen)}"
+            reason = summary if chosen is None or a is chosen else f"{summary}; not chosen: {_why_not(e, chosen, speeds, floor)}"
         else:
             reason = _why_not(e, shown)
         rows.append(PlanRow(
@@ -257,5 +320,7 @@ def plan_all(snapshot: HardwareSnapshot, variants: Sequence[Variant], preference
             placement=shown.placement if shown else "-", reason=reason,
             estimated_bytes=sum(m.used for m in shown.memory) if shown else 0,
             memory=shown.memory if shown else (),
+            decode_tps=round(speed.decode_tps, 2) if speed else None,
+            prompt_tps=round(speed.prompt_tps, 1) if speed else None,
         ))
     return tuple(rows)

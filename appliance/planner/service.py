@@ -20,7 +20,7 @@ from appliance.catalog import ArchFacts, Catalog, CatalogVariant, load_catalog
 from appliance.errors import ModelNotFound
 from appliance.hardware import Finding, HardwareSnapshot, detect_hardware, detect_software, software_findings
 from appliance.hardware.ray_cluster import ClusterView, describe, read_cluster
-from appliance.hardware.software import SoftwareInfo
+from appliance.hardware.software import SoftwareInfo, with_offload_probe
 from appliance.hardware.units import GiB
 from appliance.jsontypes import JsonObject
 from appliance.modelfacts import ModelFacts, inspect_gguf, inspect_hf
@@ -128,13 +128,15 @@ def preferences_for(settings: Settings, sw: SoftwareInfo, ctx: int | None = None
         threads=settings.engine_threads,
         memory_budget=int(settings.memory_budget_gib * GiB) if settings.memory_budget_gib else None,
         speculative_ngram=settings.speculative_ngram,
+        kv_cache_dtype=settings.engine_kv_cache_type,
+        min_decode_tps=settings.min_decode_tokens_per_s,
     )
 
 
 def hardware_report(settings: Settings, snapshot: HardwareSnapshot | None = None) -> JsonObject:
     """The doctor's answer: snapshot, software, and every finding (errors first) with its fix."""
     snap = snapshot or detect_hardware()
-    sw = software(settings)
+    sw = with_offload_probe(software(settings))
     view = cluster_view(settings)
     findings = sorted([*snap.findings, *software_findings(sw, snap), *cluster_findings(settings, view)],
                       key=lambda f: SEVERITY_ORDER.get(f.severity, 3))
@@ -142,6 +144,7 @@ def hardware_report(settings: Settings, snapshot: HardwareSnapshot | None = None
         "hardware": snap.to_dict(),
         "cluster": view.to_dict() if view is not None else None,
         "software": {"llamacpp_version": sw.llamacpp_version, "llamacpp_gpu_backends": list(sw.llamacpp_backends),
+                     "llamacpp_flavour": sw.engine_flavour, "llamacpp_gpu_offload": sw.gpu_offload,
                      "vllm_available": sw.vllm_available, "vllm_version": sw.vllm_version},
         "findings": [f.__dict__ for f in findings],
         "ok": not any(f.severity == "error" for f in findings),
@@ -223,6 +226,7 @@ def plan_report(snapshot: HardwareSnapshot, variants: Sequence[Variant], prefs: 
         "model": variants[0].family if variants else None,
         "context": prefs.min_context,
         "parallel": prefs.parallel,
+        "min_decode_tps": prefs.min_decode_tps,
         "plan": decision.to_dict() if isinstance(decision, Plan) else None,
         "refusal": None if isinstance(decision, Plan) else decision.to_dict(),
         "rows": [r.to_dict() for r in rows],

@@ -43,6 +43,10 @@ class CalibrationPoint:
     context: int
     estimated_bytes: int
     measured_bytes: int
+    estimated_decode_tps: float | None = None
+    """The planner's uncorrected decode tokens/s per stream at ``decode_streams`` (None: not measured)."""
+    measured_decode_tps: float | None = None
+    decode_streams: int | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,9 @@ class Preferences:
     instead of 1152 MiB); the driver must then create the context with ``swa_full = plan.swa_full``."""
     speculative_ngram: bool = False
     """llama.cpp: prompt-lookup (n-gram) speculative decoding (the ``speculative_ngram`` setting)."""
+    min_decode_tps: float = 10.0
+    """Interactive floor: decode tokens/s per stream at ``parallel`` streams the chosen variant should reach
+    (the ``min_decode_tokens_per_s`` setting); 0 ranks by quality alone."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +146,19 @@ class Plan:
     """Correction from measured loads already included in ``estimated_bytes`` (0: none applied)."""
     speculative: bool = False
     """llama.cpp: draft tokens by prompt lookup (n-gram) and verify them in the same decode."""
+    flash_attn: str = "auto"
+    """llama.cpp: flash attention ``auto`` (libllama decides per device), ``on`` (needed by a quantized KV cache) or ``off``."""
+    decode_tps: float | None = None
+    """Estimated decode tokens/s of one stream while ``parallel`` streams decode (see :mod:`.speed`)."""
+    aggregate_tps: float | None = None
+    """Estimated decode tokens/s of all ``parallel`` streams together."""
+    prompt_tps: float | None = None
+    """Estimated prompt (prefill) tokens/s."""
+    speed_correction: float = 1.0
+    """Measured-over-estimated factor already in the speeds (1.0: none)."""
+    decode_curve: tuple[float, ...] = ()
+    """The formula's own (uncorrected) decode tokens/s per stream at 1, 2, … streams: what a measured
+    speed at that many streams is compared with (:func:`appliance.planner.calibration.record_decode_speed`)."""
 
     @property
     def calibrated(self) -> bool:
@@ -158,7 +178,7 @@ class Plan:
         values = {k: v for k, v in data.items() if k in known}
         values["memory"] = tuple(DeviceMemory(**m) for m in values.get("memory", ()))
         values["rejected"] = tuple(tuple(r) for r in values.get("rejected", ()))
-        for key in ("devices", "tensor_split"):
+        for key in ("devices", "tensor_split", "decode_curve"):
             values[key] = tuple(values.get(key, ()))
         return cls(**values)
 
@@ -197,6 +217,9 @@ class PlanRow:
     reason: str
     estimated_bytes: int
     memory: tuple[DeviceMemory, ...] = field(default=())
+    decode_tps: float | None = None
+    """Estimated decode tokens/s per stream at the planned parallelism (None: does not fit)."""
+    prompt_tps: float | None = None
 
     def to_dict(self) -> JsonObject:
         return asdict(self)

@@ -91,16 +91,19 @@ class Router:
         make_plan: Callable[[ResolvedVariant], Plan],
         make_engine_process: Callable[[str, Plan], EngineLike],
         on_loaded: Callable[[Instance], Awaitable[None]] | None = None,
+        on_stopping: Callable[[Instance], Awaitable[None]] | None = None,
     ):
         """
         make_plan: plans a load of the installed variant on this box; raises DoesNotFit.
         make_engine_process: builds (not starts) the engine process for a plan.
         on_loaded: called after a load succeeds (calibration, audit).
+        on_stopping: called before an instance's engine is stopped (speed calibration).
         """
         self.settings = settings
         self._make_plan = make_plan
         self._make_engine_process = make_engine_process
         self._on_loaded = on_loaded
+        self._on_stopping = on_stopping
         self.instances: dict[str, Instance] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._capacity = asyncio.Lock()
@@ -171,6 +174,11 @@ class Router:
 
     async def _stop(self, instance: Instance) -> None:
         self.instances.pop(instance.name, None)
+        if self._on_stopping:
+            try:
+                await self._on_stopping(instance)
+            except Exception:
+                log.exception("pre-stop hook failed for %s", instance.name)
         await instance.engine.stop()
 
     async def unload(self, name: str) -> bool:

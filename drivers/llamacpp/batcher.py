@@ -41,6 +41,7 @@ from .context import DecodeContext
 from .embed import EmbedQueue
 from .logprobs import PROMPT_ROWS_PER_STEP, LogprobRecorder, logits_row
 from .model import LoadedModel
+from .params import KvSettings
 from .scheduling import BUSY_STEP_S, LONE_STEP_S, PrefixCache, StepPacer, fair_shares
 from .sampling import drop_first_link
 from .sequence import FINISH_CANCELLED, FINISH_ERROR, FINISH_LENGTH, FINISH_STOP, Event, Sequence, Slot
@@ -55,7 +56,8 @@ class Batcher:
     """The decode loop of one model: generation in ``parallel`` slots, embeddings between steps."""
 
     def __init__(self, model: LoadedModel, *, ctx: int, parallel: int, threads: int, batch_size: int = 256,
-                 spec_ngram: int = 0, spec_draft: int = 8, embedding_only: bool = False) -> None:
+                 spec_ngram: int = 0, spec_draft: int = 8, embedding_only: bool = False,
+                 kv: KvSettings = KvSettings()) -> None:
         self.model = model
         self.n_ctx_slot = ctx
         self.parallel = parallel
@@ -76,13 +78,15 @@ class Batcher:
         self._pacer = StepPacer(MIN_PREFILL_TOKENS)  # tokens per second of decode steps
         self.stats = {"tokens_generated_total": 0, "prompt_tokens_total": 0, "cached_tokens_total": 0,
                       "spec_drafted_total": 0, "spec_accepted_total": 0}
+        # Steps that only decoded (no prompt tokens): how fast streams really decode, for the planner.
+        self._decode_only = {"tokens": 0, "seconds": 0.0, "stream_seconds": 0.0}
         # An embedding-only batcher has no decode context: the engine never submits sequences to it.
         self.context: DecodeContext | None = None
         self._sampler: TokenSampler | None = None
         self._prefix: PrefixCache | None = None
         if not embedding_only:
             self.context = DecodeContext(model, ctx_per_slot=ctx, parallel=parallel, threads=threads,
-                                         n_batch=self.n_batch)
+                                         n_batch=self.n_batch, kv=kv)
             self._sampler = TokenSampler(self.context.ctx, model.info.n_vocab, self._sampled_ready)
             self._prefix = PrefixCache(self.context, self.slots, model.info.n_swa)
 
@@ -139,6 +143,9 @@ class Batcher:
             **self.stats,
             "decode_ms_total": int(self.context.decode_s * 1000) if self.context is not None else 0,
             "step_ms_total": int(self._step_s * 1000),
+            "decode_only_tokens_total": self._decode_only["tokens"],
+            "decode_only_ms_total": int(self._decode_only["seconds"] * 1000),
+            "decode_only_stream_ms_total": int(self._decode_only["stream_seconds"] * 1000),
         }
 
     # -- decode thread ----------------------------------------------------------
@@ -172,6 +179,8 @@ class Batcher:
             embeds.turn(self._runnable(active), bool(active))
             t0 = time.perf_counter()
             n = 0
+            streams = sum(1 for s in active if s.job is None)
+            generated = self.stats["tokens_generated_total"]
             try:
                 n = self._step(active, events)
             except Exception as exc:  # a failed decode fails the running requests, not the worker
@@ -182,6 +191,10 @@ class Batcher:
                 self._loop.call_soon_threadsafe(self._deliver, events, marks)
             dt = time.perf_counter() - t0
             self._step_s += dt
+            if n == 0 and streams and self.stats["tokens_generated_total"] > generated:
+                self._decode_only["tokens"] += self.stats["tokens_generated_total"] - generated
+                self._decode_only["seconds"] += dt
+                self._decode_only["stream_seconds"] += dt * streams
             self._pacer.observe(n, dt)
             embeds.decoded(dt)
         if self._sampler is not None:

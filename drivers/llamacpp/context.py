@@ -12,13 +12,16 @@ import llama_cpp.llama_cpp as ll
 
 from .errors import DecodeFailure
 from .model import LoadedModel
+from .params import KvSettings
 
 
 class DecodeContext:
     """``parallel`` sequences of ``ctx_per_slot`` tokens each in one KV cache, decoded ``n_batch`` tokens at a time."""
 
-    def __init__(self, model: LoadedModel, *, ctx_per_slot: int, parallel: int, threads: int, n_batch: int) -> None:
+    def __init__(self, model: LoadedModel, *, ctx_per_slot: int, parallel: int, threads: int, n_batch: int,
+                 kv: KvSettings = KvSettings()) -> None:
         p = ll.llama_context_default_params()
+        kv.apply(p)
         p.n_ctx = ctx_per_slot * parallel
         p.n_batch = n_batch
         p.n_ubatch = n_batch
@@ -29,7 +32,8 @@ class DecodeContext:
         p.no_perf = True
         self.ctx = ll.llama_init_from_model(model.ptr, p)
         if not self.ctx:
-            raise DecodeFailure("llama.cpp could not create the context (out of memory?)")
+            raise DecodeFailure(f"llama.cpp could not create the context with a {kv.kv_type} KV cache and flash attention "
+                                f"{kv.flash_attn} (out of memory, or a combination this build does not support)")
         self.mem = ll.llama_get_memory(self.ctx)
         self.batch = ll.llama_batch_init(n_batch, 0, 1)
         b = self.batch

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from appliance.drivers import EnginePlan, EngineSettings
+from appliance.drivers.llamacpp.placement import Placement, placement_of
 
 #: n-gram size for prompt-lookup drafts when a plan asks for speculative decoding.
 SPEC_NGRAM = 3
@@ -22,7 +23,9 @@ def worker_command(plan: EnginePlan, socket_path: str | Path, python: str = sys.
 
     Required plan attributes: ``model_path``, ``context`` (tokens per request),
     ``parallel``, ``threads``, ``n_gpu_layers``, ``model`` (served name).
-    Optional: ``speculative`` (bool), ``batch_size`` (int), ``embedding`` (bool).
+    Optional: ``speculative`` (bool), ``batch_size`` (int), ``embedding`` (bool), and the
+    placement (``devices``, ``tensor_split``, ``kv_cache_dtype``, ``flash_attn``, ``swa_full``;
+    see :func:`placement`).
     """
     argv = [
         python, "-m", "appliance.drivers.llamacpp.worker",
@@ -33,6 +36,7 @@ def worker_command(plan: EnginePlan, socket_path: str | Path, python: str = sys.
         "--parallel", str(int(plan.parallel)),
         "--threads", str(int(plan.threads)),
         "--n-gpu-layers", str(int(plan.n_gpu_layers)),
+        *placement(plan).args,
     ]
     batch = getattr(plan, "batch_size", None)
     if batch:
@@ -42,6 +46,24 @@ def worker_command(plan: EnginePlan, socket_path: str | Path, python: str = sys.
     if getattr(plan, "embedding", False):
         argv.append("--embedding")
     return argv
+
+
+def placement(plan: EnginePlan) -> Placement:
+    """The plan's devices, layer split, KV cache type and attention kernel, as environment and flags."""
+    return placement_of(
+        devices=tuple(getattr(plan, "devices", ("cpu",)) or ("cpu",)),
+        n_gpu_layers=int(plan.n_gpu_layers),
+        tensor_split=tuple(getattr(plan, "tensor_split", ()) or ()),
+        kv_type=str(getattr(plan, "kv_cache_dtype", "f16") or "f16"),
+        flash_attn=str(getattr(plan, "flash_attn", "auto") or "auto"),
+        swa_full=bool(getattr(plan, "swa_full", True)),
+    )
+
+
+def worker_environment(plan: EnginePlan) -> dict[str, str]:
+    """The worker's added environment: thread pools sized to the plan, and only the plan's GPUs visible."""
+    # libllama's own OpenMP/BLAS pools must not oversubscribe the cores the plan gave us.
+    return {"OMP_NUM_THREADS": str(int(plan.threads)), **placement(plan).env}
 
 
 class LlamaCppDriver:
@@ -56,8 +78,7 @@ class LlamaCppDriver:
         return worker_command(plan, socket_path)
 
     def environment(self, plan: EnginePlan, settings: EngineSettings | None = None) -> dict[str, str]:
-        # libllama's own OpenMP/BLAS pools must not oversubscribe the cores the plan gave us.
-        return {"OMP_NUM_THREADS": str(int(plan.threads))}
+        return worker_environment(plan)
 
     def client_headers(self, plan: EnginePlan) -> dict[str, str]:
         """None: the worker's socket is reachable by the daemon's user only (mode 0600)."""

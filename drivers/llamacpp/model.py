@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import llama_cpp.llama_cpp as ll
 
 from .errors import ModelLoadError
+from .params import GpuPlacement
 
 _LOG_LEVEL_ERROR = 4  # GGML_LOG_LEVEL_ERROR
 _LOG_LEVEL_CONT = 5  # continues the previous message (progress dots)
@@ -57,8 +58,12 @@ class ModelInfo:
 class LoadedModel:
     """Owns a ``llama_model`` and answers tokenizer questions about it."""
 
-    def __init__(self, path: str, *, n_gpu_layers: int = 0, vocab_only: bool = False) -> None:
-        """Load ``path``; with ``vocab_only`` just the vocabulary and metadata (no weights: for counting tokens)."""
+    def __init__(self, path: str, *, n_gpu_layers: int = 0, vocab_only: bool = False,
+                 gpu: GpuPlacement | None = None) -> None:
+        """Load ``path``; with ``vocab_only`` just the vocabulary and metadata (no weights: for counting tokens).
+
+        ``gpu``: how the offloaded layers spread over the visible GPUs (libllama's defaults when None).
+        """
         if not os.path.isfile(path):
             raise ModelLoadError(f"model file not found: {os.path.basename(path)}")
         quiet_llama_logs()
@@ -66,6 +71,8 @@ class LoadedModel:
         params = ll.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only
+        # The split array lives as long as the model: libllama keeps the params it was loaded with.
+        self._tensor_split = gpu.apply(params) if gpu is not None else None
         self.ptr = ll.llama_model_load_from_file(path.encode(), params)
         if not self.ptr:
             raise ModelLoadError(f"llama.cpp could not load {os.path.basename(path)} (corrupt or unsupported GGUF)")

@@ -18,6 +18,7 @@ from .chat_output import ChatOutput
 from .errors import ContextLengthExceeded, GrammarError
 from .logprobs import LogprobRecorder
 from .model import LoadedModel
+from .params import GpuPlacement, KvSettings
 from .prompts import PromptBuilder
 from .protocol import GenRequest, Shaper
 from .sampling import build_chain, build_grammar, free_chain, has_penalties
@@ -43,6 +44,8 @@ class WorkerConfig:
     batch_size: int = 256
     spec_ngram: int = 0
     embedding: bool = False
+    gpu: GpuPlacement = GpuPlacement()
+    kv: KvSettings = KvSettings()
 
 
 class WorkerEngine:
@@ -50,7 +53,7 @@ class WorkerEngine:
 
     def __init__(self, cfg: WorkerConfig) -> None:
         self.cfg = cfg
-        self.model = LoadedModel(cfg.model_path, n_gpu_layers=cfg.n_gpu_layers)
+        self.model = LoadedModel(cfg.model_path, n_gpu_layers=cfg.n_gpu_layers, gpu=cfg.gpu)
         try:
             self.prompts = PromptBuilder(self.model)
             self.chat = self.prompts.chat
@@ -63,7 +66,7 @@ class WorkerEngine:
             self._eog = self.model.eog_tokens() if not cfg.embedding else []
             self.batcher = Batcher(self.model, ctx=cfg.ctx, parallel=cfg.parallel, threads=cfg.threads,
                                    batch_size=cfg.batch_size, spec_ngram=cfg.spec_ngram,
-                                   embedding_only=cfg.embedding)
+                                   embedding_only=cfg.embedding, kv=cfg.kv)
         except BaseException:
             self.model.close()
             raise

@@ -35,6 +35,8 @@ from appliance.jsontypes import JsonObject, JsonValue
 from .chat_output import ChatOutput
 from .errors import DecodeFailure, EmbeddingError, MethodNotAllowed, ModelLoadError, PayloadTooLarge, WorkerError
 from .logprobs import LogprobView, joined
+from .params import SPLIT_MODES, GpuPlacement, KvSettings
+from .placement import FLASH_ATTN_MODES, KV_CACHE_TYPES, is_quantized_kv
 from .protocol import DONE, GenRequest, Shaper, parse_chat, parse_completion, sse, usage_dict
 from .sequence import FINISH_CANCELLED, FINISH_ERROR, FINISH_LENGTH, Sequence
 from .service import WorkerConfig, WorkerEngine
@@ -301,13 +303,36 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--batch-size", type=int, default=256, help="max tokens per decode step")
     ap.add_argument("--spec-ngram", type=int, default=0, help="prompt-lookup speculative n-gram size (0 = off)")
     ap.add_argument("--embedding", action="store_true", help="serve /v1/embeddings only")
+    ap.add_argument("--split-mode", choices=SPLIT_MODES, default="layer",
+                    help="how layers spread over the visible GPUs (none: all on --main-gpu)")
+    ap.add_argument("--main-gpu", type=int, default=0, help="visible GPU index for split-mode none")
+    ap.add_argument("--tensor-split", type=_fractions, default=(),
+                    help="comma-separated share of the layers per visible GPU (e.g. 0.6,0.4)")
+    ap.add_argument("--kv-type", choices=KV_CACHE_TYPES, default="f16", help="KV cache element type (K and V)")
+    ap.add_argument("--flash-attn", choices=FLASH_ATTN_MODES, default="auto", help="flash attention kernel")
+    ap.add_argument("--swa-full", action=argparse.BooleanOptionalAction, default=True,
+                    help="full-size KV cache for sliding-window layers")
     args = ap.parse_args(argv)
     for name in ("ctx", "parallel", "threads", "batch_size"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.spec_ngram < 0:
         ap.error("--spec-ngram must be 0 or more")
+    if args.main_gpu < 0:
+        ap.error("--main-gpu must be 0 or more")
+    if is_quantized_kv(args.kv_type) and args.flash_attn == "off":
+        ap.error(f"--kv-type {args.kv_type} needs flash attention (--flash-attn on or auto)")
     return args
+
+
+def _fractions(text: str) -> tuple[float, ...]:
+    try:
+        parts = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
+    if any(x < 0 for x in parts) or not any(parts):
+        raise argparse.ArgumentTypeError("the shares must be non-negative and not all zero")
+    return parts
 
 
 def _bind_unix(path: str) -> socket.socket:
@@ -371,7 +396,10 @@ async def serve(args: argparse.Namespace) -> int:
     serve_task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
     cfg = WorkerConfig(model_path=args.model, served_name=args.served_name, ctx=args.ctx, parallel=args.parallel,
                        threads=args.threads, n_gpu_layers=args.n_gpu_layers, batch_size=args.batch_size,
-                       spec_ngram=args.spec_ngram, embedding=args.embedding)
+                       spec_ngram=args.spec_ngram, embedding=args.embedding,
+                       gpu=GpuPlacement(split_mode=args.split_mode, main_gpu=args.main_gpu,
+                                        tensor_split=args.tensor_split),
+                       kv=KvSettings(kv_type=args.kv_type, flash_attn=args.flash_attn, swa_full=args.swa_full))
     try:
         engine = await asyncio.get_running_loop().run_in_executor(None, WorkerEngine, cfg)
     except (ModelLoadError, DecodeFailure) as exc:

@@ -70,7 +70,8 @@ def test_report_gives_the_error() -> None:
     p = CalibrationPoint("m:v", "llamacpp", 512, 90, 100)
     assert estimation_error(p) == pytest.approx(-0.10)
     assert calibration_report([p]) == [{"variant": "m:v", "backend": "llamacpp", "context": 512, "estimated_bytes": 90,
-                                        "measured_bytes": 100, "error_pct": -10.0}]
+                                        "measured_bytes": 100, "error_pct": -10.0, "decode_streams": None,
+                                        "estimated_decode_tps": None, "measured_decode_tps": None}]
 
 
 def test_planner_uses_the_stored_rows(engine) -> None:
@@ -82,7 +83,7 @@ def test_planner_uses_the_stored_rows(engine) -> None:
     box = HardwareSnapshot.from_json((FIXTURES / "hardware" / "cpu_2core_24g.json").read_text())
     data = json.loads((FIXTURES / "models" / "gemma-3-270m.json").read_text())
     q4 = Variant("gemma-3-270m", "q4_k_m", "gguf", "Q4_K_M", 253_113_024, ModelFacts.from_dict(data["facts"]))
-    prefs = Preferences(min_context=8192, parallel=1)
+    prefs = Preferences(min_context=8192, parallel=1, min_decode_tps=0)
     first = plan(box, [q4], prefs, load_calibrations(engine))
     assert isinstance(first, Plan) and not first.calibrated
     record_load(engine, first, first.estimated_bytes + 64 * MiB)

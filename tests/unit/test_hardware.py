@@ -293,5 +293,5 @@ def test_software_findings_for_a_cpu_only_llamacpp_beside_gpus() -> None:
     snap = HardwareSnapshot.from_json((FIXTURES / "nvidia_l4_24g.json").read_text())
     findings = software_findings(SoftwareInfo("0.3.36", (), False), snap)
     errors = [f for f in findings if f.severity == "error"]
-    assert errors and "-DGGML_CUDA=on" in (errors[0].fix or "")
+    assert errors and "--rebuild-engine" in (errors[0].fix or "")
     assert any(f.component == "vllm" and f.severity == "warning" for f in findings)

@@ -39,5 +39,6 @@ def test_driver_protocol():
     d = get_driver("llamacpp")
     assert isinstance(d, LlamaCppDriver)
     assert d.health_path == "/health" and "/v1/chat/completions" in d.routes
-    assert d.command(_plan(), "/s")[-1] == "0"
-    assert d.environment(_plan(), None) == {"OMP_NUM_THREADS": "2"}
+    argv = d.command(_plan(), "/s")
+    assert argv[argv.index("--n-gpu-layers") + 1] == "0"
+    assert d.environment(_plan(), None)["OMP_NUM_THREADS"] == "2"

@@ -56,7 +56,8 @@ def variants(family: str) -> list[Variant]:
     ]
 
 
-LLAMACPP = Preferences(min_context=8192, parallel=1, memory_margin=GiB, vllm_available=False)
+# Memory decisions: the interactive speed floor is off here (tests/unit/test_planner_speed.py covers it).
+LLAMACPP = Preferences(min_context=8192, parallel=1, memory_margin=GiB, vllm_available=False, min_decode_tps=0)
 
 # (machine, family) -> (variant, n_gpu_layers, devices) or None for a refusal.
 # "-1" = every layer and the output head on the GPU(s); 0 = CPU.
@@ -243,7 +244,8 @@ def test_reason_names_the_rejected_higher_quality_variant() -> None:
     assert isinstance(p, Plan)
     # "Q4_K_M, 8k ctx, all 64 layers on GPU0, 1.6 GiB headroom; Q5_K_M needs ... usable on GPU0"
     # headroom = 24_152_899_584 - 22_396_362_295 = 1_756_537_289 = 1.64 GiB
-    assert p.reason.startswith("Q4_K_M, 8k ctx, all 64 layers on GPU0, 1.6 GiB headroom; Q8_0 ")
+    assert p.reason.startswith("Q4_K_M, 8k ctx, all 64 layers on GPU0, 1.6 GiB headroom, ~")  # then the speed estimate
+    assert "; Q8_0 " in p.reason
     rejected = dict(p.rejected)
     # Q5_K_M on GPU0 needs 25_726_132_574 B = 24.0 GiB > 23_079_157_760 B = 21.5 GiB usable; a partial
     # offload would hold floor((24_152_899_584 - 1 GiB - 512 MiB - 247_463_936) / 379_751_322.4 = 58.7) layers.

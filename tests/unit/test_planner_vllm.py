@@ -19,7 +19,8 @@ from appliance.planner.plan import Plan, Preferences, Variant, plan
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 MiB = 1 << 20
-VLLM = Preferences(min_context=8192, parallel=1, memory_margin=GiB, vllm_available=True)
+# Memory decisions: the interactive speed floor is off here (tests/unit/test_planner_speed.py covers it).
+VLLM = Preferences(min_context=8192, parallel=1, memory_margin=GiB, vllm_available=True, min_decode_tps=0)
 
 
 def machine(name: str) -> HardwareSnapshot:

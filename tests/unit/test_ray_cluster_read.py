@@ -76,7 +76,7 @@ def test_the_recorded_cluster_plans_a_70b_model_over_two_nodes() -> None:
     view = parse_probe_output("127.0.0.1:46379", RECORDED)
     assert view.local is not None
     prefs = Preferences(min_context=8192, parallel=1, memory_margin=GiB, vllm_available=True, ray_address="127.0.0.1:46379",
-                        cluster=view.nodes)
+                        cluster=view.nodes, min_decode_tps=0)
     p = plan(view.local, _variants("llama-3.1-70b"), prefs)
     assert isinstance(p, Plan)
     assert (p.variant, p.tensor_parallel_size, p.pipeline_parallel_size, p.distributed_executor) == ("fp8", 2, 2, "ray")

@@ -115,3 +115,21 @@ async def test_unknown_model():
     with pytest.raises(ModelNotFound):
         async with router.lease(resolve("nope")):
             pass
+
+
+async def test_the_pre_stop_hook_sees_the_engine_still_running():
+    """Speed calibration reads the engine's counters before it stops; a failing hook never blocks the stop."""
+    log: list = []
+    settings = SimpleNamespace(max_loaded_instances=1, memory_budget_gib=None, queue_size=4, queue_timeout_seconds=1)
+
+    async def before_stop(instance):
+        log.append(("hook", instance.name, instance.engine.state))
+        raise RuntimeError("stats unreadable")
+
+    router = Router(settings, make_plan=lambda target: Plan(), make_engine_process=lambda n, p: StandInEngine(n, log),
+                    on_stopping=before_stop)
+    await router.load(resolve("a"))
+    await router.load(resolve("b"))  # evicts a
+    await router.unload("b:q4")
+    assert [e for e in log if e[0] != "start"] == [("hook", "a:q4", "ready"), ("stop", "a:q4"),
+                                                  ("hook", "b:q4", "ready"), ("stop", "b:q4")]

@@ -272,7 +272,7 @@ def test_every_vllm_plan_of_the_planner_builds(snapshot, variants):
     from appliance.planner.plan import Preferences, plan
 
     for backend in ("auto", "vllm"):
-        result = plan(snapshot, variants, Preferences(min_context=4096, parallel=4, vllm_available=True, backend=backend))
+        result = plan(snapshot, variants, Preferences(min_context=4096, parallel=4, vllm_available=True, backend=backend, min_decode_tps=0))
         if getattr(result, "backend", None) != "vllm":
             continue
         argv = build_args(result, SOCKET, settings())
