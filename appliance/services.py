@@ -26,6 +26,7 @@ from appliance.drivers import get_driver
 from appliance.hardware.energy import EnergyMeter
 from appliance.metering.admin import QuotaService
 from appliance.metering.meter import Meter
+from appliance.planner.service import hub_chooser
 from appliance.planner.types import Plan
 from appliance.serving.engines import EngineProcess
 from appliance.serving.gateway import Gateway
@@ -47,7 +48,7 @@ class Services:
         self.keyring = KeyRing(self.db)
         self.audit = AuditTrail(self.db)
         self.jobs = JobRegistry(self.db)
-        self.store = ModelStore(settings, self.db, is_loaded=self.is_loaded)
+        self.store = ModelStore(settings, self.db, is_loaded=self.is_loaded, choose=hub_chooser(settings, self.db))
         self.names = ModelNames(settings, self.db, self.store)
         self.meter = Meter(settings, self.db)
         self.metrics = self.meter.metrics

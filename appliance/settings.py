@@ -99,7 +99,23 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Hosts on loopback or private networks that model pulls may reach (SSRF defence). Empty: none.",
     )
+    hub_url: str = Field(
+        default="https://huggingface.co",
+        description="Hugging Face hub (or a mirror speaking its HTTP API) that `hf:ORG/REPO` pulls list and download from. The SSRF rules of pulls apply to it and to every redirect.",
+    )
+    hub_token_file: Path | None = Field(
+        default=None,
+        description="File holding the hub token for gated or private repositories (keep it mode 0600). Read at each pull; sent only to hub_url's host, never to a redirect target, never logged.",
+    )
+    offline: bool = Field(default=False, description="Make no outbound request at all: pulls are refused; models come in by import or offline bundle.")
     session_secret: str | None = Field(default=None, description="Secret for console session cookies. Unset: generated once and kept in the data dir.")
+
+    @field_validator("hub_url")
+    @classmethod
+    def _hub_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")) or any(ord(c) < 33 for c in value):
+            raise ValueError("hub_url must be an http:// or https:// URL")
+        return value.rstrip("/")
 
     @field_validator("data_dir")
     @classmethod

@@ -22,8 +22,10 @@ from litestar.response import ServerSentEvent, ServerSentEventMessage
 
 from appliance.api.access import Access, requires
 from appliance.db.audit import AuditTrail
+from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject
 from appliance.serving.names import ModelNames
+from appliance.store.hub.spec import is_hub_spec
 from appliance.store.jobs import Job, JobContext, JobRegistry
 from appliance.store.store import ModelStore, VariantInfo
 
@@ -32,7 +34,7 @@ _HEAVY_FACTS = ("chat_template",)
 
 
 class PullRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    url: str | None = None
+    url: str | None = None  # a GGUF file's URL, or a hub spec hf:ORG/REPO[:QUANT|/FILE][@REVISION]
     sha256: str | None = None
     name: str | None = None
 
@@ -104,6 +106,11 @@ class ModelsController(Controller):
 
     @post("/pull", status_code=202, sync_to_thread=True)
     def pull(self, store: ModelStore, changes: StoreChanges, data: PullRequest) -> JsonObject:
+        if is_hub_spec(data.url):
+            if data.sha256 is not None:
+                raise BadRequest("a hub pull takes each file's sha256 from the hub's listing", param="sha256")
+            hub = store.prepare_hub_pull(data.url, name=data.name)  # type: ignore[arg-type]
+            return {**changes.start("pull", hub.name, lambda ctx: store.pull_hub(hub, ctx=ctx)), "hub": hub.to_dict()}
         url, sha256, family, variant = store.prepare_pull(data.url, sha256=data.sha256, name=data.name)
         name = f"{family}:{variant}"
         return changes.start("pull", name, lambda ctx: store.pull(url, sha256=sha256, name=name, ctx=ctx))

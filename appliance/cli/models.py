@@ -88,10 +88,14 @@ def register(group: click.Group) -> None:
     @click.option("--detach", is_flag=True, help="Start the job and return.")
     @click.pass_context
     def pull(ctx: click.Context, url_or_name: str, sha256: str | None, name: str | None, detach: bool) -> None:
-        """Download a GGUF file by URL, or a catalog variant by name (family:variant). Resumes an interrupted pull."""
-        is_url = "://" in url_or_name
+        """Download a GGUF file by URL, a hub model (hf:ORG/REPO[:QUANT|/FILE][@REVISION]) or a catalog variant by
+        name (family:variant). Resumes an interrupted pull."""
+        is_url = "://" in url_or_name or url_or_name.startswith("hf:")
         body = {"url": url_or_name if is_url else None, "sha256": sha256, "name": name if is_url else (name or url_or_name)}
         job = request(ctx, "POST", "/admin/models/pull", json=body)
+        hub = job.get("hub")
+        if hub:
+            click.echo(f"{hub['name']} from {hub['source']}: {_size(hub['size_bytes'])} in {hub['files']} file(s); {hub['reason']}")
         _done(_follow(ctx, job, detach), "Pulled")
 
     @models.command("import")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from appliance.errors import BadRequest
 from appliance.store.errors import UnsafePath
+from appliance.store.split_gguf import part_name
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 MAX_NAME = 129  # family + ":" + variant
@@ -88,6 +89,11 @@ class StoreLayout:
 
     def gguf_file(self, family: str, variant: str) -> Path:
         return self.inside(self.variant_dir(family, variant) / f"{family}-{variant}.gguf")
+
+    def gguf_parts(self, family: str, variant: str, count: int) -> list[Path]:
+        """The parts of a split GGUF variant, named as llama.cpp looks for them beside the first."""
+        vdir = self.variant_dir(family, variant)
+        return [self.inside(vdir / part_name(f"{family}-{variant}", number, count)) for number in range(1, count + 1)]
 
     def partial_file(self, family: str, variant: str) -> Path:
         final = self.gguf_file(family, variant)

@@ -36,8 +36,13 @@ from appliance.errors import BadRequest, Conflict, ModelNotFound
 from appliance.settings import Settings
 from appliance.store import imports as imp
 from appliance.store import quantize as quantizer
+from appliance.store import split_gguf
 from appliance.store.download import Downloader
-from appliance.store.errors import ModelCorrupt, ModelNotReady, RefusedImport
+from appliance.store.errors import ModelCorrupt, ModelNotReady, Offline, RefusedImport
+from appliance.store.hub.client import HubClient
+from appliance.store.hub.credentials import HubCredentials
+from appliance.store.hub.pulls import Chooser, HubPull, plan_pull, run_pull
+from appliance.store.hub.spec import is_hub_spec, parse_spec
 from appliance.store.installs import BusyNames, Installer
 from appliance.store.jobs import JobContext, NullContext
 from appliance.store.paths import StoreLayout, parse_name
@@ -54,8 +59,9 @@ class ModelStore:
     """``ModelStore(settings, db_engine, is_loaded=...)``; ``is_loaded(name) -> bool`` guards deletes."""
 
     def __init__(self, settings: Settings, db_engine: Engine, *, is_loaded: Callable[[str], bool] | None = None,
-                 catalog: Catalog | None = None):
+                 catalog: Catalog | None = None, choose: Chooser | None = None):
         self.settings = settings
+        self.choose = choose
         self.db = db_engine
         self.layout = StoreLayout(settings.store_dir)
         self.is_loaded = is_loaded or (lambda _name: False)
@@ -98,6 +104,9 @@ class ModelStore:
     # ------------------------------------------------------------ installs
     def prepare_pull(self, url: str | None = None, *, sha256: str | None = None, name: str | None = None) -> tuple[str, str | None, str, str]:
         """Check a pull before it becomes a job: (url, sha256, family, variant). Raises 4xx errors."""
+        self._refuse_offline()
+        if is_hub_spec(url):
+            raise BadRequest("a hub pull (hf:ORG/REPO) is prepared with prepare_hub_pull", param="url", code="invalid_url")
         if sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", sha256 or ""):
             raise BadRequest("sha256 must be 64 hex digits", param="sha256", code="invalid_sha256")
         family = variant = None
@@ -129,7 +138,7 @@ class ModelStore:
              ctx: JobContext | None = None) -> VariantInfo:
         """Download a GGUF file by URL (or a catalog name) into the store; resumes an earlier partial pull."""
         ctx = ctx or NullContext()
-        url, sha256, family, variant = self.prepare_pull(url, sha256=sha256, name=name)
+        url, sha256, family, variant = self.prepare_pull(url, sha256=sha256, name=name)  # refuses when offline
         allow = self.settings.allow_private_pull_hosts
 
         def download(partial: Path) -> str:
@@ -138,6 +147,32 @@ class ModelStore:
         # A cancelled or dropped pull keeps its partial file and row, so pulling again resumes.
         return self.installer.install_gguf(family, variant, source=url, ctx=ctx, write=download,
                                            resumable=lambda exc: not isinstance(exc, BadRequest))  # bad bytes are never kept
+
+    def hub(self) -> HubClient:
+        """A client of the configured hub, with the token as it is in its file now."""
+        settings = self.settings
+        return HubClient(settings.hub_url, allow=settings.allow_private_pull_hosts,
+                         credentials=HubCredentials.from_file(settings.hub_url, settings.hub_token_file))
+
+    def prepare_hub_pull(self, spec: str, *, name: str | None = None) -> HubPull:
+        """List a hub repository and decide what ``hf:ORG/REPO[:QUANT|/FILE]`` pulls; raises 4xx errors."""
+        self._refuse_offline()
+        parsed = parse_spec(spec)
+        client = self.hub()
+        check_url(client.base, self.settings.allow_private_pull_hosts)
+        pull = plan_pull(client, parsed, name=name, choose=self.choose)
+        self.registry.refuse_installed(pull.family, pull.variant)
+        return pull
+
+    def pull_hub(self, pull: HubPull, *, ctx: JobContext | None = None) -> VariantInfo:
+        """Download what :meth:`prepare_hub_pull` chose; an interrupted pull resumes when pulled again."""
+        self._refuse_offline()
+        return run_pull(pull, self.hub(), self.installer, ctx or NullContext())
+
+    def _refuse_offline(self) -> None:
+        if self.settings.offline:
+            raise Offline("the appliance is offline (setting offline = true): it makes no outbound request, so models "
+                          "cannot be pulled; import a file, a folder or an offline bundle instead", param="url")
 
     def prepare_import(self, path: str, name: str | None = None) -> tuple[Path, str, str, str]:
         """Check an import before it becomes a job: (source, format, family, variant)."""
@@ -191,7 +226,9 @@ class ModelStore:
             path = self.layout.absolute(info.path)
             ctx.stage("hashing")
             try:
-                if info.format == "gguf":
+                if info.format == "gguf" and split_gguf.is_split(path):
+                    digest, size = split_gguf.hash_parts(path, ctx)
+                elif info.format == "gguf":
                     digest, size = imp.hash_file(path, ctx, total=info.size_bytes), path.stat().st_size
                 else:
                     digest, size = imp.hash_tree(path, ctx)
@@ -237,7 +274,7 @@ class ModelStore:
 def _size_on_disk(path: Path, fmt: str) -> int:
     try:
         if fmt == "gguf":
-            return path.stat().st_size
+            return split_gguf.size_of(path)
         return sum(f.size for f in imp.tree_files(path))
     except OSError:
         return -1
