@@ -18,13 +18,14 @@ from typing import AsyncIterator, Callable
 import msgspec
 from litestar import Controller, Request, delete, get, post
 from litestar.di import Provide
-from litestar.response import ServerSentEvent, ServerSentEventMessage
+from litestar.response import ServerSentEvent, ServerSentEventMessage, Stream
 
 from appliance.api.access import Access, requires
 from appliance.db.audit import AuditTrail
 from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject
 from appliance.serving.names import ModelNames
+from appliance.store.bundles import bundle_stream
 from appliance.store.hub.spec import is_hub_spec
 from appliance.store.jobs import Job, JobContext, JobRegistry
 from appliance.store.store import ModelStore, VariantInfo
@@ -128,6 +129,15 @@ class ModelsController(Controller):
         entry = store.catalog.variant(info.family, info.variant)
         out["catalog"] = entry.model_dump(mode="json") if entry is not None else None
         return out
+
+    @get("/{name:str}/bundle", sync_to_thread=True)
+    def export_bundle(self, store: ModelStore, changes: StoreChanges, name: str) -> Stream:
+        """An offline bundle of the variant: a tar of ``manifest.json`` (sizes, sha256, facts) and its files."""
+        manifest, files = store.export_bundle(name)
+        changes.record("model.export", manifest["name"])
+        filename = f"{manifest['family']}-{manifest['variant']}.tar"
+        return Stream(bundle_stream(manifest, files), media_type="application/x-tar",
+                      headers={"Content-Disposition": f'attachment; filename="{filename}"'})
 
     @delete("/{name:str}", status_code=200, sync_to_thread=True)
     def delete_model(self, store: ModelStore, changes: StoreChanges, name: str) -> JsonObject:

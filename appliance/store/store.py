@@ -25,6 +25,7 @@ import logging
 import os
 import re
 import shutil
+import uuid
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
@@ -33,10 +34,13 @@ from sqlalchemy import Engine
 
 from appliance.catalog import Catalog, load_catalog
 from appliance.errors import BadRequest, Conflict, ModelNotFound
+from appliance.jsontypes import JsonObject
 from appliance.settings import Settings
+from appliance.store import bundles
 from appliance.store import imports as imp
 from appliance.store import quantize as quantizer
 from appliance.store import split_gguf
+from appliance.store.disk import check_free_space
 from appliance.store.download import Downloader
 from appliance.store.errors import ModelCorrupt, ModelNotReady, Offline, RefusedImport
 from appliance.store.hub.client import HubClient
@@ -179,6 +183,12 @@ class ModelStore:
         source = imp.check_source_path(path)
         if source.resolve().is_relative_to(self.layout.root):
             raise BadRequest("that path is already inside the model store", param="path", code="invalid_path")
+        if source.is_file() and bundles.is_bundle(source):
+            manifest = bundles.read_manifest(source)
+            family, variant = parse_name(name) if name is not None else (manifest.family, manifest.variant)
+            family, variant = family or manifest.family, variant or manifest.variant
+            self.registry.refuse_installed(family, variant)
+            return source, "bundle", family, variant
         fmt = "safetensors" if source.is_dir() else "gguf"
         if fmt == "safetensors":
             imp.scan_hf_folder(source)  # refuse code, pickles and remote code now, not in the job
@@ -197,9 +207,44 @@ class ModelStore:
         """Copy a local GGUF file or HF safetensors folder into the store (inspected, hashed, atomic)."""
         ctx = ctx or NullContext()
         source, fmt, family, variant = self.prepare_import(path, name)
+        if fmt == "bundle":
+            return self._import_bundle(source, family, variant, ctx)
         if fmt == "gguf":
             return self.installer.import_gguf(source, family, variant, ctx)
         return self.installer.import_hf(source, family, variant, ctx)
+
+    def _import_bundle(self, source: Path, family: str, variant: str, ctx: JobContext) -> VariantInfo:
+        """Unpack and verify an offline bundle in the store's trash, then install its files along the one path."""
+        manifest = bundles.read_manifest(source)
+        check_free_space(self.layout.root, manifest.size_bytes)
+        work = self.layout.trash_dir() / f"bundle-{uuid.uuid4().hex}"
+        work.mkdir(mode=0o700)
+        try:
+            manifest, digests = bundles.unpack_bundle(source, work, ctx)
+
+            def move(relative: str, target: Path) -> str:
+                os.replace(self.layout.inside(work / relative), target)
+                return digests[relative]
+
+            origin = f"bundle:{manifest.source or manifest.name}"
+            files = manifest.files
+            if manifest.format == "safetensors":
+                return self.installer.install_hf_files(family, variant, source=origin, ctx=ctx,
+                                                       files=[(f.path, f.size) for f in files], write=move)
+            if len(files) == 1:
+                return self.installer.install_gguf(family, variant, source=origin, ctx=ctx, expected_sha256=files[0].sha256,
+                                                   write=lambda partial: move(files[0].path, partial))
+            return self.installer.install_gguf_parts(family, variant, source=origin, ctx=ctx, count=len(files),
+                                                     write=lambda number, partial: move(files[number - 1].path, partial),
+                                                     resumable=lambda _exc: False)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def export_bundle(self, name: str, *, ctx: JobContext | None = None) -> tuple[JsonObject, list[tuple[str, Path]]]:
+        """An installed variant's bundle manifest and files, after hashing them again (refused if they changed)."""
+        info = self.resolve(name)
+        with self._busy.claim(info.family, info.variant):
+            return bundles.build_manifest(info, ctx or NullContext())
 
     def prepare_quantize(self, name: str, to: str) -> tuple[ResolvedVariant, str]:
         """Check a quantization before it becomes a job: (source variant, target variant name)."""
