@@ -65,7 +65,9 @@ class Services:
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        if self.settings.seed_default_model:
+        if self.settings.store_read_only:
+            self.jobs.submit("scan", None, lambda ctx: {"registered": [i.name for i in self.store.register_found(ctx=ctx)]})
+        elif self.settings.seed_default_model:
             from appliance.store.default_model import seed_default_model
 
             seed_default_model(self.settings, self.store)

@@ -107,6 +107,10 @@ class Settings(BaseSettings):
         default=None,
         description="File holding the hub token for gated or private repositories (keep it mode 0600). Read at each pull; sent only to hub_url's host, never to a redirect target, never logged.",
     )
+    store_read_only: bool = Field(
+        default=False,
+        description="Treat the model store (`models` in the data dir, e.g. a read-only mount) as read-only: the models found there are registered at start and on `appliancectl models scan`; pulls, imports, quantizations and deletes are refused.",
+    )
     offline: bool = Field(default=False, description="Make no outbound request at all: pulls are refused; models come in by import or offline bundle.")
     session_secret: str | None = Field(default=None, description="Secret for console session cookies. Unset: generated once and kept in the data dir.")
 

@@ -122,6 +122,21 @@ class ModelsController(Controller):
         name = f"{family}:{variant}"
         return changes.start("import", name, lambda ctx: store.import_path(data.path, name=name, ctx=ctx))
 
+    @post("/scan", status_code=202, sync_to_thread=True)
+    def scan(self, store: ModelStore, changes: StoreChanges) -> JsonObject:
+        """Read-only store: register the models now in its folder, forget those gone (a job)."""
+        store.check_scannable()
+
+        def work(ctx: JobContext) -> JsonObject:
+            try:
+                return {"registered": [i.name for i in store.register_found(ctx=ctx)]}
+            finally:
+                changes.names.forget()
+
+        job = changes.jobs.submit("scan", None, work)
+        changes.record("model.scan", None, f"job={job.id}")
+        return job.view()
+
     @get("/{name:str}", sync_to_thread=True)
     def inspect(self, store: ModelStore, name: str) -> JsonObject:
         info = store.get(name)

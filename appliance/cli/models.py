@@ -1,4 +1,4 @@
-"""`appliancectl models ls|pull|import|export|rm|verify|inspect|quantize|default|cancel`: the model store.
+"""`appliancectl models ls|pull|import|export|scan|rm|verify|inspect|quantize|default|cancel`: the model store.
 
 Every command calls the running daemon's admin API. Long work (pull, import,
 verify, quantize) runs there as a job; the CLI follows its SSE progress with a
@@ -136,6 +136,17 @@ def register(group: click.Group) -> None:
             raise click.ClickException(f"the export was interrupted: {exc}") from None
         os.replace(partial, target)
         click.echo(f"Exported {name} to {file} ({_size(target.stat().st_size)}).")
+
+    @models.command("scan")
+    @click.option("--detach", is_flag=True, help="Start the job and return.")
+    @click.pass_context
+    def scan(ctx: click.Context, detach: bool) -> None:
+        """Read-only store: register the models now in its folder and forget those gone."""
+        final = _follow(ctx, request(ctx, "POST", "/admin/models/scan"), detach)
+        result = final.get("result") or {}
+        if final["state"] == "done":
+            registered = result.get("registered") or []
+            click.echo(f"Registered {len(registered)} new or changed model(s)" + (f": {', '.join(registered)}" if registered else "."))
 
     @models.command("rm")
     @click.argument("name")

@@ -79,3 +79,9 @@ class Offline(PermissionDenied):
     """The appliance is set ``offline = true``: nothing reaches out, so pulls are refused."""
 
     code = "offline"
+
+
+class StoreReadOnly(PermissionDenied):
+    """The model store is set ``store_read_only = true``: nothing is written to its folder."""
+
+    code = "store_read_only"

@@ -89,7 +89,7 @@ class Installer:
                 if expected_sha256 and digest != expected_sha256:
                     raise ChecksumMismatch(f"sha256 mismatch: expected {expected_sha256}, got {digest}")
                 ctx.stage("inspecting")
-                facts = self._inspect(partial, "gguf")
+                facts = self.inspect(partial, "gguf")
                 size = partial.stat().st_size
                 fsync(partial)
                 os.replace(partial, final)
@@ -130,7 +130,7 @@ class Installer:
                     entries.append((f.relative.as_posix(), size, digest))
                     done += size
                 ctx.stage("inspecting")
-                facts = self._inspect(staging, "safetensors")
+                facts = self.inspect(staging, "safetensors")
                 self._commit_dir(staging, final)
             except BaseException as exc:
                 shutil.rmtree(staging, ignore_errors=True)
@@ -155,7 +155,7 @@ class Installer:
                     entries.append((final.name, 0, write(number, partial)))
                 entries = [(name, partial.stat().st_size, digest) for (name, _, digest), partial in zip(entries, partials)]
                 ctx.stage("inspecting")
-                facts = self._inspect_parts(partials)
+                facts = self.inspect_parts(partials)
                 for final, partial in zip(finals, partials):
                     fsync(partial)
                     os.replace(partial, final)
@@ -194,7 +194,7 @@ class Installer:
                     entries.append((relative, target.stat().st_size, digest))
                 imp.scan_hf_folder(staging)
                 ctx.stage("inspecting")
-                facts = self._inspect(staging, "safetensors")
+                facts = self.inspect(staging, "safetensors")
                 self._commit_dir(staging, final)
             except BaseException as exc:
                 shutil.rmtree(staging, ignore_errors=True)
@@ -257,9 +257,9 @@ class Installer:
         fsync(final.parent, directory=True)
 
     @classmethod
-    def _inspect_parts(cls, parts: list[Path]) -> JsonObject:
+    def inspect_parts(cls, parts: list[Path]) -> JsonObject:
         """Facts of a split model: the first part's metadata, with the tensors of every part (each header checked)."""
-        out = cls._inspect(parts[0], "gguf")
+        out = cls.inspect(parts[0], "gguf")
         tensors = [t for part in parts[1:] for t in read_header(part).tensors]
         out["tensor_bytes"] = (out.get("tensor_bytes") or 0) + sum(t.n_bytes for t in tensors)
         out["nonlayer_bytes"] = (out.get("nonlayer_bytes") or 0) + sum(t.n_bytes for t in tensors if not t.name.startswith("blk."))
@@ -269,7 +269,7 @@ class Installer:
         return out
 
     @staticmethod
-    def _inspect(path: Path, fmt: str) -> JsonObject:
+    def inspect(path: Path, fmt: str) -> JsonObject:
         facts = inspect_gguf(path) if fmt == "gguf" else inspect_hf(path)
         out = facts.to_dict()
         template = facts.chat_template or ""

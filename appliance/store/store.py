@@ -39,10 +39,11 @@ from appliance.settings import Settings
 from appliance.store import bundles
 from appliance.store import imports as imp
 from appliance.store import quantize as quantizer
+from appliance.store import readonly
 from appliance.store import split_gguf
 from appliance.store.disk import check_free_space
 from appliance.store.download import Downloader
-from appliance.store.errors import ModelCorrupt, ModelNotReady, Offline, RefusedImport
+from appliance.store.errors import ModelCorrupt, ModelNotReady, Offline, RefusedImport, StoreReadOnly
 from appliance.store.hub.client import HubClient
 from appliance.store.hub.credentials import HubCredentials
 from appliance.store.hub.pulls import Chooser, HubPull, plan_pull, run_pull
@@ -50,13 +51,13 @@ from appliance.store.hub.spec import is_hub_spec, parse_spec
 from appliance.store.installs import BusyNames, Installer
 from appliance.store.jobs import JobContext, NullContext
 from appliance.store.paths import StoreLayout, parse_name
+from appliance.store.paths import names_from_filename as _names_from_filename
+from appliance.store.paths import slug as _slug
 from appliance.store.pull import check_url
 from appliance.store.registry import VariantRegistry
 from appliance.store.variants import ResolvedVariant, VariantInfo
 
 log = logging.getLogger("appliance.store.store")
-
-_QUANT_SUFFIX = re.compile(r"[-._](f32|f16|bf16|q[2-8]_k(?:_[sml])?|q[4-8]_[01]|iq[1-4]_[a-z]+)$")
 
 
 class ModelStore:
@@ -67,14 +68,16 @@ class ModelStore:
         self.settings = settings
         self.choose = choose
         self.db = db_engine
-        self.layout = StoreLayout(settings.store_dir)
+        self.read_only = settings.store_read_only
+        self.layout = StoreLayout(settings.store_dir, create=not self.read_only)
         self.is_loaded = is_loaded or (lambda _name: False)
         self._catalog = catalog
         self.registry = VariantRegistry(db_engine, lambda: self.catalog)
         self._busy = BusyNames()
         self.installer = Installer(self.layout, self.registry, self._busy)
-        self.installer.empty_trash()
-        self.installer.forget_unfinished()
+        if not self.read_only:
+            self.installer.empty_trash()
+            self.installer.forget_unfinished()
 
     @property
     def catalog(self) -> Catalog:
@@ -108,6 +111,7 @@ class ModelStore:
     # ------------------------------------------------------------ installs
     def prepare_pull(self, url: str | None = None, *, sha256: str | None = None, name: str | None = None) -> tuple[str, str | None, str, str]:
         """Check a pull before it becomes a job: (url, sha256, family, variant). Raises 4xx errors."""
+        self._refuse_writes("url")
         self._refuse_offline()
         if is_hub_spec(url):
             raise BadRequest("a hub pull (hf:ORG/REPO) is prepared with prepare_hub_pull", param="url", code="invalid_url")
@@ -160,6 +164,7 @@ class ModelStore:
 
     def prepare_hub_pull(self, spec: str, *, name: str | None = None) -> HubPull:
         """List a hub repository and decide what ``hf:ORG/REPO[:QUANT|/FILE]`` pulls; raises 4xx errors."""
+        self._refuse_writes("url")
         self._refuse_offline()
         parsed = parse_spec(spec)
         client = self.hub()
@@ -170,8 +175,24 @@ class ModelStore:
 
     def pull_hub(self, pull: HubPull, *, ctx: JobContext | None = None) -> VariantInfo:
         """Download what :meth:`prepare_hub_pull` chose; an interrupted pull resumes when pulled again."""
+        self._refuse_writes("url")
         self._refuse_offline()
         return run_pull(pull, self.hub(), self.installer, ctx or NullContext())
+
+    def register_found(self, *, ctx: JobContext | None = None) -> list[VariantInfo]:
+        """Read-only store: register the models found in its folder (new or changed ones are hashed)."""
+        self.check_scannable()
+        return readonly.register_found(self.layout, self.registry, ctx or NullContext())
+
+    def check_scannable(self) -> None:
+        if not self.read_only:
+            raise Conflict("only a read-only store (setting store_read_only = true) is scanned; install models by "
+                           "pull or import", code="store_writable")
+
+    def _refuse_writes(self, param: str = "name") -> None:
+        if self.read_only:
+            raise StoreReadOnly("the model store is read-only (setting store_read_only = true): the appliance never writes "
+                                "there; add or remove model files in the folder itself, then rescan", param=param)
 
     def _refuse_offline(self) -> None:
         if self.settings.offline:
@@ -180,6 +201,7 @@ class ModelStore:
 
     def prepare_import(self, path: str, name: str | None = None) -> tuple[Path, str, str, str]:
         """Check an import before it becomes a job: (source, format, family, variant)."""
+        self._refuse_writes("path")
         source = imp.check_source_path(path)
         if source.resolve().is_relative_to(self.layout.root):
             raise BadRequest("that path is already inside the model store", param="path", code="invalid_path")
@@ -248,6 +270,7 @@ class ModelStore:
 
     def prepare_quantize(self, name: str, to: str) -> tuple[ResolvedVariant, str]:
         """Check a quantization before it becomes a job: (source variant, target variant name)."""
+        self._refuse_writes()
         source = self.resolve(name)
         target = quantizer.check_request(source, to)
         self.registry.refuse_installed(source.family, target)
@@ -287,6 +310,7 @@ class ModelStore:
 
     def delete(self, name: str) -> None:
         """Remove a variant's files and row. Refused (Conflict) while it is loaded or busy."""
+        self._refuse_writes()
         family, variant = parse_name(name)
         if variant is None:
             raise BadRequest("name the variant to delete: family:variant", param="name", code="invalid_model_name")
@@ -323,21 +347,6 @@ def _size_on_disk(path: Path, fmt: str) -> int:
         return sum(f.size for f in imp.tree_files(path))
     except OSError:
         return -1
-
-
-def _slug(text: str) -> str:
-    slug = re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-._")
-    return (slug or "model")[:64].rstrip("-._") or "model"
-
-
-def _names_from_filename(filename: str) -> tuple[str, str]:
-    """``Llama-3.2-1B-Instruct-Q4_K_M.gguf`` → (``llama-3.2-1b-instruct``, ``q4_k_m``)."""
-    stem = filename[:-5] if filename.lower().endswith(".gguf") else filename
-    stem = stem.lower()
-    match = _QUANT_SUFFIX.search(stem)
-    if match:
-        return _slug(stem[: match.start()]), match.group(1)
-    return _slug(stem), "gguf"
 
 
 __all__ = ["ModelStore", "VariantInfo", "ResolvedVariant", "ModelCorrupt", "ModelNotReady"]
