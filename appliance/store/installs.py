@@ -150,10 +150,8 @@ class Installer:
             partials = [final.with_name(final.name + ".partial") for final in finals]
             row_id = self._begin(family, variant, fmt="gguf", source=source, path=finals[0])
             try:
-                entries = []
-                for number, (final, partial) in enumerate(zip(finals, partials), start=1):
-                    entries.append((final.name, 0, write(number, partial)))
-                entries = [(name, partial.stat().st_size, digest) for (name, _, digest), partial in zip(entries, partials)]
+                digests = [write(number, partial) for number, partial in enumerate(partials, start=1)]
+                entries = [(final.name, partial.stat().st_size, digest) for final, partial, digest in zip(finals, partials, digests)]
                 ctx.stage("inspecting")
                 facts = self.inspect_parts(partials)
                 for final, partial in zip(finals, partials):

@@ -3,6 +3,7 @@ token, served by llama.cpp (which opens the other parts itself), and the token i
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import subprocess
 import sys
@@ -73,3 +74,52 @@ def test_a_gated_split_model_is_pulled_served_and_its_token_never_shown(tmp_path
         assert secret not in dump
         assert secret not in argv
         assert secret not in bodies
+
+
+def _job(admin: object, job_id: int) -> dict:
+    return admin.get(f"/admin/jobs/{job_id}").json()  # type: ignore[attr-defined]
+
+
+def test_a_split_pull_killed_with_the_daemon_resumes_after_a_restart(tmp_path: Path) -> None:
+    import time
+
+    first = make_tiny_gguf(tmp_path / "src" / "Big-Q8_0.gguf", vocab=4096, n_embd=128, split_max_tensors=8)
+    parts = split_gguf.parts_of(first)
+    with RangeServer() as cdn, HubServer(cdn) as hub:
+        hub.add_repo("org/Big-GGUF", {p.name: p for p in parts})
+        for served in cdn.files.values():
+            served.delay_per_chunk, served.chunk = 0.02, 1 << 14
+        daemon = start_daemon(tmp_path, APPLIANCE_HUB_URL=hub.url, APPLIANCE_ALLOW_PRIVATE_PULL_HOSTS='["127.0.0.1"]')
+        try:
+            with daemon.admin() as admin:
+                started = admin.post("/admin/models/pull", json={"url": "hf:org/Big-GGUF"})
+                assert started.status_code == 202, started.text
+                job = started.json()
+                assert job["hub"]["files"] == 3 and job["hub"]["reason"] == "the only GGUF variant of org/Big-GGUF"
+                deadline = time.monotonic() + 120
+                while _job(admin, job["id"])["done_bytes"] < parts[0].stat().st_size + (1 << 15):  # into the second part
+                    assert time.monotonic() < deadline and _job(admin, job["id"])["state"] == "running"
+                    time.sleep(0.05)
+            daemon.kill()  # SIGKILL mid-download
+            store = daemon.data_dir / "models"
+            assert [p.name for p in store.rglob("*.partial")]
+            for served in cdn.files.values():
+                served.delay_per_chunk = 0
+            seen = len(cdn.requests)
+            daemon.start()
+            with daemon.admin() as admin:
+                again = admin.post("/admin/models/pull", json={"url": "hf:org/Big-GGUF"}).json()
+                deadline = time.monotonic() + 120
+                while (state := _job(admin, again["id"]))["state"] not in ("done", "failed"):
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
+                assert state["state"] == "done", state
+                assert state["total_bytes"] == sum(p.stat().st_size for p in parts)
+                info = admin.get("/admin/models/big:q8_0").json()
+        finally:
+            daemon.stop()
+        resumed = [r for r in cdn.requests[seen:] if r["path"].endswith("00002-of-00003.gguf")]
+        assert resumed and resumed[0]["range"] is not None  # picked up where the killed daemon stopped
+    assert info["status"] == "ready" and not list(store.rglob("*.partial")) and not list(store.rglob("*.partial.json"))
+    stored = sorted((store / "big").rglob("*.gguf"))
+    assert [hashlib.sha256(p.read_bytes()).hexdigest() for p in stored] == [hashlib.sha256(p.read_bytes()).hexdigest() for p in parts]

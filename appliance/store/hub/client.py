@@ -9,7 +9,6 @@ to a bound; the listing follows the hub's ``Link: <…>; rel="next"`` pages.
 from __future__ import annotations
 
 import json
-import os
 import re
 import tempfile
 from pathlib import Path
@@ -127,7 +126,6 @@ class HubClient:
                         if got >= length:
                             break
                     f.truncate(file.size)  # sparse: the header's offsets are checked against the real size
-                os.utime(dest)
                 return got
             except httpx.TransportError:
                 return None
