@@ -17,11 +17,12 @@ import uuid
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from appliance.errors import ApplianceError, Conflict, InsufficientStorage
+from appliance.errors import ApplianceError, BadRequest, Conflict, InsufficientStorage
 from appliance.jsontypes import JsonObject
 from appliance.modelfacts import inspect_gguf, inspect_hf
 from appliance.modelfacts.gguf_header import read_header
 from appliance.store import imports as imp
+from appliance.store import split_gguf
 from appliance.store.disk import check_free_space, disk_full, fsync
 from appliance.store.download import remove_partial
 from appliance.store.errors import ChecksumMismatch
@@ -79,6 +80,9 @@ class Installer:
         """
         with self.busy.claim(family, variant):
             final, partial = self.layout.gguf_file(family, variant), self.layout.partial_file(family, variant)
+            if split_gguf.SPLIT_RE.match(final.name):
+                raise BadRequest(f"`{full_name(family, variant)}` ends like a part of a split model (-00001-of-00002); "
+                                 "choose another variant name", param="name", code="invalid_model_name")
             check_free_space(self.layout.root, needed_bytes)
             row_id = self._begin(family, variant, fmt="gguf", source=source, path=final, parent_id=parent_id)
             try:

@@ -86,3 +86,13 @@ def test_the_token_goes_to_the_hub_origin_only() -> None:
         assert creds.headers_for(other) == {}
     assert "hf_secret" not in repr(creds)
     assert HubCredentials("https://hub.example", None).headers_for("https://hub.example/x") == {}
+
+
+def test_a_single_file_variant_may_not_be_named_like_a_split_part(tmp_path) -> None:
+    from tests.ggufkit import make_tiny_gguf
+    from tests.storekit import make_store
+
+    store = make_store(tmp_path / "data")
+    with pytest.raises(BadRequest, match="split model"):
+        store.import_path(str(make_tiny_gguf(tmp_path / "m.gguf")), name="m:x-00001-of-00002")
+    assert store.list() == []
