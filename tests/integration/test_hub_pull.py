@@ -59,6 +59,9 @@ def test_pull_by_name_and_quantization(tmp_path: Path, hub: HubServer, cdn: Rang
     store = _store(tmp_path, hub)
     pull = store.prepare_hub_pull("hf:org/Tiny-GGUF:q8_0")  # any case
     assert pull.name == "tiny:q8_0" and {v["variant"] for v in pull.to_dict()["variants"]} == {"q8_0", "f32"}
+    listed = {v["variant"]: v["files"][0] for v in pull.to_dict()["variants"]}  # every variant with its real size and sha256
+    assert listed["f32"] == {"path": "Tiny-F32.gguf", "size_bytes": ggufs["Tiny-F32.gguf"].stat().st_size,
+                             "sha256": sha256_file(ggufs["Tiny-F32.gguf"])}
     info = store.pull_hub(pull)
     assert info.status == "ready" and info.source == "hf:org/Tiny-GGUF/Tiny-Q8_0.gguf"
     assert info.sha256 == sha256_file(ggufs["Tiny-Q8_0.gguf"]) and info.size_bytes == ggufs["Tiny-Q8_0.gguf"].stat().st_size

@@ -74,7 +74,8 @@ class HubPull:
     def to_dict(self) -> JsonObject:
         return {"name": self.name, "source": self.source, "format": self.format, "size_bytes": self.size_bytes,
                 "files": len(self.files), "reason": self.reason,
-                "variants": [{"variant": s.variant, "quantization": s.quant, "size_bytes": s.size, "parts": len(s.files)}
+                "variants": [{"variant": s.variant, "quantization": s.quant, "size_bytes": s.size,
+                              "files": [{"path": f.path, "size_bytes": f.size, "sha256": f.sha256} for f in s.files]}
                              for s in self.found]}
 
 
