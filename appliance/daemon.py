@@ -44,7 +44,7 @@ class _Server(uvicorn.Server):
 def check_data_dir(settings: Settings) -> None:
     """Create the data dir layout, or fail with a message that says why."""
     try:
-        for path in (settings.data_dir, settings.store_dir, settings.run_dir, settings.log_dir):
+        for path in (settings.data_dir, settings.run_dir, settings.log_dir, *(() if settings.store_read_only else (settings.store_dir,))):
             path.mkdir(parents=True, exist_ok=True)
         probe = settings.data_dir / ".write-test"
         probe.write_text("ok")

@@ -18,6 +18,7 @@ from pathlib import Path
 # API keys (ak_...), bearer tokens, key=value secrets (JSON, Python repr, query strings) and --secret flags.
 _SECRET_PATTERNS = [
     (re.compile(r"\bak_[A-Za-z0-9_-]{8,}"), lambda m: m.group(0)[:12] + "…[redacted]"),
+    (re.compile(r"\bhf_[A-Za-z0-9_-]{16,}"), lambda m: "hf_…[redacted]"),  # Hugging Face hub tokens
     (re.compile(r"(?i)(bearer\s+)[^\s\"',]+"), lambda m: m.group(1) + "[redacted]"),
     (re.compile(r"(?i)((?:password|secret|api[_-]?key|token)[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]+"), lambda m: m.group(1) + "[redacted]"),
     (re.compile(r"(?i)(--(?:api-key|password|secret|token)[=\s]+)[^\s\"',]+"), lambda m: m.group(1) + "[redacted]"),

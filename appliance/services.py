@@ -28,6 +28,7 @@ from appliance.hardware.energy import EnergyMeter
 from appliance.metering.admin import QuotaService
 from appliance.metering.alerts import AlertNotifier
 from appliance.metering.meter import Meter
+from appliance.planner.service import hub_chooser
 from appliance.planner.types import Plan
 from appliance.serving.engines import EngineProcess
 from appliance.serving.gateway import Gateway
@@ -53,7 +54,7 @@ class Services:
         self.keyring = KeyRing(self.db)
         self.audit = AuditTrail(self.db)
         self.jobs = JobRegistry(self.db)
-        self.store = ModelStore(settings, self.db, is_loaded=self.is_loaded)
+        self.store = ModelStore(settings, self.db, is_loaded=self.is_loaded, choose=hub_chooser(settings, self.db))
         self.names = ModelNames(settings, self.db, self.store)
         self.meter = Meter(settings, self.db)
         self.metrics = self.meter.metrics
@@ -74,7 +75,9 @@ class Services:
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        if self.settings.seed_default_model:
+        if self.settings.store_read_only:
+            self.jobs.submit("scan", None, lambda ctx: {"registered": [i.name for i in self.store.register_found(ctx=ctx)]})
+        elif self.settings.seed_default_model:
             from appliance.store.default_model import seed_default_model
 
             seed_default_model(self.settings, self.store)

@@ -113,6 +113,19 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Hosts on loopback or private networks that model pulls may reach (SSRF defence). Empty: none.",
     )
+    hub_url: str = Field(
+        default="https://huggingface.co",
+        description="Hugging Face hub (or a mirror speaking its HTTP API) that `hf:ORG/REPO` pulls list and download from. The SSRF rules of pulls apply to it and to every redirect.",
+    )
+    hub_token_file: Path | None = Field(
+        default=None,
+        description="File holding the hub token for gated or private repositories (keep it mode 0600). Read at each pull; sent only to hub_url's host, never to a redirect target, never logged.",
+    )
+    store_read_only: bool = Field(
+        default=False,
+        description="Treat the model store (`models` in the data dir, e.g. a read-only mount) as read-only: the models found there are registered at start and on `appliancectl models scan`; pulls, imports, quantizations and deletes are refused.",
+    )
+    offline: bool = Field(default=False, description="Make no outbound request at all: pulls are refused; models come in by import or offline bundle.")
     session_secret: str | None = Field(default=None, description="Secret for console session cookies. Unset: generated once and kept in the data dir.")
     budget_alert_percent: float = Field(
         default=80.0, ge=0, le=100,
@@ -134,6 +147,13 @@ class Settings(BaseSettings):
         if self.alert_webhook_url and not self.alert_webhook_url.startswith(("http://", "https://")):
             raise ValueError("alert_webhook_url must be an http:// or https:// URL")
         return self
+
+    @field_validator("hub_url")
+    @classmethod
+    def _hub_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")) or any(ord(c) < 33 for c in value):
+            raise ValueError("hub_url must be an http:// or https:// URL")
+        return value.rstrip("/")
 
     @field_validator("data_dir")
     @classmethod

@@ -80,6 +80,7 @@ def make_tiny_gguf(
     seed: int = 0,
     arch: str = "llama",
     control_tokens: tuple[str, ...] = (),
+    split_max_tensors: int = 0,
 ) -> Path:
     """Write a tiny random-weight llama-architecture GGUF to ``path`` and return it.
 
@@ -87,6 +88,9 @@ def make_tiny_gguf(
     write byte-identical files. ``chat_template`` (any string, hostile ones
     included) is stored as ``tokenizer.chat_template``. ``control_tokens`` (a chat
     family's turn markers, say) are added as control tokens with ids 3, 4, …
+    With ``split_max_tensors``, gguf's writer splits the model into parts of at most
+    that many tensors, named ``<stem>-00001-of-0000N.gguf`` beside ``path`` (with
+    ``split.count``, ``split.no`` and ``split.tensors.count``); the first part is returned.
     """
     if arch != "llama":
         raise ValueError("only arch='llama' is supported")
@@ -102,7 +106,7 @@ def make_tiny_gguf(
         return (rng.standard_normal(shape) * scale).astype(np.float32)
 
     tokens, scores, types = _vocab(vocab, tuple(control_tokens))
-    writer = gguf.GGUFWriter(str(path), arch)
+    writer = gguf.GGUFWriter(str(path), arch, split_max_tensors=split_max_tensors)
     writer.add_name("tiny-test-llama")
     writer.add_context_length(ctx)
     writer.add_embedding_length(n_embd)
@@ -148,6 +152,8 @@ def make_tiny_gguf(
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+    if split_max_tensors:
+        return sorted(path.parent.glob(f"{path.stem}-00001-of-*.gguf"))[0]
     return path
 
 

@@ -115,7 +115,8 @@ def _make_handler(server: RangeServer) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:  # noqa: N802
             parts = urlsplit(self.path)
             server.requests.append({"path": parts.path, "range": self.headers.get("Range"),
-                                    "if_range": self.headers.get("If-Range"), "host": self.headers.get("Host")})
+                                    "if_range": self.headers.get("If-Range"), "host": self.headers.get("Host"),
+                                    "authorization": self.headers.get("Authorization")})
             if parts.path in ("/redirect", "/loop"):
                 self.send_response(302)
                 self.send_header("Location", parse_qs(parts.query)["to"][0] if parts.path == "/redirect" else "/loop")

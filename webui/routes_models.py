@@ -17,6 +17,7 @@ from appliance.serving.load_plan import LoadPlanner
 from appliance.serving.names import ModelNames
 from appliance.serving.router import Router
 from appliance.settings import Settings
+from appliance.store.hub.spec import is_hub_spec
 from appliance.store.jobs import JobRegistry, Work
 from appliance.store.store import ModelStore
 from appliance.webui import fit, forms
@@ -146,6 +147,9 @@ async def pull(request: Request, store: ModelStore, jobs: JobRegistry, names: Mo
     url, sha256, name = forms.optional(form, "url"), forms.optional(form, "sha256"), forms.optional(form, "name")
     if url is None and name is None:
         raise BadRequest("Give a URL, or pull a model from the catalog.", param="url")
+    if is_hub_spec(url):
+        hub = await anyio.to_thread.run_sync(lambda: store.prepare_hub_pull(url, name=name))  # type: ignore[arg-type]
+        return _started(request, jobs, names, audit, user, "pull", hub.name, lambda ctx: store.pull_hub(hub, ctx=ctx).to_dict())
     url, sha256, family, variant = await anyio.to_thread.run_sync(lambda: store.prepare_pull(url, sha256=sha256, name=name))
     target = f"{family}:{variant}"
     return _started(request, jobs, names, audit, user, "pull", target,

@@ -18,12 +18,15 @@ from typing import AsyncIterator, Callable
 import msgspec
 from litestar import Controller, Request, delete, get, post
 from litestar.di import Provide
-from litestar.response import ServerSentEvent, ServerSentEventMessage
+from litestar.response import ServerSentEvent, ServerSentEventMessage, Stream
 
 from appliance.api.access import Access, requires
 from appliance.db.audit import AuditTrail
+from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject
 from appliance.serving.names import ModelNames
+from appliance.store.bundles import bundle_stream
+from appliance.store.hub.spec import is_hub_spec
 from appliance.store.jobs import Job, JobContext, JobRegistry
 from appliance.store.store import ModelStore, VariantInfo
 
@@ -32,7 +35,7 @@ _HEAVY_FACTS = ("chat_template",)
 
 
 class PullRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    url: str | None = None
+    url: str | None = None  # a GGUF file's URL, or a hub spec hf:ORG/REPO[:QUANT|/FILE][@REVISION]
     sha256: str | None = None
     name: str | None = None
 
@@ -104,6 +107,11 @@ class ModelsController(Controller):
 
     @post("/pull", status_code=202, sync_to_thread=True)
     def pull(self, store: ModelStore, changes: StoreChanges, data: PullRequest) -> JsonObject:
+        if is_hub_spec(data.url):
+            if data.sha256 is not None:
+                raise BadRequest("a hub pull takes each file's sha256 from the hub's listing", param="sha256")
+            hub = store.prepare_hub_pull(data.url, name=data.name)  # type: ignore[arg-type]
+            return {**changes.start("pull", hub.name, lambda ctx: store.pull_hub(hub, ctx=ctx)), "hub": hub.to_dict()}
         url, sha256, family, variant = store.prepare_pull(data.url, sha256=data.sha256, name=data.name)
         name = f"{family}:{variant}"
         return changes.start("pull", name, lambda ctx: store.pull(url, sha256=sha256, name=name, ctx=ctx))
@@ -114,6 +122,21 @@ class ModelsController(Controller):
         name = f"{family}:{variant}"
         return changes.start("import", name, lambda ctx: store.import_path(data.path, name=name, ctx=ctx))
 
+    @post("/scan", status_code=202, sync_to_thread=True)
+    def scan(self, store: ModelStore, changes: StoreChanges) -> JsonObject:
+        """Read-only store: register the models now in its folder, forget those gone (a job)."""
+        store.check_scannable()
+
+        def work(ctx: JobContext) -> JsonObject:
+            try:
+                return {"registered": [i.name for i in store.register_found(ctx=ctx)]}
+            finally:
+                changes.names.forget()
+
+        job = changes.jobs.submit("scan", None, work)
+        changes.record("model.scan", None, f"job={job.id}")
+        return job.view()
+
     @get("/{name:str}", sync_to_thread=True)
     def inspect(self, store: ModelStore, name: str) -> JsonObject:
         info = store.get(name)
@@ -121,6 +144,15 @@ class ModelsController(Controller):
         entry = store.catalog.variant(info.family, info.variant)
         out["catalog"] = entry.model_dump(mode="json") if entry is not None else None
         return out
+
+    @get("/{name:str}/bundle", sync_to_thread=True)
+    def export_bundle(self, store: ModelStore, changes: StoreChanges, name: str) -> Stream:
+        """An offline bundle of the variant: a tar of ``manifest.json`` (sizes, sha256, facts) and its files."""
+        manifest, files = store.export_bundle(name)
+        changes.record("model.export", manifest["name"])
+        filename = f"{manifest['family']}-{manifest['variant']}.tar"
+        return Stream(bundle_stream(manifest, files), media_type="application/x-tar",
+                      headers={"Content-Disposition": f'attachment; filename="{filename}"'})
 
     @delete("/{name:str}", status_code=200, sync_to_thread=True)
     def delete_model(self, store: ModelStore, changes: StoreChanges, name: str) -> JsonObject:

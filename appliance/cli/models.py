@@ -1,4 +1,4 @@
-"""`appliancectl models ls|pull|import|rm|verify|inspect|quantize|default|cancel`: the model store.
+"""`appliancectl models ls|pull|import|export|scan|rm|verify|inspect|quantize|default|cancel`: the model store.
 
 Every command calls the running daemon's admin API. Long work (pull, import,
 verify, quantize) runs there as a job; the CLI follows its SSE progress with a
@@ -8,6 +8,7 @@ progress bar (``--detach`` leaves it running), and Ctrl-C cancels it.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
@@ -88,10 +89,14 @@ def register(group: click.Group) -> None:
     @click.option("--detach", is_flag=True, help="Start the job and return.")
     @click.pass_context
     def pull(ctx: click.Context, url_or_name: str, sha256: str | None, name: str | None, detach: bool) -> None:
-        """Download a GGUF file by URL, or a catalog variant by name (family:variant). Resumes an interrupted pull."""
-        is_url = "://" in url_or_name
+        """Download a GGUF file by URL, a hub model (hf:ORG/REPO[:QUANT|/FILE][@REVISION]) or a catalog variant by
+        name (family:variant). Resumes an interrupted pull."""
+        is_url = "://" in url_or_name or url_or_name.startswith("hf:")
         body = {"url": url_or_name if is_url else None, "sha256": sha256, "name": name if is_url else (name or url_or_name)}
         job = request(ctx, "POST", "/admin/models/pull", json=body)
+        hub = job.get("hub")
+        if hub:
+            click.echo(f"{hub['name']} from {hub['source']}: {_size(hub['size_bytes'])} in {hub['files']} file(s); {hub['reason']}")
         _done(_follow(ctx, job, detach), "Pulled")
 
     @models.command("import")
@@ -100,9 +105,48 @@ def register(group: click.Group) -> None:
     @click.option("--detach", is_flag=True, help="Start the job and return.")
     @click.pass_context
     def import_(ctx: click.Context, path: str, name: str | None, detach: bool) -> None:
-        """Copy a GGUF file or a Hugging Face safetensors folder (on the appliance's machine) into the store."""
+        """Copy a GGUF file, a Hugging Face safetensors folder or an offline bundle (`models export`), on the
+        appliance's machine, into the store."""
         job = request(ctx, "POST", "/admin/models/import", json={"path": str(Path(path).absolute()), "name": name})
         _done(_follow(ctx, job, detach), "Imported")
+
+    @models.command("export")
+    @click.argument("name")
+    @click.argument("file", type=click.Path(dir_okay=False))
+    @click.pass_context
+    def export(ctx: click.Context, name: str, file: str) -> None:
+        """Write an offline bundle of NAME to FILE: a tar of its files and a manifest with their sizes and sha256.
+        `models import FILE` installs it on another appliance, with no network."""
+        target = Path(file)
+        if target.exists():
+            raise click.ClickException(f"{file} exists; choose a new file name")
+        partial = target.with_name(target.name + ".partial")
+        try:
+            with admin_client(ctx, timeout=None) as client, client.stream("GET", f"/admin/models/{name}/bundle") as response:  # type: ignore[arg-type]
+                if response.status_code >= 400:
+                    response.read()
+                    check(response)
+                with partial.open("wb") as out:
+                    for chunk in response.iter_bytes():
+                        out.write(chunk)
+                    out.flush()
+                    os.fsync(out.fileno())
+        except httpx.TransportError as exc:
+            partial.unlink(missing_ok=True)
+            raise click.ClickException(f"the export was interrupted: {exc}") from None
+        os.replace(partial, target)
+        click.echo(f"Exported {name} to {file} ({_size(target.stat().st_size)}).")
+
+    @models.command("scan")
+    @click.option("--detach", is_flag=True, help="Start the job and return.")
+    @click.pass_context
+    def scan(ctx: click.Context, detach: bool) -> None:
+        """Read-only store: register the models now in its folder and forget those gone."""
+        final = _follow(ctx, request(ctx, "POST", "/admin/models/scan"), detach)
+        result = final.get("result") or {}
+        if final["state"] == "done":
+            registered = result.get("registered") or []
+            click.echo(f"Registered {len(registered)} new or changed model(s)" + (f": {', '.join(registered)}" if registered else "."))
 
     @models.command("rm")
     @click.argument("name")

@@ -16,8 +16,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
+from sqlalchemy import Engine
+
 from appliance.catalog import ArchFacts, Catalog, CatalogVariant, load_catalog
-from appliance.errors import ModelNotFound
+from appliance.errors import DoesNotFit, ModelNotFound
 from appliance.hardware import Finding, HardwareSnapshot, detect_hardware, detect_software, software_findings
 from appliance.hardware.ray_cluster import ClusterView, describe, read_cluster
 from appliance.hardware.software import SoftwareInfo, with_offload_probe
@@ -26,6 +28,8 @@ from appliance.jsontypes import JsonObject
 from appliance.modelfacts import ModelFacts, inspect_gguf, inspect_hf
 from appliance.planner.plan import CalibrationPoint, Plan, Preferences, Variant, plan, plan_all
 from appliance.settings import Settings
+from appliance.planner.calibration import load_calibrations
+from appliance.store.hub.pulls import Candidate, Chooser
 from appliance.store.store import ModelStore
 
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
@@ -232,3 +236,16 @@ def plan_report(snapshot: HardwareSnapshot, variants: Sequence[Variant], prefs: 
         "rows": [r.to_dict() for r in rows],
         "cluster": view.to_dict() if view is not None else None,
     }
+
+
+def hub_chooser(settings: Settings, db: Engine) -> Chooser:
+    """The planner's choice among a hub repository's GGUF variants for this box, with its reason."""
+
+    def choose(family: str, candidates: Sequence[Candidate]) -> tuple[str, str]:
+        variants = [Variant(family, c.name, "gguf", c.quantization, c.size_bytes, c.facts) for c in candidates]
+        decision = plan(live_snapshot(), variants, preferences_for(settings, software(settings)), load_calibrations(db))
+        if not isinstance(decision, Plan):
+            raise DoesNotFit(f"no variant of {family} fits this box: {decision.to_dict()['reason']}", param="url")
+        return decision.variant.rpartition(":")[2], decision.reason
+
+    return choose

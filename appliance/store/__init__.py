@@ -3,7 +3,9 @@
 ``store`` (``ModelStore``: checks requests, runs pulls, imports, quantizations, verification and deletes),
 ``registry`` (the variants' rows), ``installs`` (the one install path from files), ``variants`` (what the store
 reports), ``paths`` (checked names and paths), ``imports`` (local file policy and hashing), ``pull`` (the SSRF checks
-of a pull), ``download`` (the resumable download), ``disk`` (free space), ``quantize``, ``default_model``, ``jobs``
+of a pull), ``download`` (the resumable download), ``hub/`` (pulls from a Hugging Face hub or mirror),
+``split_gguf`` (GGUF models in parts), ``bundles`` (offline bundles: export and verified import), ``readonly``
+(registering the models of a read-only store), ``disk`` (free space), ``quantize``, ``default_model``, ``jobs``
 (the background jobs that run the long work) and ``errors``.
 
 Imports run one way: ``store`` → ``installs`` → ``registry`` → ``variants``; ``default_model`` → ``store``.

@@ -2,7 +2,8 @@
 
 * Every hop goes through :func:`appliance.store.pull.check_url` (the SSRF checks,
   the connection pinned to the checked address). Redirects are followed by hand,
-  at most five.
+  at most five; credentials (a hub token) are added per hop, so a redirect to
+  another origin (a CDN) never carries them.
 * Bytes go to ``<file>.partial`` (its validator and URL in ``<file>.partial.json``);
   a dropped connection resumes with ``Range`` + ``If-Range``, up to five times in
   a job, and a later pull of the same name resumes too. A server that ignores the
@@ -23,7 +24,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Protocol
 from urllib.parse import urljoin
 
 import httpx
@@ -87,14 +88,47 @@ def _validator(response: httpx.Response) -> str | None:
     return response.headers.get("last-modified")
 
 
+class Credentials(Protocol):
+    """Headers that authenticate a request to one origin, and only to it (a hub token)."""
+
+    def headers_for(self, url: str) -> dict[str, str]: ...
+
+
+def open_checked(client: httpx.Client, url: str, headers: dict[str, str], *, allow: Iterable[str],
+                 credentials: Credentials | None = None) -> tuple[httpx.Response, str]:
+    """GET ``url`` as a stream, following redirects by hand: every hop passes the SSRF checks, and the
+    credentials' headers go to each hop only as ``credentials`` decide (never to another origin)."""
+    allow = list(allow)
+    for _hop in range(MAX_REDIRECTS + 1):
+        target = check_url(url, allow)
+        extensions = {"sni_hostname": target.sni} if target.sni else {}
+        hop_headers = {**headers, **(credentials.headers_for(url) if credentials is not None else {}), "Host": target.host_header}
+        request = client.build_request("GET", target.url, headers=hop_headers, extensions=extensions)
+        try:
+            response = client.send(request, stream=True)
+        except httpx.TransportError as exc:
+            raise RetryableDownloadError(type(exc).__name__) from None
+        if response.status_code in (301, 302, 303, 307, 308):
+            location = response.headers.get("location")
+            response.close()
+            if not location:
+                raise UpstreamError("redirect without a Location")
+            url = urljoin(url, location)
+            continue
+        return response, url
+    raise UpstreamError(f"more than {MAX_REDIRECTS} redirects")
+
+
 class Downloader:
     """One pull of one URL into one partial file."""
 
-    def __init__(self, url: str, partial: Path, *, allow: Iterable[str], ctx: JobContext, expected_sha256: str | None = None):
+    def __init__(self, url: str, partial: Path, *, allow: Iterable[str], ctx: JobContext, expected_sha256: str | None = None,
+                 credentials: Credentials | None = None):
         self.url = url
         self.partial = partial
         self.allow = list(allow)
         self.ctx = ctx
+        self.credentials = credentials
         self.expected = expected_sha256.lower() if expected_sha256 else None
         self._hasher = hashlib.sha256()
         self._hashed = 0  # bytes of the partial file already in _hasher
@@ -131,26 +165,6 @@ class Downloader:
             raise ChecksumMismatch(f"sha256 mismatch: expected {self.expected}, got {digest}; the partial file was removed")
         return Fetched(sha256=digest, size=self._hashed, url=final_url)
 
-    def _open(self, client: httpx.Client, headers: dict[str, str]) -> tuple[httpx.Response, str]:
-        url = self.url
-        for _hop in range(MAX_REDIRECTS + 1):
-            target = check_url(url, self.allow)
-            extensions = {"sni_hostname": target.sni} if target.sni else {}
-            request = client.build_request("GET", target.url, headers={**headers, "Host": target.host_header}, extensions=extensions)
-            try:
-                response = client.send(request, stream=True)
-            except httpx.TransportError as exc:
-                raise RetryableDownloadError(type(exc).__name__) from None
-            if response.status_code in (301, 302, 303, 307, 308):
-                location = response.headers.get("location")
-                response.close()
-                if not location:
-                    raise UpstreamError("redirect without a Location")
-                url = urljoin(url, location)
-                continue
-            return response, url
-        raise UpstreamError(f"more than {MAX_REDIRECTS} redirects")
-
     def _resume_point(self) -> tuple[int, str | None]:
         """Bytes already on disk that can be kept, and the validator to send with If-Range."""
         have = self.partial.stat().st_size if self.partial.exists() else 0
@@ -165,7 +179,7 @@ class Downloader:
         if have:
             headers["Range"] = f"bytes={have}-"
             headers["If-Range"] = validator  # type: ignore[assignment]
-        response, final_url = self._open(client, headers)
+        response, final_url = open_checked(client, self.url, headers, allow=self.allow, credentials=self.credentials)
         try:
             total: int | None
             if response.status_code == 206 and have:
@@ -187,6 +201,10 @@ class Downloader:
                 total = int(length) if length and length.isdigit() else None
             elif response.status_code >= 500 or response.status_code == 429:
                 raise RetryableDownloadError(f"HTTP {response.status_code}")
+            elif response.status_code in (401, 403):
+                sent = self.credentials is not None and bool(self.credentials.headers_for(self.url))
+                raise UpstreamError(f"the server refused the download (HTTP {response.status_code}): "
+                                    + ("it did not accept the token" if sent else "it needs a token"))
             else:
                 raise UpstreamError(f"the server answered HTTP {response.status_code}")
             _write_meta(self.partial, {"url": self.url, "validator": _validator(response), "total": total})

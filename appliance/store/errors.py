@@ -67,3 +67,21 @@ class JobCancelled(ApplianceError):
     status = 409
     type = "invalid_request_error"
     code = "cancelled"
+
+
+class HubAccessDenied(UpstreamError):
+    """The hub refused to list or serve a repository: it is gated or private, and the token is missing or wrong."""
+
+    code = "hub_access_denied"
+
+
+class Offline(PermissionDenied):
+    """The appliance is set ``offline = true``: nothing reaches out, so pulls are refused."""
+
+    code = "offline"
+
+
+class StoreReadOnly(PermissionDenied):
+    """The model store is set ``store_read_only = true``: nothing is written to its folder."""
+
+    code = "store_read_only"

@@ -56,7 +56,7 @@ def check_source_path(raw: object) -> Path:
     return path
 
 
-def _refusal(rel: PurePosixPath) -> str | None:
+def refusal(rel: PurePosixPath) -> str | None:
     suffix = rel.suffix.lower()
     if suffix in PICKLE_OR_CODE:
         kind = "code" if suffix in {".py", ".pyc", ".pyo", ".so", ".ipynb", ".sh", ".exe", ".dll"} else "a pickle or non-safetensors weight file"
@@ -87,7 +87,7 @@ def scan_hf_folder(folder: Path) -> list[SourceFile]:
                     continue
                 if not entry.is_file(follow_symlinks=False):
                     raise RefusedImport(f"{child} is not a regular file")
-                why = _refusal(child)
+                why = refusal(child)
                 if why:
                     raise RefusedImport(why)
                 files.append(SourceFile(child, entry.stat(follow_symlinks=False).st_size))

@@ -15,12 +15,14 @@ import shutil
 import threading
 import uuid
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
-from appliance.errors import ApplianceError, Conflict, InsufficientStorage
+from appliance.errors import ApplianceError, BadRequest, Conflict, InsufficientStorage
 from appliance.jsontypes import JsonObject
 from appliance.modelfacts import inspect_gguf, inspect_hf
+from appliance.modelfacts.gguf_header import read_header
 from appliance.store import imports as imp
+from appliance.store import split_gguf
 from appliance.store.disk import check_free_space, disk_full, fsync
 from appliance.store.download import remove_partial
 from appliance.store.errors import ChecksumMismatch
@@ -78,6 +80,9 @@ class Installer:
         """
         with self.busy.claim(family, variant):
             final, partial = self.layout.gguf_file(family, variant), self.layout.partial_file(family, variant)
+            if split_gguf.SPLIT_RE.match(final.name):
+                raise BadRequest(f"`{full_name(family, variant)}` ends like a part of a split model (-00001-of-00002); "
+                                 "choose another variant name", param="name", code="invalid_model_name")
             check_free_space(self.layout.root, needed_bytes)
             row_id = self._begin(family, variant, fmt="gguf", source=source, path=final, parent_id=parent_id)
             try:
@@ -88,7 +93,7 @@ class Installer:
                 if expected_sha256 and digest != expected_sha256:
                     raise ChecksumMismatch(f"sha256 mismatch: expected {expected_sha256}, got {digest}")
                 ctx.stage("inspecting")
-                facts = self._inspect(partial, "gguf")
+                facts = self.inspect(partial, "gguf")
                 size = partial.stat().st_size
                 fsync(partial)
                 os.replace(partial, final)
@@ -129,7 +134,7 @@ class Installer:
                     entries.append((f.relative.as_posix(), size, digest))
                     done += size
                 ctx.stage("inspecting")
-                facts = self._inspect(staging, "safetensors")
+                facts = self.inspect(staging, "safetensors")
                 self._commit_dir(staging, final)
             except BaseException as exc:
                 shutil.rmtree(staging, ignore_errors=True)
@@ -138,6 +143,69 @@ class Installer:
                     raise _no_space() from None
                 raise
             return self.registry.finish(row_id, size=done, sha256=imp.tree_digest(entries), facts=facts)
+
+    def install_gguf_parts(self, family: str, variant: str, *, source: str, ctx: JobContext, count: int,
+                           write: Callable[[int, Path], str], resumable: Callable[[BaseException], bool]) -> VariantInfo:
+        """A split GGUF model: ``write(number, partial)`` fills each part's partial file and returns its sha256; then
+        every part is inspected, fsynced and renamed into place, and only then is the row ``ready``. On failure the
+        partial files and the row go, unless ``resumable(exc)`` keeps them for a later pull to resume."""
+        with self.busy.claim(family, variant):
+            finals = self.layout.gguf_parts(family, variant, count)
+            partials = [final.with_name(final.name + ".partial") for final in finals]
+            row_id = self._begin(family, variant, fmt="gguf", source=source, path=finals[0])
+            try:
+                digests = [write(number, partial) for number, partial in enumerate(partials, start=1)]
+                entries = [(final.name, partial.stat().st_size, digest) for final, partial, digest in zip(finals, partials, digests)]
+                ctx.stage("inspecting")
+                facts = self.inspect_parts(partials)
+                for final, partial in zip(finals, partials):
+                    fsync(partial)
+                    os.replace(partial, final)
+                fsync(finals[0].parent, directory=True)
+            except BaseException as exc:
+                if not resumable(exc) or disk_full(exc):
+                    for partial in partials:
+                        remove_partial(partial)
+                    self._abandon(row_id)
+                if disk_full(exc):
+                    raise _no_space() from None
+                raise
+            for partial in partials:
+                remove_partial(partial)  # the downloads' .json sidecars
+            return self.registry.finish(row_id, size=sum(size for _, size, _ in entries), sha256=imp.tree_digest(entries),
+                                        facts=facts)
+
+    def install_hf_files(self, family: str, variant: str, *, source: str, ctx: JobContext, files: Sequence[tuple[str, int]],
+                         write: Callable[[str, Path], str]) -> VariantInfo:
+        """A safetensors folder fetched file by file: ``write(relative, target)`` fills each file in a hidden staging
+        folder and returns its sha256; the folder then passes the import policy (no code, no pickles, no ``auto_map``)
+        and inspection before its atomic rename into place."""
+        with self.busy.claim(family, variant):
+            check_free_space(self.layout.root, sum(size for _, size in files))
+            final = self.layout.variant_dir(family, variant)
+            staging = self.layout.staging_dir(family, variant)
+            row_id = self._begin(family, variant, fmt="safetensors", source=source, path=final)
+            try:
+                shutil.rmtree(staging, ignore_errors=True)
+                staging.mkdir(mode=0o750)
+                entries = []
+                for relative, _size in files:
+                    target = self.layout.inside(staging / relative)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    digest = write(relative, target)
+                    entries.append((relative, target.stat().st_size, digest))
+                imp.scan_hf_folder(staging)
+                ctx.stage("inspecting")
+                facts = self.inspect(staging, "safetensors")
+                self._commit_dir(staging, final)
+            except BaseException as exc:
+                shutil.rmtree(staging, ignore_errors=True)
+                self._abandon(row_id)
+                if disk_full(exc):
+                    raise _no_space() from None
+                raise
+            return self.registry.finish(row_id, size=sum(size for _, size, _ in entries), sha256=imp.tree_digest(entries),
+                                        facts=facts)
 
     def move_to_trash(self, path: Path) -> Path:
         """Rename ``path`` into the store's trash folder (atomic); where it went."""
@@ -151,7 +219,7 @@ class Installer:
         Unfinished pulls stay (``downloading``): pulling the same name again resumes their partial file.
         """
         for row, fam in self.registry.unfinished():
-            if (row.source or "").startswith(("http://", "https://")):
+            if (row.source or "").startswith(("http://", "https://", "hf:")):
                 continue
             log.warning("removing the unfinished install of %s", full_name(fam.name, row.name))
             with contextlib.suppress(ApplianceError, OSError):
@@ -190,8 +258,20 @@ class Installer:
         os.rename(staging, final)
         fsync(final.parent, directory=True)
 
+    @classmethod
+    def inspect_parts(cls, parts: list[Path]) -> JsonObject:
+        """Facts of a split model: the first part's metadata, with the tensors of every part (each header checked)."""
+        out = cls.inspect(parts[0], "gguf")
+        tensors = [t for part in parts[1:] for t in read_header(part).tensors]
+        out["tensor_bytes"] = (out.get("tensor_bytes") or 0) + sum(t.n_bytes for t in tensors)
+        out["nonlayer_bytes"] = (out.get("nonlayer_bytes") or 0) + sum(t.n_bytes for t in tensors if not t.name.startswith("blk."))
+        out["parameter_count"] = (out.get("parameter_count") or 0) + sum(t.n_elements for t in tensors)
+        if any(t.name == "output.weight" for t in tensors):
+            out["tied_embeddings"] = False
+        return out
+
     @staticmethod
-    def _inspect(path: Path, fmt: str) -> JsonObject:
+    def inspect(path: Path, fmt: str) -> JsonObject:
         facts = inspect_gguf(path) if fmt == "gguf" else inspect_hf(path)
         out = facts.to_dict()
         template = facts.chat_template or ""

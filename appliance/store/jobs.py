@@ -130,10 +130,28 @@ class JobContext:
         """A new phase of the work (e.g. 'verifying'): always sent."""
         self.progress(self.job.done_bytes, message=message, force=True)
 
+    def within(self, before: int, total: int) -> JobContext:
+        """A context for one part of a larger whole: its progress counts from ``before`` against ``total``."""
+        return PartContext(self, before, total)
+
     def attach_process(self, proc: subprocess.Popen | None) -> None:
         self.job._process = proc
         if proc is not None and self.job.cancel_event.is_set():
             _terminate(proc)
+
+
+class PartContext(JobContext):
+    """One part of a job's work (a file of several): progress is shifted into the whole's."""
+
+    def __init__(self, whole: JobContext, before: int, total: int):
+        super().__init__(whole.job)
+        self._whole, self._before, self._total = whole, before, total
+
+    def progress(self, done: int, total: int | None = None, message: str | None = None, *, force: bool = False) -> None:
+        self._whole.progress(self._before + done, self._total, message, force=force)
+
+    def stage(self, message: str) -> None:
+        self._whole.stage(message)
 
 
 class NullContext(JobContext):

@@ -14,10 +14,12 @@ import re
 import stat
 from pathlib import Path
 
-from appliance.errors import BadRequest
+from appliance.errors import BadRequest, ConfigError
 from appliance.store.errors import UnsafePath
+from appliance.store.split_gguf import part_name
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+QUANT_SUFFIX = re.compile(r"[-._](f32|f16|bf16|q[2-8]_k(?:_[sml])?|q[4-8]_[01]|iq[1-4]_[a-z]+)$")
 MAX_NAME = 129  # family + ":" + variant
 
 
@@ -48,8 +50,11 @@ def full_name(family: str, variant: str) -> str:
 class StoreLayout:
     """``<root>/<family>/<variant>/<family>-<variant>.gguf`` or ``<root>/<family>/<variant>/`` (HF folder)."""
 
-    def __init__(self, root: Path):
-        root.mkdir(parents=True, exist_ok=True, mode=0o750)
+    def __init__(self, root: Path, *, create: bool = True):
+        if create:
+            root.mkdir(parents=True, exist_ok=True, mode=0o750)
+        elif not root.is_dir():
+            raise ConfigError("the read-only model store (setting store_read_only) needs its folder, models in the data dir")
         self.root = root.resolve(strict=True)
 
     def inside(self, path: Path) -> Path:
@@ -89,6 +94,11 @@ class StoreLayout:
     def gguf_file(self, family: str, variant: str) -> Path:
         return self.inside(self.variant_dir(family, variant) / f"{family}-{variant}.gguf")
 
+    def gguf_parts(self, family: str, variant: str, count: int) -> list[Path]:
+        """The parts of a split GGUF variant, named as llama.cpp looks for them beside the first."""
+        vdir = self.variant_dir(family, variant)
+        return [self.inside(vdir / part_name(f"{family}-{variant}", number, count)) for number in range(1, count + 1)]
+
     def partial_file(self, family: str, variant: str) -> Path:
         final = self.gguf_file(family, variant)
         return final.with_name(final.name + ".partial")
@@ -109,3 +119,18 @@ class StoreLayout:
         if trash.is_symlink():
             raise UnsafePath("symlinks are not allowed in the model store")
         return trash
+
+
+def slug(text: str) -> str:
+    out = re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-._")
+    return (out or "model")[:64].rstrip("-._") or "model"
+
+
+def names_from_filename(filename: str) -> tuple[str, str]:
+    """``Llama-3.2-1B-Instruct-Q4_K_M.gguf`` → (``llama-3.2-1b-instruct``, ``q4_k_m``)."""
+    stem = filename[:-5] if filename.lower().endswith(".gguf") else filename
+    stem = stem.lower()
+    match = QUANT_SUFFIX.search(stem)
+    if match:
+        return slug(stem[: match.start()]), match.group(1)
+    return slug(stem), "gguf"

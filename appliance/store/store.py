@@ -25,6 +25,7 @@ import logging
 import os
 import re
 import shutil
+import uuid
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
@@ -33,38 +34,50 @@ from sqlalchemy import Engine
 
 from appliance.catalog import Catalog, load_catalog
 from appliance.errors import BadRequest, Conflict, ModelNotFound
+from appliance.jsontypes import JsonObject
 from appliance.settings import Settings
+from appliance.store import bundles
 from appliance.store import imports as imp
 from appliance.store import quantize as quantizer
+from appliance.store import readonly
+from appliance.store import split_gguf
+from appliance.store.disk import check_free_space
 from appliance.store.download import Downloader
-from appliance.store.errors import ModelCorrupt, ModelNotReady, RefusedImport
+from appliance.store.errors import ModelCorrupt, ModelNotReady, Offline, RefusedImport, StoreReadOnly
+from appliance.store.hub.client import HubClient
+from appliance.store.hub.credentials import HubCredentials
+from appliance.store.hub.pulls import Chooser, HubPull, plan_pull, run_pull
+from appliance.store.hub.spec import is_hub_spec, parse_spec
 from appliance.store.installs import BusyNames, Installer
 from appliance.store.jobs import JobContext, NullContext
 from appliance.store.paths import StoreLayout, parse_name
+from appliance.store.paths import names_from_filename as _names_from_filename
+from appliance.store.paths import slug as _slug
 from appliance.store.pull import check_url
 from appliance.store.registry import VariantRegistry
 from appliance.store.variants import ResolvedVariant, VariantInfo
 
 log = logging.getLogger("appliance.store.store")
 
-_QUANT_SUFFIX = re.compile(r"[-._](f32|f16|bf16|q[2-8]_k(?:_[sml])?|q[4-8]_[01]|iq[1-4]_[a-z]+)$")
-
 
 class ModelStore:
     """``ModelStore(settings, db_engine, is_loaded=...)``; ``is_loaded(name) -> bool`` guards deletes."""
 
     def __init__(self, settings: Settings, db_engine: Engine, *, is_loaded: Callable[[str], bool] | None = None,
-                 catalog: Catalog | None = None):
+                 catalog: Catalog | None = None, choose: Chooser | None = None):
         self.settings = settings
+        self.choose = choose
         self.db = db_engine
-        self.layout = StoreLayout(settings.store_dir)
+        self.read_only = settings.store_read_only
+        self.layout = StoreLayout(settings.store_dir, create=not self.read_only)
         self.is_loaded = is_loaded or (lambda _name: False)
         self._catalog = catalog
         self.registry = VariantRegistry(db_engine, lambda: self.catalog)
         self._busy = BusyNames()
         self.installer = Installer(self.layout, self.registry, self._busy)
-        self.installer.empty_trash()
-        self.installer.forget_unfinished()
+        if not self.read_only:
+            self.installer.empty_trash()
+            self.installer.forget_unfinished()
 
     @property
     def catalog(self) -> Catalog:
@@ -98,6 +111,10 @@ class ModelStore:
     # ------------------------------------------------------------ installs
     def prepare_pull(self, url: str | None = None, *, sha256: str | None = None, name: str | None = None) -> tuple[str, str | None, str, str]:
         """Check a pull before it becomes a job: (url, sha256, family, variant). Raises 4xx errors."""
+        self._refuse_writes("url")
+        self._refuse_offline()
+        if is_hub_spec(url):
+            raise BadRequest("a hub pull (hf:ORG/REPO) is prepared with prepare_hub_pull", param="url", code="invalid_url")
         if sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", sha256 or ""):
             raise BadRequest("sha256 must be 64 hex digits", param="sha256", code="invalid_sha256")
         family = variant = None
@@ -129,7 +146,7 @@ class ModelStore:
              ctx: JobContext | None = None) -> VariantInfo:
         """Download a GGUF file by URL (or a catalog name) into the store; resumes an earlier partial pull."""
         ctx = ctx or NullContext()
-        url, sha256, family, variant = self.prepare_pull(url, sha256=sha256, name=name)
+        url, sha256, family, variant = self.prepare_pull(url, sha256=sha256, name=name)  # refuses when offline
         allow = self.settings.allow_private_pull_hosts
 
         def download(partial: Path) -> str:
@@ -139,11 +156,61 @@ class ModelStore:
         return self.installer.install_gguf(family, variant, source=url, ctx=ctx, write=download,
                                            resumable=lambda exc: not isinstance(exc, BadRequest))  # bad bytes are never kept
 
+    def hub(self) -> HubClient:
+        """A client of the configured hub, with the token as it is in its file now."""
+        settings = self.settings
+        return HubClient(settings.hub_url, allow=settings.allow_private_pull_hosts,
+                         credentials=HubCredentials.from_file(settings.hub_url, settings.hub_token_file))
+
+    def prepare_hub_pull(self, spec: str, *, name: str | None = None) -> HubPull:
+        """List a hub repository and decide what ``hf:ORG/REPO[:QUANT|/FILE]`` pulls; raises 4xx errors."""
+        self._refuse_writes("url")
+        self._refuse_offline()
+        parsed = parse_spec(spec)
+        client = self.hub()
+        check_url(client.base, self.settings.allow_private_pull_hosts)
+        pull = plan_pull(client, parsed, name=name, choose=self.choose)
+        self.registry.refuse_installed(pull.family, pull.variant)
+        return pull
+
+    def pull_hub(self, pull: HubPull, *, ctx: JobContext | None = None) -> VariantInfo:
+        """Download what :meth:`prepare_hub_pull` chose; an interrupted pull resumes when pulled again."""
+        self._refuse_writes("url")
+        self._refuse_offline()
+        return run_pull(pull, self.hub(), self.installer, ctx or NullContext())
+
+    def register_found(self, *, ctx: JobContext | None = None) -> list[VariantInfo]:
+        """Read-only store: register the models found in its folder (new or changed ones are hashed)."""
+        self.check_scannable()
+        return readonly.register_found(self.layout, self.registry, ctx or NullContext())
+
+    def check_scannable(self) -> None:
+        if not self.read_only:
+            raise Conflict("only a read-only store (setting store_read_only = true) is scanned; install models by "
+                           "pull or import", code="store_writable")
+
+    def _refuse_writes(self, param: str = "name") -> None:
+        if self.read_only:
+            raise StoreReadOnly("the model store is read-only (setting store_read_only = true): the appliance never writes "
+                                "there; add or remove model files in the folder itself, then rescan", param=param)
+
+    def _refuse_offline(self) -> None:
+        if self.settings.offline:
+            raise Offline("the appliance is offline (setting offline = true): it makes no outbound request, so models "
+                          "cannot be pulled; import a file, a folder or an offline bundle instead", param="url")
+
     def prepare_import(self, path: str, name: str | None = None) -> tuple[Path, str, str, str]:
         """Check an import before it becomes a job: (source, format, family, variant)."""
+        self._refuse_writes("path")
         source = imp.check_source_path(path)
         if source.resolve().is_relative_to(self.layout.root):
             raise BadRequest("that path is already inside the model store", param="path", code="invalid_path")
+        if source.is_file() and bundles.is_bundle(source):
+            manifest = bundles.read_manifest(source)
+            family, variant = parse_name(name) if name is not None else (manifest.family, manifest.variant)
+            family, variant = family or manifest.family, variant or manifest.variant
+            self.registry.refuse_installed(family, variant)
+            return source, "bundle", family, variant
         fmt = "safetensors" if source.is_dir() else "gguf"
         if fmt == "safetensors":
             imp.scan_hf_folder(source)  # refuse code, pickles and remote code now, not in the job
@@ -162,12 +229,48 @@ class ModelStore:
         """Copy a local GGUF file or HF safetensors folder into the store (inspected, hashed, atomic)."""
         ctx = ctx or NullContext()
         source, fmt, family, variant = self.prepare_import(path, name)
+        if fmt == "bundle":
+            return self._import_bundle(source, family, variant, ctx)
         if fmt == "gguf":
             return self.installer.import_gguf(source, family, variant, ctx)
         return self.installer.import_hf(source, family, variant, ctx)
 
+    def _import_bundle(self, source: Path, family: str, variant: str, ctx: JobContext) -> VariantInfo:
+        """Unpack and verify an offline bundle in the store's trash, then install its files along the one path."""
+        manifest = bundles.read_manifest(source)
+        check_free_space(self.layout.root, manifest.size_bytes)
+        work = self.layout.trash_dir() / f"bundle-{uuid.uuid4().hex}"
+        work.mkdir(mode=0o700)
+        try:
+            manifest, digests = bundles.unpack_bundle(source, work, ctx)
+
+            def move(relative: str, target: Path) -> str:
+                os.replace(self.layout.inside(work / relative), target)
+                return digests[relative]
+
+            origin = f"bundle:{manifest.source or manifest.name}"
+            files = manifest.files
+            if manifest.format == "safetensors":
+                return self.installer.install_hf_files(family, variant, source=origin, ctx=ctx,
+                                                       files=[(f.path, f.size) for f in files], write=move)
+            if len(files) == 1:
+                return self.installer.install_gguf(family, variant, source=origin, ctx=ctx, expected_sha256=files[0].sha256,
+                                                   write=lambda partial: move(files[0].path, partial))
+            return self.installer.install_gguf_parts(family, variant, source=origin, ctx=ctx, count=len(files),
+                                                     write=lambda number, partial: move(files[number - 1].path, partial),
+                                                     resumable=lambda _exc: False)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def export_bundle(self, name: str, *, ctx: JobContext | None = None) -> tuple[JsonObject, list[tuple[str, Path]]]:
+        """An installed variant's bundle manifest and files, after hashing them again (refused if they changed)."""
+        info = self.resolve(name)
+        with self._busy.claim(info.family, info.variant):
+            return bundles.build_manifest(info, ctx or NullContext())
+
     def prepare_quantize(self, name: str, to: str) -> tuple[ResolvedVariant, str]:
         """Check a quantization before it becomes a job: (source variant, target variant name)."""
+        self._refuse_writes()
         source = self.resolve(name)
         target = quantizer.check_request(source, to)
         self.registry.refuse_installed(source.family, target)
@@ -191,7 +294,9 @@ class ModelStore:
             path = self.layout.absolute(info.path)
             ctx.stage("hashing")
             try:
-                if info.format == "gguf":
+                if info.format == "gguf" and split_gguf.is_split(path):
+                    digest, size = split_gguf.hash_parts(path, ctx)
+                elif info.format == "gguf":
                     digest, size = imp.hash_file(path, ctx, total=info.size_bytes), path.stat().st_size
                 else:
                     digest, size = imp.hash_tree(path, ctx)
@@ -205,6 +310,7 @@ class ModelStore:
 
     def delete(self, name: str) -> None:
         """Remove a variant's files and row. Refused (Conflict) while it is loaded or busy."""
+        self._refuse_writes()
         family, variant = parse_name(name)
         if variant is None:
             raise BadRequest("name the variant to delete: family:variant", param="name", code="invalid_model_name")
@@ -237,25 +343,10 @@ class ModelStore:
 def _size_on_disk(path: Path, fmt: str) -> int:
     try:
         if fmt == "gguf":
-            return path.stat().st_size
+            return split_gguf.size_of(path)
         return sum(f.size for f in imp.tree_files(path))
     except OSError:
         return -1
-
-
-def _slug(text: str) -> str:
-    slug = re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-._")
-    return (slug or "model")[:64].rstrip("-._") or "model"
-
-
-def _names_from_filename(filename: str) -> tuple[str, str]:
-    """``Llama-3.2-1B-Instruct-Q4_K_M.gguf`` → (``llama-3.2-1b-instruct``, ``q4_k_m``)."""
-    stem = filename[:-5] if filename.lower().endswith(".gguf") else filename
-    stem = stem.lower()
-    match = _QUANT_SUFFIX.search(stem)
-    if match:
-        return _slug(stem[: match.start()]), match.group(1)
-    return _slug(stem), "gguf"
 
 
 __all__ = ["ModelStore", "VariantInfo", "ResolvedVariant", "ModelCorrupt", "ModelNotReady"]

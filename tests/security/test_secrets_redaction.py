@@ -67,6 +67,7 @@ def test_api_keys_are_masked_in_every_shape(text):
     ("session_secret='s3cr3tv4lue99'", "s3cr3tv4lue99"),
     ("Authorization: Bearer sk-abcdefabcdef", "sk-abcdefabcdef"),
     ("vllm serve --api-key abcdefgh12345", "abcdefgh12345"),
+    ("hub answered 403 for hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345", "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"),
 ])
 def test_other_secrets_are_masked(text, secret):
     assert secret not in redact(text)

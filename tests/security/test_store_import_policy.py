@@ -161,3 +161,54 @@ def test_a_clean_hf_folder_imports_without_hidden_entries(store: ModelStore, tmp
     assert sorted(p.name for p in stored.iterdir()) == ["README.md", "config.json", "model.safetensors", "tokenizer.json",
                                                          "tokenizer_config.json"]
     assert store.resolve("tiny-llama-hf").file == stored
+
+
+# ---------------------------------------------------------------- the same policy for hub pulls
+@pytest.fixture()
+def hub_world(tmp_path: Path):
+    from tests.hubkit import HubServer
+    from tests.storekit import RangeServer
+
+    with RangeServer() as cdn, HubServer(cdn) as hub:
+        store = make_store(tmp_path / "hubdata", allow_private_pull_hosts=["127.0.0.1"], hub_url=hub.url)
+        yield store, hub, cdn
+
+
+@pytest.mark.parametrize("spec", ["hf:org/repo/modeling.py", "hf:org/repo/pytorch_model.bin", "hf:org/repo/model.pt",
+                                  "hf:org/repo/model.safetensors"])
+def test_a_hub_file_that_is_not_gguf_is_refused(hub_world, spec: str) -> None:
+    store, hub, _cdn = hub_world
+    with pytest.raises(BadRequest, match="only a .gguf file"):
+        store.prepare_hub_pull(spec)
+    assert hub.requests == []
+
+
+def test_a_hub_repository_with_only_pickles_is_refused(hub_world, tmp_path: Path) -> None:
+    store, hub, cdn = hub_world
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    (tmp_path / "pytorch_model.bin").write_bytes(b"\x80\x04pickle")
+    (tmp_path / "modeling_evil.py").write_text("import os")
+    hub.add_repo("org/Pickles", {name: tmp_path / name for name in ("config.json", "pytorch_model.bin", "modeling_evil.py")})
+    with pytest.raises(BadRequest, match="neither GGUF files nor safetensors"):
+        store.prepare_hub_pull("hf:org/Pickles")
+    assert cdn.requests == []
+    assert_empty(store)
+
+
+def test_a_hub_repository_that_needs_remote_code_is_refused(hub_world, tmp_path: Path) -> None:
+    store, hub, _cdn = hub_world
+    folder = make_hf_folder(tmp_path / "remote", config={"auto_map": {"AutoModelForCausalLM": "modeling_x.X"}})
+    hub.add_repo("org/Remote", {p.name: p for p in folder.iterdir()})
+    pull = store.prepare_hub_pull("hf:org/Remote")
+    with pytest.raises(BadRequest, match="auto_map"):
+        store.pull_hub(pull)
+    assert_empty(store)
+
+
+def test_a_hub_file_whose_bytes_do_not_match_the_listed_sha256_is_refused(hub_world, tmp_path: Path) -> None:
+    store, hub, _cdn = hub_world
+    model = make_tiny_gguf(tmp_path / "m.gguf")
+    hub.add_repo("org/Bad-GGUF", {"Bad-Q8_0.gguf": model}, listed_sha256={"Bad-Q8_0.gguf": "ab" * 32})
+    with pytest.raises(BadRequest, match="sha256 mismatch"):
+        store.pull_hub(store.prepare_hub_pull("hf:org/Bad-GGUF"))
+    assert_empty(store)

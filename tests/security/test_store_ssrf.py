@@ -177,3 +177,32 @@ def test_redirect_loops_end(tmp_path: Path) -> None:
             store.pull(loop, name="loop:f32")
         assert time.monotonic() - started < 10
     assert store.list() == []
+
+
+# ---------------------------------------------------------------- hub_url and the hub's redirects
+def test_a_hub_on_an_internal_address_is_refused_unless_allow_listed(tmp_path: Path) -> None:
+    from tests.hubkit import HubServer
+
+    with RangeServer() as cdn, HubServer(cdn) as hub:
+        hub.add_repo("org/Tiny-GGUF", {"Tiny-F32.gguf": make_tiny_gguf(tmp_path / "src.gguf")})
+        store = make_store(tmp_path / "data", hub_url=hub.url)
+        with pytest.raises(PullNotAllowed):
+            store.prepare_hub_pull("hf:org/Tiny-GGUF")
+        assert hub.requests == []
+        for metadata in ("http://169.254.169.254", "http://[::ffff:169.254.169.254]", "http://10.0.0.1"):
+            with pytest.raises(PullNotAllowed):
+                make_store(tmp_path / "meta", hub_url=metadata).prepare_hub_pull("hf:org/Tiny-GGUF")
+
+
+def test_a_hub_redirect_to_an_internal_host_is_refused(tmp_path: Path) -> None:
+    """The hub (allowed as ``localhost``) redirects its download to 127.0.0.1, which is not allowed."""
+    from tests.hubkit import HubServer
+
+    with RangeServer() as cdn, HubServer(cdn) as hub:
+        hub.add_repo("org/Tiny-GGUF", {"Tiny-F32.gguf": make_tiny_gguf(tmp_path / "src.gguf")})
+        store = make_store(tmp_path / "data", allow_private_pull_hosts=["localhost"],
+                           hub_url=hub.url.replace("127.0.0.1", "localhost"))
+        pull = store.prepare_hub_pull("hf:org/Tiny-GGUF")
+        with pytest.raises(PullNotAllowed):
+            store.pull_hub(pull)
+        assert cdn.requests == []  # the redirect target was never requested

@@ -163,3 +163,35 @@ def test_store_folders_are_not_world_readable(world: tuple[ModelStore, Path], ti
     store, _ = world
     store.import_path(str(tiny_gguf), name="tiny:f32")
     assert os.stat(store.settings.store_dir / "tiny" / "f32").st_mode & 0o007 == 0
+
+
+# ---------------------------------------------------------------- names from a hub's listing
+HOSTILE_LISTED_PATHS = ["../x.gguf", "/etc/x.gguf", "a/../../x.gguf", "..", "sub/./x.gguf", "a//x.gguf", "..\\x.gguf",
+                        "x\x00.gguf", "sub/../../../outside/victim.gguf"]
+
+
+@pytest.mark.parametrize("listed", HOSTILE_LISTED_PATHS)
+def test_a_hub_listing_naming_an_unsafe_path_is_refused_whole(tmp_path: Path, world: tuple[ModelStore, Path], tiny_gguf: Path,
+                                                              listed: str) -> None:
+    from tests.hubkit import HubServer
+    from tests.storekit import RangeServer
+
+    _store, outside = world
+    before = snapshot(outside)
+    with RangeServer() as cdn, HubServer(cdn) as hub:
+        hub.add_repo("org/Evil-GGUF", {"Evil-Q8_0.gguf": tiny_gguf},
+                     extra_entries=[{"type": "file", "path": listed, "size": 10, "lfs": {"oid": "0" * 64, "size": 10}}])
+        store = make_store(tmp_path / "hubdata", allow_private_pull_hosts=["127.0.0.1"], hub_url=hub.url)
+        for spec in ("hf:org/Evil-GGUF", "hf:org/Evil-GGUF:Q8_0"):
+            with pytest.raises(UnsafePath, match="unsafe path|no valid path"):
+                store.prepare_hub_pull(spec)
+        assert not [r for r in cdn.requests]  # nothing was downloaded
+    assert store.list() == [] and snapshot(outside) == before
+
+
+@pytest.mark.parametrize("spec", ["hf:org/repo/../x.gguf", "hf:org/repo//etc/x.gguf", "hf:../repo", "hf:org/..",
+                                  "hf:org/repo/a/../../x.gguf", "hf:org/repo:../x", "hf:org/repo@../main", "hf:org/re\x00po"])
+def test_hub_specs_with_traversal_are_refused_before_any_request(tmp_path: Path, spec: str) -> None:
+    store = make_store(tmp_path / "data", hub_url="http://127.0.0.1:9")  # nothing listens there: no request may be made
+    with pytest.raises(BadRequest):
+        store.prepare_hub_pull(spec)
