@@ -17,7 +17,7 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -100,6 +100,39 @@ class Settings(BaseSettings):
         description="Hosts on loopback or private networks that model pulls may reach (SSRF defence). Empty: none.",
     )
     session_secret: str | None = Field(default=None, description="Secret for console session cookies. Unset: generated once and kept in the data dir.")
+    local_login_enabled: bool = Field(
+        default=True,
+        description="Console sign-in with local user names and passwords. Switch it off once single sign-on works; the admin socket (`appliancectl`) stays the break-glass path.",
+    )
+    console_public_url: str | None = Field(
+        default=None,
+        description="The console's public URL (`https://llm.example.com`), the base of the single sign-on redirect URL `<url>/login/oidc/callback`. Unset: the URL the browser used.",
+    )
+    oidc_issuer: str | None = Field(
+        default=None,
+        description="OpenID Connect issuer URL of the identity provider; single sign-on is on when this and `oidc_client_id` are set. Its metadata is read from `<issuer>/.well-known/openid-configuration`.",
+    )
+    oidc_client_id: str | None = Field(default=None, description="Client id of the console at the identity provider; ID tokens must name it as their audience.")
+    oidc_client_secret: SecretStr | None = Field(
+        default=None, description="Client secret, best given as the environment variable only. Never logged or shown."
+    )
+    oidc_client_secret_file: Path | None = Field(
+        default=None,
+        description="File holding the client secret (relative paths are inside the data dir; keep it mode 0600). Used when `oidc_client_secret` is unset.",
+    )
+    oidc_provider_name: str = Field(default="single sign-on", description="Provider name on the console's sign-in button (\"Sign in with …\").")
+    oidc_scopes: list[str] = Field(default_factory=lambda: ["openid", "profile", "email"], description="Scopes asked for; `openid` is always included.")
+    oidc_username_claim: str = Field(
+        default="preferred_username", description="ID token claim that names the console user; when absent, `email`, then `sub`."
+    )
+    oidc_groups_claim: str = Field(default="groups", description="ID token claim listing the user's groups at the provider.")
+    oidc_group_roles: dict[str, Literal["admin", "operator", "viewer"]] = Field(
+        default_factory=dict,
+        description="Provider group → console role, e.g. `{\"llm-admins\": \"admin\", \"staff\": \"viewer\"}`; the highest matching role wins, read again at every sign-in.",
+    )
+    oidc_default_role: Literal["admin", "operator", "viewer"] | None = Field(
+        default=None, description="Role of a provider user in none of the mapped groups. Unset: such users are refused."
+    )
 
     @field_validator("data_dir")
     @classmethod
