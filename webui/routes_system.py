@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import anyio
+from pydantic import SecretStr
 from litestar import Request, Response, get, post
 from sqlalchemy import or_, select, update
 from sqlalchemy.engine import Engine
@@ -80,6 +81,8 @@ def settings_page(request: Request, settings: Settings) -> Response:
         value = getattr(settings, name)
         if name in SECRET_SETTINGS:
             value = "(set)" if value else "(generated, in the data dir)"
+        elif isinstance(value, SecretStr):
+            value = "(set)"
         rows.append({"name": name, "env": f"APPLIANCE_{name.upper()}", "value": value, "description": field.description})
     return page(request, "settings.html", active="settings", rows=rows)
 

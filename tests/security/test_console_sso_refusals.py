@@ -288,3 +288,25 @@ def test_the_secret_and_tokens_never_reach_the_audit_log(app, provider):
         rows = " ".join(str(r) for r in conn.execute("SELECT * FROM audit_log"))
     assert "console.sso_login" in rows and "console.sso_refused" in rows
     assert SECRET not in rows and token.split(".")[1] not in rows and token.split(".")[2] not in rows
+
+
+def test_sso_users_cannot_use_the_local_sign_in_and_cannot_take_over_local_names(app, provider):
+    from appliance.accounts.users import create_user, set_password
+
+    with TestClient(app, base_url=BASE) as client:
+        assert sign_in_with(client, provider, lambda n: provider.sign(provider.claims(n))).status_code == 200
+        page = client.get("/settings").text
+        assert SECRET not in page and "(set)" in page
+    set_password(app.state.services.db, "mallory", "a-password-set-by-an-admin-1")  # even with a password set later
+    with TestClient(app, base_url=BASE) as client:
+        token = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/login").text).group(1)
+        local = client.post("/login", data={"username": "mallory", "password": "a-password-set-by-an-admin-1",
+                                            "csrf_token": token}, follow_redirects=False)
+        assert local.status_code == 401 and "appliance_session" not in local.cookies
+    create_user(app.state.services.db, "root", "root-password-local-1", role="admin")
+    with TestClient(app, base_url=BASE) as client:
+        response = sign_in_with(client, provider,
+                                lambda n: provider.sign(provider.claims(n, sub="u-2", preferred_username="root")))
+        assert_refused(client, response, 403)
+        assert "already has another user named root" in response.text
+    assert refused_reasons(app) == ["reason=user name root taken by another console user client=testclient"]
