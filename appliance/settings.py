@@ -17,7 +17,7 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -138,6 +138,21 @@ class Settings(BaseSettings):
     @classmethod
     def _absolute(cls, value: Path) -> Path:
         return value.expanduser().resolve()
+
+    @field_validator("oidc_issuer")
+    @classmethod
+    def _issuer_url(cls, value: str | None) -> str | None:
+        if value and not value.startswith(("https://", "http://")):
+            raise ValueError("oidc_issuer must be an https:// URL")
+        return value
+
+    @field_validator("oidc_client_id")
+    @classmethod
+    def _issuer_and_client_together(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # A field validator (not a model one), so an error quotes this field only, never the client secret.
+        if bool(value) != bool(info.data.get("oidc_issuer")):
+            raise ValueError("single sign-on needs both oidc_issuer and oidc_client_id")
+        return value
 
     @classmethod
     def settings_customise_sources(

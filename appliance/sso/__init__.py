@@ -11,6 +11,6 @@
 - ``signon``: the flow from the sign-in button to a verified identity.
 - ``users``: console users created and updated from a verified identity.
 
-May import ``appliance.errors``, ``appliance.db`` and ``appliance.settings``; the
+May import ``appliance.errors``, ``appliance.jsontypes``, ``appliance.db`` and ``appliance.settings``; the
 console's routes (``appliance.webui.routes_sso``) import this package, never the reverse.
 """

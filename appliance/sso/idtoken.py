@@ -7,6 +7,7 @@ provider's public key as an HMAC secret, or not signed at all, never passes.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Awaitable, Callable
 
@@ -22,8 +23,6 @@ MAX_TOKEN_BYTES = 16 * 1024
 
 
 def _b64decode(part: str) -> bytes:
-    import base64
-
     return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
 
 

@@ -41,13 +41,16 @@ class ProviderMetadata:
     end_session_endpoint: str | None
 
 
-def _url(document: JsonObject, name: str, required: bool = True) -> str | None:
+def _optional_url(document: JsonObject, name: str) -> str | None:
     value = document.get(name)
-    if isinstance(value, str) and value.startswith(("https://", "http://")):
-        return value
-    if required:
+    return value if isinstance(value, str) and value.startswith(("https://", "http://")) else None
+
+
+def _url(document: JsonObject, name: str) -> str:
+    value = _optional_url(document, name)
+    if value is None:
         raise ProviderUnavailable(f"provider metadata lacks {name}")
-    return None
+    return value
 
 
 def _short(value: object) -> str:
@@ -98,10 +101,10 @@ class IdentityProvider:
             raise ProviderUnavailable("provider metadata names another issuer")
         meta = ProviderMetadata(
             issuer=str(doc["issuer"]),
-            authorization_endpoint=_url(doc, "authorization_endpoint") or "",
-            token_endpoint=_url(doc, "token_endpoint") or "",
-            jwks_uri=_url(doc, "jwks_uri") or "",
-            end_session_endpoint=_url(doc, "end_session_endpoint", required=False),
+            authorization_endpoint=_url(doc, "authorization_endpoint"),
+            token_endpoint=_url(doc, "token_endpoint"),
+            jwks_uri=_url(doc, "jwks_uri"),
+            end_session_endpoint=_optional_url(doc, "end_session_endpoint"),
         )
         self._metadata = (self._clock() + METADATA_TTL, meta)
         return meta
@@ -129,8 +132,8 @@ class IdentityProvider:
                 raise SignOnRefused("id token signed with an unknown key")
             return self._keys
 
-    async def exchange(self, code: str, code_verifier: str, redirect_uri: str) -> tuple[str, str | None]:
-        """Trade the authorization code for tokens: the ID token, and the access token if any."""
+    async def exchange(self, code: str, code_verifier: str, redirect_uri: str) -> str:
+        """Trade the authorization code for the ID token (the console needs no access token)."""
         meta = await self.metadata()
         form = {"grant_type": "authorization_code", "code": code, "redirect_uri": redirect_uri, "code_verifier": code_verifier}
         headers = {"Accept": "application/json"}
@@ -146,5 +149,4 @@ class IdentityProvider:
         token = body.get("id_token")
         if not isinstance(token, str):
             raise SignOnRefused("token endpoint returned no id token")
-        access = body.get("access_token")
-        return token, access if isinstance(access, str) else None
+        return token

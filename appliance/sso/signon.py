@@ -68,7 +68,7 @@ def _read_secret(settings: Settings) -> SecretStr | None:
 
 def sso_config(settings: Settings) -> SsoConfig | None:
     """The single sign-on configuration, or None when no provider is configured."""
-    if not settings.oidc_issuer or not settings.oidc_client_id:
+    if not settings.oidc_issuer or not settings.oidc_client_id:  # both or neither (checked when settings load)
         return None
     scopes = ("openid", *[s for s in settings.oidc_scopes if s != "openid"])
     public = settings.console_public_url.rstrip("/") if settings.console_public_url else None
@@ -136,20 +136,18 @@ class SingleSignOn:
         return Redirect(url=meta.authorization_endpoint + separator + query, browser=started.browser)
 
     async def complete(self, params: Mapping[str, str], browser: str | None, redirect_uri: str) -> Identity:
-        state_problem: SignOnRefused | None = None
-        try:
-            pending = self._pending.take(params.get("state"), browser)
-        except SignOnRefused as exc:
-            state_problem = exc
         if params.get("error"):
+            try:  # the sign-in is over either way: its state is used up
+                self._pending.take(params.get("state"), browser)
+            except SignOnRefused:
+                pass
             error = "".join(c for c in params["error"] if c.isalnum() or c in "_-.")[:64]
             raise SignOnRefused(f"provider error {error}", f"The identity provider did not sign you in ({error}).")
-        if state_problem is not None:
-            raise state_problem
+        pending = self._pending.take(params.get("state"), browser)
         code = params.get("code")
         if not code or len(code) > 2048:
             raise SignOnRefused("callback without a code")
-        id_token, _access = await self.provider.exchange(code, pending.code_verifier, redirect_uri)
+        id_token = await self.provider.exchange(code, pending.code_verifier, redirect_uri)
         claims = await verified_claims(id_token, self.provider.keys_for)
         meta = await self.provider.metadata()
         check_claims(claims, Expected(issuer=meta.issuer, client_id=self.config.client_id, nonce=pending.nonce, now=self._clock()))
