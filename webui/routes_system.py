@@ -165,6 +165,10 @@ async def users_disable(request: Request, user_id: int, db: Engine, console: Con
 @post("/users/{user_id:int}/reset", guards=[needs("admin")], include_in_schema=False)
 async def users_reset(request: Request, user_id: int, db: Engine, console: Console, audit: AuditTrail,
                       user: ConsoleUser) -> Response:
+    with session(db) as s:
+        target = s.get(User, user_id)
+    if target is not None and target.sso_subject is not None:
+        raise BadRequest(f"{target.username} signs in through the identity provider and has no password here.", param="user")
     password = generate_password()
     row = _change(db, user, user_id, password_hash=hash_password(password), must_change_password=True)
     console.sessions.delete_for_user(user_id)

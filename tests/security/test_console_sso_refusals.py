@@ -297,13 +297,21 @@ def test_sso_users_cannot_use_the_local_sign_in_and_cannot_take_over_local_names
         assert sign_in_with(client, provider, lambda n: provider.sign(provider.claims(n))).status_code == 200
         page = client.get("/settings").text
         assert SECRET not in page and "(set)" in page
-    set_password(app.state.services.db, "mallory", "a-password-set-by-an-admin-1")  # even with a password set later
+    create_user(app.state.services.db, "root", "root-password-local-1", role="admin")
+    with TestClient(app, base_url=BASE) as admin:
+        token = re.search(r'name="csrf_token" value="([^"]+)"', admin.get("/login").text).group(1)
+        admin.post("/login", data={"username": "root", "password": "root-password-local-1", "csrf_token": token})
+        users = admin.get("/users").text
+        assert "single sign-on</span>" in users and users.count("Reset password") == 0  # root is "(you)", mallory is SSO
+        mallory = re.search(r'hx-post="/users/(\d+)/disable"', users).group(1)
+        refused = admin.post(f"/users/{mallory}/reset", headers={"X-CSRF-Token": re.search(r'"X-CSRF-Token": "([^"]+)"', users).group(1)})
+        assert refused.status_code == 400 and "has no password here" in refused.text
+    set_password(app.state.services.db, "mallory", "a-password-set-by-an-admin-1")  # even with a password set some other way
     with TestClient(app, base_url=BASE) as client:
         token = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/login").text).group(1)
         local = client.post("/login", data={"username": "mallory", "password": "a-password-set-by-an-admin-1",
                                             "csrf_token": token}, follow_redirects=False)
         assert local.status_code == 401 and "appliance_session" not in local.cookies
-    create_user(app.state.services.db, "root", "root-password-local-1", role="admin")
     with TestClient(app, base_url=BASE) as client:
         response = sign_in_with(client, provider,
                                 lambda n: provider.sign(provider.claims(n, sub="u-2", preferred_username="root")))
