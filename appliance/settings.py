@@ -17,7 +17,7 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -140,6 +140,40 @@ class Settings(BaseSettings):
         description="HMAC-SHA256 key for the `X-Appliance-Signature` header of alert webhooks; required with `alert_webhook_url`.",
     )
 
+    local_login_enabled: bool = Field(
+        default=True,
+        description="Console sign-in with local user names and passwords. Switch it off once single sign-on works; the admin socket (`appliancectl`) stays the break-glass path.",
+    )
+    console_public_url: str | None = Field(
+        default=None,
+        description="The console's public URL (`https://llm.example.com`), the base of the single sign-on redirect URL `<url>/login/oidc/callback`. Unset: the URL the browser used.",
+    )
+    oidc_issuer: str | None = Field(
+        default=None,
+        description="OpenID Connect issuer URL of the identity provider; single sign-on is on when this and `oidc_client_id` are set. Its metadata is read from `<issuer>/.well-known/openid-configuration`.",
+    )
+    oidc_client_id: str | None = Field(default=None, description="Client id of the console at the identity provider; ID tokens must name it as their audience.")
+    oidc_client_secret: SecretStr | None = Field(
+        default=None, description="Client secret, best given as the environment variable only. Never logged or shown."
+    )
+    oidc_client_secret_file: Path | None = Field(
+        default=None,
+        description="File holding the client secret (relative paths are inside the data dir; keep it mode 0600). Used when `oidc_client_secret` is unset.",
+    )
+    oidc_provider_name: str = Field(default="single sign-on", description="Provider name on the console's sign-in button (\"Sign in with …\").")
+    oidc_scopes: list[str] = Field(default_factory=lambda: ["openid", "profile", "email"], description="Scopes asked for; `openid` is always included.")
+    oidc_username_claim: str = Field(
+        default="preferred_username", description="ID token claim that names the console user; when absent, `email`, then `sub`."
+    )
+    oidc_groups_claim: str = Field(default="groups", description="ID token claim listing the user's groups at the provider.")
+    oidc_group_roles: dict[str, Literal["admin", "operator", "viewer"]] = Field(
+        default_factory=dict,
+        description="Provider group → console role, e.g. `{\"llm-admins\": \"admin\", \"staff\": \"viewer\"}`; the highest matching role wins, read again at every sign-in.",
+    )
+    oidc_default_role: Literal["admin", "operator", "viewer"] | None = Field(
+        default=None, description="Role of a provider user in none of the mapped groups. Unset: such users are refused."
+    )
+
     @model_validator(mode="after")
     def _webhook_is_signed(self) -> "Settings":
         if self.alert_webhook_url and not self.alert_webhook_secret:
@@ -159,6 +193,21 @@ class Settings(BaseSettings):
     @classmethod
     def _absolute(cls, value: Path) -> Path:
         return value.expanduser().resolve()
+
+    @field_validator("oidc_issuer")
+    @classmethod
+    def _issuer_url(cls, value: str | None) -> str | None:
+        if value and not value.startswith(("https://", "http://")):
+            raise ValueError("oidc_issuer must be an https:// URL")
+        return value
+
+    @field_validator("oidc_client_id")
+    @classmethod
+    def _issuer_and_client_together(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # A field validator (not a model one), so an error quotes this field only, never the client secret.
+        if bool(value) != bool(info.data.get("oidc_issuer")):
+            raise ValueError("single sign-on needs both oidc_issuer and oidc_client_id")
+        return value
 
     @classmethod
     def settings_customise_sources(

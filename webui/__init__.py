@@ -32,6 +32,7 @@ def console_handlers() -> list[Router]:
         routes_models,
         routes_overview,
         routes_playground,
+        routes_sso,
         routes_system,
         routes_usage,
     )
@@ -43,7 +44,8 @@ def console_handlers() -> list[Router]:
         cache_control=CacheControlHeader(max_age=3600), opt=requires(Access.PUBLIC),
     )
     handlers: list[HTTPRouteHandler] = []
-    for module in (routes_auth, routes_overview, routes_alerts, routes_models, routes_playground, routes_keys, routes_usage, routes_system):
+    for module in (routes_auth, routes_sso, routes_overview, routes_alerts, routes_models, routes_playground, routes_keys,
+                   routes_usage, routes_system):
         handlers.extend(module.HANDLERS)
     console = Router(
         path="/",

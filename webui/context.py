@@ -4,7 +4,8 @@ Console handlers receive their collaborators by parameter name through
 Litestar's dependency injection: the daemon's (``store``, ``router``, ``audit``,
 ...; ``appliance.api.dependencies``) and the console's own, registered on the
 console router (:func:`dependencies`): ``console``, the :class:`Console` built
-once per app, ``user``, the signed-in :class:`ConsoleUser`, and ``load_planner``,
+once per app, ``user``, the signed-in :class:`ConsoleUser`, ``sso``, single
+sign-on (404 when not configured), and ``load_planner``,
 which plans a load of an installed variant exactly as the daemon's router does
 (the fit badges).
 """
@@ -20,9 +21,10 @@ from litestar.datastructures import State
 from litestar.di import Provide
 from sqlalchemy.engine import Engine
 
-from appliance.errors import PermissionDenied
+from appliance.errors import NotFound, PermissionDenied
 from appliance.serving.load_plan import LoadPlanner
 from appliance.settings import Settings
+from appliance.sso.signon import SingleSignOn
 from appliance.webui.chat import ChatStore
 from appliance.webui.sessions import SessionStore, load_secret
 from appliance.webui.throttle import LoginThrottle
@@ -42,6 +44,7 @@ class ConsoleUser:
     role: str
     must_change_password: bool
     sid: str
+    from_sso: bool = False
 
     @property
     def actor(self) -> str:
@@ -53,13 +56,16 @@ class ConsoleUser:
 
 
 class Console:
-    """Console state shared by all requests: the CSRF secret, sessions, sign-in throttle, playground chats."""
+    """Console state shared by all requests: the CSRF secret, sessions, sign-in throttle, playground chats,
+    and single sign-on (None when no identity provider is configured)."""
 
     def __init__(self, settings: Settings, db: Engine):
         self.secret = load_secret(settings.session_secret, settings.data_dir)
         self.sessions = SessionStore(db)
         self.throttle = LoginThrottle()
         self.chats = ChatStore()
+        self.local_login = settings.local_login_enabled
+        self.sso = SingleSignOn.from_settings(settings)
 
 
 def daemon_services(state: State) -> Services:
@@ -95,10 +101,18 @@ def require_user(request: Request) -> ConsoleUser:
     return user
 
 
+def require_sso(state: State) -> SingleSignOn:
+    """Single sign-on; a handler names it as its ``sso`` parameter and answers 404 when none is configured."""
+    found = provide_console(state).sso
+    if found is None:
+        raise NotFound("Single sign-on is not configured.")
+    return found
+
+
 def dependencies() -> dict[str, Provide]:
     """The console's own injectables, registered on the console router."""
     return {"console": Provide(provide_console, sync_to_thread=False), "user": Provide(require_user, sync_to_thread=False),
-            "load_planner": Provide(LoadPlanner, sync_to_thread=False)}
+            "load_planner": Provide(LoadPlanner, sync_to_thread=False), "sso": Provide(require_sso, sync_to_thread=False)}
 
 
 def csrf_for(request: Request) -> str:

@@ -60,7 +60,7 @@ def load_user(db: Engine, user_id: int, sid: str) -> ConsoleUser | None:
     if row is None or row.disabled:
         return None
     return ConsoleUser(id=row.id, username=row.username, role=row.role,  # type: ignore[arg-type]
-                       must_change_password=row.must_change_password, sid=sid)
+                       must_change_password=row.must_change_password, sid=sid, from_sso=row.sso_subject is not None)
 
 
 async def gate(request: Request, handler: BaseRouteHandler) -> None:

@@ -34,9 +34,11 @@ def safe_next(value: str | UploadFile | None) -> str:
     return "/"
 
 
-def _login_page(request: Request, *, status: int = 200, error: str | None = None, username: str = "",
+def _login_page(request: Request, console: Console, *, status: int = 200, error: str | None = None, username: str = "",
                 next_url: str = "/", headers: dict[str, str] | None = None) -> Response:
-    response = page(request, "login.html", status=status, headers=headers, error=error, username=username, next_url=next_url)
+    sso_name = console.sso.config.provider_name if console.sso else None
+    response = page(request, "login.html", status=status, headers=headers, error=error, username=username, next_url=next_url,
+                    sso_name=sso_name, local_login=console.local_login)
     fresh = request.scope.get(SCOPE_PRE_NEW)
     if fresh:
         response.set_cookie(Cookie(key=csrf.PRE_COOKIE, value=fresh, path="/", httponly=True, samesite="strict",
@@ -45,10 +47,10 @@ def _login_page(request: Request, *, status: int = 200, error: str | None = None
 
 
 @get("/login", opt={"public": True}, include_in_schema=False, sync_to_thread=False)
-def login_form(request: Request) -> Response:
+def login_form(request: Request, console: Console) -> Response:
     if console_user(request) is not None:
         return Response(content="", status_code=303, headers={"Location": "/"})
-    return _login_page(request, next_url=safe_next(request.query_params.get("next")))
+    return _login_page(request, console, next_url=safe_next(request.query_params.get("next")))
 
 
 @post("/login", opt={"public": True}, include_in_schema=False)
@@ -58,17 +60,21 @@ async def login(request: Request, console: Console, db: Engine, audit: AuditTrai
     password = str(form.get("password") or "")[:1024]
     next_url = safe_next(form.get("next"))
     client = request.client.host if request.client else None
+    if not console.local_login:
+        audit.record(f"user:{username or '?'}", "console.login_failed", None, f"client={client} local sign-in is off")
+        return _login_page(request, console, status=403, next_url=next_url,
+                           error="Sign-in with a local password is switched off here; use single sign-on.")
     wait = console.throttle.retry_after(username, client)
     if wait is not None:  # refused before the password is checked, so a throttled guess learns nothing
-        return _login_page(request, status=429, username=username, next_url=next_url,
+        return _login_page(request, console, status=429, username=username, next_url=next_url,
                            headers={"Retry-After": str(wait.seconds)}, error=wait.message)
     with session(db) as s:
         row = s.execute(select(User).where(User.username == username)).scalars().first()
     ok = verify_password(row.password_hash if row else _dummy_hash(), password)
-    if not ok or row is None or row.disabled:
+    if not ok or row is None or row.disabled or row.sso_subject is not None:  # single sign-on users have no password
         console.throttle.failed(username, client)
         audit.record(f"user:{username or '?'}", "console.login_failed", None, f"client={client}")
-        return _login_page(request, status=401, username=username, next_url=next_url, error="Wrong user name or password.")
+        return _login_page(request, console, status=401, username=username, next_url=next_url, error="Wrong user name or password.")
     console.throttle.succeeded(username)
     old = request.cookies.get("appliance_session")
     console.sessions.delete(old)  # never reuse a session id across sign-ins
@@ -86,9 +92,17 @@ async def login(request: Request, console: Console, db: Engine, audit: AuditTrai
 async def logout(request: Request, user: ConsoleUser, console: Console, audit: AuditTrail) -> Response:
     console.sessions.delete(user.sid)
     audit.record(user.actor, "console.logout")
-    response = Response(content="", status_code=303, headers={"Location": "/login"})
+    target = "/login"
+    provider_logout = None
+    if user.from_sso and console.sso is not None:  # end the provider's session too, when it offers that
+        provider_logout = await console.sso.logout_url(user.sid, console.sso.login_page_url(str(request.base_url)))
     if request.headers.get("hx-request") == "true":
-        response = Response(content="", status_code=200, headers={"HX-Redirect": "/login"})
+        response = Response(content="", status_code=200, headers={"HX-Redirect": provider_logout or target})
+    elif provider_logout:
+        # A page that moves on, not a redirect: the CSP's form-action 'self' would stop a form's redirect off-site.
+        response = page(request, "sso_continue.html", heading="Signed out", target=provider_logout)
+    else:
+        response = Response(content="", status_code=303, headers={"Location": target})
     clear_cookie(response, is_https(request))
     return response
 

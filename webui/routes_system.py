@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import anyio
+from pydantic import SecretStr
 from litestar import Request, Response, get, post
 from sqlalchemy import or_, select, update
 from sqlalchemy.engine import Engine
@@ -79,6 +80,8 @@ def settings_page(request: Request, settings: Settings) -> Response:
         value = getattr(settings, name)
         if name in SECRET_SETTINGS:
             value = "(set)" if value else ("(generated, in the data dir)" if name == "session_secret" else "(not set)")
+        elif isinstance(value, SecretStr):
+            value = "(set)"
         rows.append({"name": name, "env": f"APPLIANCE_{name.upper()}", "value": value, "description": field.description})
     return page(request, "settings.html", active="settings", rows=rows)
 
@@ -161,6 +164,10 @@ async def users_disable(request: Request, user_id: int, db: Engine, console: Con
 @post("/users/{user_id:int}/reset", guards=[needs("admin")], include_in_schema=False)
 async def users_reset(request: Request, user_id: int, db: Engine, console: Console, audit: AuditTrail,
                       user: ConsoleUser) -> Response:
+    with session(db) as s:
+        target = s.get(User, user_id)
+    if target is not None and target.sso_subject is not None:
+        raise BadRequest(f"{target.username} signs in through the identity provider and has no password here.", param="user")
     password = generate_password()
     row = _change(db, user, user_id, password_hash=hash_password(password), must_change_password=True)
     console.sessions.delete_for_user(user_id)

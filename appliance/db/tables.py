@@ -20,7 +20,8 @@ def now() -> float:
 
 
 class User(SQLModel, table=True):
-    """A console user. Passwords are argon2 hashes."""
+    """A console user. Passwords are argon2 hashes; users from single sign-on have none and carry
+    ``sso_subject`` (the provider's issuer and subject), which keeps them off the local sign-in."""
 
     __tablename__ = "users"
     id: Optional[int] = Field(default=None, primary_key=True)
@@ -30,6 +31,7 @@ class User(SQLModel, table=True):
     must_change_password: bool = False
     created_at: float = Field(default_factory=now)
     disabled: bool = False
+    sso_subject: Optional[str] = Field(default=None, unique=True, index=True, max_length=255)
 
 
 class Team(SQLModel, table=True):

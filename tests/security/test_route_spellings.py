@@ -51,6 +51,12 @@ def test_every_route_declares_its_access_level():
     assert levels["/api/chat"] is Access.KEY and levels["/api/pull"] is Access.ADMIN and levels["/api/delete"] is Access.ADMIN
 
 
+def test_the_only_public_console_pages_are_the_sign_in_ones():
+    """Sign-in with a password and the two legs of single sign-on; nothing else skips the console's session."""
+    public = {(m, p) for m, p, _level, public_page in declared_routes() if public_page}
+    assert public == {("GET", "/login"), ("POST", "/login"), ("GET", "/login/oidc"), ("GET", "/login/oidc/callback")}
+
+
 def spellings(path: str) -> list[str]:
     """The path in the spellings a router may normalise and a prefix check may not."""
     bare = path.lstrip("/")
