@@ -19,6 +19,8 @@ from __future__ import annotations
 from typing import Annotated, Literal, Union
 
 import msgspec
+
+from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject
 
 Temperature = Annotated[float, msgspec.Meta(ge=0.0, le=2.0)]
@@ -193,6 +195,32 @@ class ResponsesRequest(_Generation, kw_only=True):
     previous_response_id: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] | None = None
     text: JsonObject | None = None
     parallel_tool_calls: bool | None = None  # ignored (IGNORED)
+
+
+def with_tool_choice_settled(body: ChatCompletionRequest) -> ChatCompletionRequest:
+    """``body`` with its ``tool_choice`` checked and in the form the engines take, whichever API it came in by.
+
+    ``auto`` is what the engines do with tools and no ``tool_choice``; ``none`` keeps the
+    tools out of the prompt. A forced choice (``required``, a named function) needs the
+    tools it names, and no ``response_format`` beside it (one grammar per answer): else a
+    400 naming ``tool_choice``.
+    """
+    choice = body.tool_choice
+    if choice is None:
+        return body
+    if choice == "none":
+        return msgspec.structs.replace(body, tools=None, tool_choice=None)
+    if choice == "auto":
+        return msgspec.structs.replace(body, tool_choice=None)
+    functions = [t.get("function") for t in body.tools or []]
+    names = {f["name"] for f in functions if isinstance(f, dict) and isinstance(f.get("name"), str)}
+    if not names:
+        raise BadRequest("tool_choice \"required\" or a named function needs tools", param="tool_choice")
+    if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
+        raise BadRequest(f"tool_choice names the function {choice.function.name!r}, which is not in tools", param="tool_choice")
+    if body.response_format is not None and body.response_format.type != "text":
+        raise BadRequest("a forced tool_choice cannot be combined with response_format", param="tool_choice")
+    return body
 
 
 def for_engine(body: _Base, **changes: object) -> _Base:

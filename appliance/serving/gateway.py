@@ -29,7 +29,7 @@ from appliance.hardware.energy import EnergyMeter
 from appliance.jsontypes import JsonObject
 from appliance.metering.meter import Meter
 from appliance.metrics import Metrics
-from appliance.openai_schema import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, for_engine
+from appliance.openai_schema import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, for_engine, with_tool_choice_settled
 from appliance.serving.context import Body, RequestContext
 from appliance.serving.names import ModelNames
 from appliance.serving.prompt_tokens import PromptCounts, prompt_bound
@@ -130,6 +130,8 @@ class Gateway:
         ``ledger_endpoint`` names the endpoint in the usage ledger when the client spoke
         another API than the engine serves (``messages``, served as ``chat``).
         """
+        if isinstance(body, ChatCompletionRequest):
+            body = with_tool_choice_settled(body)
         target = self._allowed(principal, body)
         ctx = RequestContext(principal=principal, endpoint=endpoint, target=target, body=body, headers=request.headers,
                              stream=bool(getattr(body, "stream", False)), ledger_endpoint=ledger_endpoint or endpoint)

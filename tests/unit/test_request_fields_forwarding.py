@@ -3,10 +3,10 @@
 import msgspec
 import pytest
 
-from appliance.api.openai import check_tool_choice
 from appliance.cache.keys import normalized
 from appliance.errors import BadRequest
-from appliance.openai_schema import NOT_FORWARDED, ChatCompletionRequest, CompletionRequest, EmbeddingRequest, ResponsesRequest, for_engine
+from appliance.openai_schema import (NOT_FORWARDED, ChatCompletionRequest, CompletionRequest, EmbeddingRequest, ResponsesRequest,
+                                     for_engine, with_tool_choice_settled)
 
 BASE = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 EXTRA = {"user": "u", "metadata": {"a": "b"}, "store": True, "service_tier": "auto", "parallel_tool_calls": False,
@@ -53,8 +53,7 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather"}}]
 
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
 def test_a_forced_tool_choice_is_forwarded_and_keyed(choice):
-    body = _chat(tools=TOOLS, tool_choice=choice)
-    check_tool_choice(body)
+    body = with_tool_choice_settled(_chat(tools=TOOLS, tool_choice=choice))
     sent = msgspec.json.decode(msgspec.json.encode(for_engine(body, model="served:q4")))
     assert sent["tool_choice"] == choice
     assert normalized(body) != normalized(_chat(tools=TOOLS))
@@ -68,5 +67,10 @@ def test_a_forced_tool_choice_is_forwarded_and_keyed(choice):
 ])
 def test_a_forced_tool_choice_that_cannot_be_honoured_is_a_400_naming_it(fields):
     with pytest.raises(BadRequest) as info:
-        check_tool_choice(_chat(**fields))
+        with_tool_choice_settled(_chat(**fields))
     assert info.value.param == "tool_choice"
+
+
+def test_auto_and_none_are_settled_for_every_api_alike():
+    assert with_tool_choice_settled(_chat(tools=TOOLS, tool_choice="auto")) == _chat(tools=TOOLS)
+    assert with_tool_choice_settled(_chat(tools=TOOLS, tool_choice="none")) == _chat()

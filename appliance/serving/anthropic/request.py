@@ -63,9 +63,6 @@ def chat_request(req: MessagesRequest | CountTokensRequest) -> ChatCompletionReq
 
 def _refusal(error: str) -> BadRequest:
     """The chat schema's refusal of a translated body, in the Messages API's terms."""
-    if "$.tool_choice" in error:
-        return BadRequest('tool_choice "any" or "tool" (a forced tool call) is not supported by the engines; use "auto" or "none".',
-                          param="tool_choice")
     chat_field = error.rsplit("`$.", 1)[-1].rstrip("`").split(".")[0].split("[")[0] if "`$." in error else None
     field = _FIELDS.get(chat_field or "", chat_field)
     return BadRequest(f"{error.split(' - at ')[0]} (parameter '{field}')" if field else error, param=field)
