@@ -1,12 +1,18 @@
 """An offline bundle made from one data dir is imported by a daemon set ``offline = true`` through the real CLI,
-then serves a request; the same daemon refuses pulls, naming the setting, and exports the model again."""
+then serves a request; the same daemon refuses pulls, naming the setting, and exports the model again.
+
+Every socket the daemon, its engine and the CLI open is watched (``tests/outbound_watch``): from
+start-up through the scheduler's first rounds, the import, the answer and the refused pulls,
+none of them tries to reach another host."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 from appliance.store.bundles import bundle_stream
@@ -28,7 +34,10 @@ def test_a_bundle_from_another_data_dir_serves_on_an_offline_appliance(tmp_path:
         for chunk in bundle_stream(manifest, files):
             out.write(chunk)
 
-    daemon = start_daemon(tmp_path, APPLIANCE_OFFLINE="true")
+    outbound = tmp_path / "outbound.jsonl"
+    watch = str(Path(__file__).resolve().parents[1] / "outbound_watch")
+    daemon = start_daemon(tmp_path, APPLIANCE_OFFLINE="true", APPLIANCE_TEST_OUTBOUND_LOG=str(outbound),
+                          PYTHONPATH=os.pathsep.join(filter(None, [watch, os.environ.get("PYTHONPATH")])))
     try:
         imported = _cli(daemon.env, "models", "import", str(bundle))
         assert imported.returncode == 0, imported.stderr
@@ -46,8 +55,14 @@ def test_a_bundle_from_another_data_dir_serves_on_an_offline_appliance(tmp_path:
         exported = _cli(daemon.env, "models", "export", "tiny:f32", str(again))
         assert exported.returncode == 0, exported.stderr
         assert _cli(daemon.env, "models", "export", "tiny:f32", str(again)).returncode != 0  # never replaces a file
+        time.sleep(6)  # the scheduler's 5-second jobs run at least once
+        daemon_pid = daemon.proc.pid
     finally:
         daemon.stop()
+    watched = [json.loads(line) for line in Path(f"{outbound}.watched").read_text().splitlines()]
+    assert daemon_pid in {w["pid"] for w in watched}, watched
+    assert any(w["parent"] == daemon_pid for w in watched), watched  # the engine the daemon started, too
+    assert not outbound.exists() or outbound.read_text() == "", outbound.read_text()
     with tarfile.open(again) as tar:
         names = tar.getnames()
         shipped = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
