@@ -106,12 +106,21 @@ class Alert:
         }
 
 
+def labelled(table: str, alias: str) -> tuple[str, str]:
+    """SQL for rows of ``table`` (with ``subject_type`` and ``subject_id``) and their subject's label.
+
+    Returns the label expression (``key:<prefix>`` or ``team:<name>``; NULL once the key or
+    team is gone) and the FROM clause joining the keys and teams."""
+    label = f"CASE {alias}.subject_type WHEN 'key' THEN 'key:' || k.prefix ELSE 'team:' || t.name END"
+    joins = (f"{table} {alias} LEFT JOIN api_keys k ON {alias}.subject_type = 'key' AND k.id = {alias}.subject_id"
+             f" LEFT JOIN teams t ON {alias}.subject_type = 'team' AND t.id = {alias}.subject_id")
+    return label, joins
+
+
+_LABEL_OF_ALERT, _ALERTS_LABELLED = labelled("budget_alerts", "a")
 _SELECT = (
     "SELECT a.id, a.created_at, a.subject_type, a.subject_id, a.dimension, a.window_start, a.limit_value, a.spent, a.percent,"
-    " a.attempts, a.delivered_at, a.last_error, a.dismissed_at,"
-    " CASE a.subject_type WHEN 'key' THEN 'key:' || k.prefix ELSE 'team:' || t.name END"
-    " FROM budget_alerts a LEFT JOIN api_keys k ON a.subject_type = 'key' AND k.id = a.subject_id"
-    " LEFT JOIN teams t ON a.subject_type = 'team' AND t.id = a.subject_id"
+    f" a.attempts, a.delivered_at, a.last_error, a.dismissed_at, {_LABEL_OF_ALERT} FROM {_ALERTS_LABELLED}"
 )
 
 

@@ -6,9 +6,11 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, text
 
+from appliance.metering.alerts import labelled
 from appliance.metering.quotas import DIMENSIONS, Windows
 
 _BUDGETS = {d.name: d for d in DIMENSIONS if d.budget}
+_LABEL, _COUNTERS_LABELLED = labelled("quota_counters", "c")
 #: Spending younger than this says too little about a rate to forecast from.
 MIN_ELAPSED_SECONDS = 60.0
 
@@ -51,10 +53,7 @@ def budget_forecasts(db: Engine, now: float) -> list[BudgetForecast]:
     clauses = " OR ".join(f"(c.dimension = :d{i} AND c.window_start = :w{i})" for i in range(len(current)))
     with db.connect() as conn:
         rows = conn.execute(text(
-            "SELECT c.subject_type, c.subject_id, c.dimension, c.limit_value, c.spent,"
-            " CASE c.subject_type WHEN 'key' THEN 'key:' || k.prefix ELSE 'team:' || t.name END"
-            " FROM quota_counters c LEFT JOIN api_keys k ON c.subject_type = 'key' AND k.id = c.subject_id"
-            " LEFT JOIN teams t ON c.subject_type = 'team' AND t.id = c.subject_id"
+            f"SELECT c.subject_type, c.subject_id, c.dimension, c.limit_value, c.spent, {_LABEL} FROM {_COUNTERS_LABELLED}"
             f" WHERE c.limit_value > 0 AND ({clauses}) ORDER BY c.spent / c.limit_value DESC"), params).all()
     out = []
     for subject_type, subject_id, dimension, limit, spent, label in rows:
