@@ -8,6 +8,8 @@ match no route, and refuses what no route should ever see:
 - a path that is not in canonical form (``//``, ``/./``, ``/../``, encoded
   slashes, dots, backslashes, semicolons or NUL bytes), so that no spelling of
   a path can be routed one way and read another;
+- a query parameter given more than once (``?id=1&id=2``): no route takes a
+  list, and the router would quietly keep one of the values;
 - a request body that stalls: each chunk must arrive within
   ``body_timeout_seconds``.
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from urllib.parse import parse_qsl
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from appliance.api.access import LOCAL_MARK
@@ -93,9 +96,28 @@ class ApplianceASGI:
             await send_error(send, BadRequest("The request path is not in canonical form (no '//', '.' or '..' "
                                               "segments, encoded '/', '.', ';', '%' or NUL bytes).", code="non_canonical_path"))
             return
+        repeated = repeated_query_name(scope.get("query_string") or b"")
+        if repeated is not None:
+            await send_error(send, BadRequest(f"The query parameter {repeated!r} is given more than once; every parameter "
+                                              "here takes one value.", param=repeated, code="repeated_query_parameter"))
+            return
         if scope["type"] == "http":
             receive = _deadline_receive(receive, self._body_timeout)
         await self.app(scope, receive, send)
+
+
+def repeated_query_name(query_string: bytes) -> str | None:
+    """The first query parameter named twice (``?id=1&id=2``, ``?id=1&i%64=2``), or None.
+
+    No route takes a list in its query, and the router would quietly keep one of the values."""
+    if not query_string:
+        return None
+    seen: set[str] = set()
+    for name, _ in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True):
+        if name in seen:
+            return name[:64]
+        seen.add(name)
+    return None
 
 
 def _deadline_receive(receive: Receive, seconds: float) -> Receive:

@@ -169,3 +169,14 @@ def test_openapi_document_needs_a_key_and_loads_no_outside_script(daemon, api_ke
     for page in ("/openapi/swagger", "/openapi", "/openapi/elements", "/openapi/redoc"):
         body = httpx.get(daemon.url + page, headers={"Authorization": f"Bearer {api_key}"}).text
         assert "<script" not in body, page
+
+
+@pytest.mark.parametrize("query", ["scope=key&id=1&id=2", "id=1&i%64=2", "scope=global&scope=key", "scope=global&id=&id=x"])
+def test_a_query_parameter_given_twice_is_refused_not_half_read(daemon, admin_key, query):
+    """No route takes a list in its query; a repeated name is a 400 naming it, before any handler runs."""
+    response = httpx.get(f"{daemon.url}/admin/cache/policy?{query}", headers={"Authorization": f"Bearer {admin_key}"}, timeout=30)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] == "repeated_query_parameter" and error["param"] in ("id", "scope")
+    single = httpx.get(f"{daemon.url}/admin/cache/policy?scope=global", headers={"Authorization": f"Bearer {admin_key}"}, timeout=30)
+    assert single.status_code == 200, single.text
