@@ -120,29 +120,16 @@ class Installer:
             files = imp.scan_hf_folder(source)
             total = sum(f.size for f in files)
             check_free_space(self.layout.root, total)
-            final = self.layout.variant_dir(family, variant)
-            staging = self.layout.staging_dir(family, variant)
-            row_id = self._begin(family, variant, fmt="safetensors", source=f"import:{source.name}", path=final)
-            try:
-                shutil.rmtree(staging, ignore_errors=True)
-                staging.mkdir(mode=0o750)
-                entries, done = [], 0
-                for f in files:
-                    target = self.layout.inside(staging / f.relative)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    digest, size = imp.copy_file(source / f.relative, target, ctx, done_before=done, total=total)
-                    entries.append((f.relative.as_posix(), size, digest))
-                    done += size
-                ctx.stage("inspecting")
-                facts = self.inspect(staging, "safetensors")
-                self._commit_dir(staging, final)
-            except BaseException as exc:
-                shutil.rmtree(staging, ignore_errors=True)
-                self._abandon(row_id)
-                if disk_full(exc):
-                    raise _no_space() from None
-                raise
-            return self.registry.finish(row_id, size=done, sha256=imp.tree_digest(entries), facts=facts)
+            done = 0
+
+            def copy(relative: str, target: Path) -> tuple[str, int]:
+                nonlocal done
+                digest, size = imp.copy_file(source / relative, target, ctx, done_before=done, total=total)
+                done += size
+                return digest, size
+
+            return self._install_folder(family, variant, source=f"import:{source.name}", ctx=ctx,
+                                        relatives=[f.relative.as_posix() for f in files], fill=copy, scan_staged=False)
 
     def install_gguf_parts(self, family: str, variant: str, *, source: str, ctx: JobContext, count: int,
                            write: Callable[[int, Path], str], resumable: Callable[[BaseException], bool]) -> VariantInfo:
@@ -182,30 +169,40 @@ class Installer:
         and inspection before its atomic rename into place."""
         with self.busy.claim(family, variant):
             check_free_space(self.layout.root, sum(size for _, size in files))
-            final = self.layout.variant_dir(family, variant)
-            staging = self.layout.staging_dir(family, variant)
-            row_id = self._begin(family, variant, fmt="safetensors", source=source, path=final)
-            try:
-                shutil.rmtree(staging, ignore_errors=True)
-                staging.mkdir(mode=0o750)
-                entries = []
-                for relative, _size in files:
-                    target = self.layout.inside(staging / relative)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    digest = write(relative, target)
-                    entries.append((relative, target.stat().st_size, digest))
+            return self._install_folder(family, variant, source=source, ctx=ctx, relatives=[relative for relative, _ in files],
+                                        fill=lambda relative, target: (write(relative, target), target.stat().st_size),
+                                        scan_staged=True)
+
+    def _install_folder(self, family: str, variant: str, *, source: str, ctx: JobContext, relatives: Sequence[str],
+                        fill: Callable[[str, Path], tuple[str, int]], scan_staged: bool) -> VariantInfo:
+        """Fill a hidden staging folder file by file (``fill`` returns each file's sha256 and size), check it
+        (the import policy again when ``scan_staged``), inspect it and rename it into place; on any failure the
+        staging folder and the row go. The caller holds the variant's claim."""
+        final = self.layout.variant_dir(family, variant)
+        staging = self.layout.staging_dir(family, variant)
+        row_id = self._begin(family, variant, fmt="safetensors", source=source, path=final)
+        try:
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(mode=0o750)
+            entries = []
+            for relative in relatives:
+                target = self.layout.inside(staging / relative)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                digest, size = fill(relative, target)
+                entries.append((relative, size, digest))
+            if scan_staged:
                 imp.scan_hf_folder(staging)
-                ctx.stage("inspecting")
-                facts = self.inspect(staging, "safetensors")
-                self._commit_dir(staging, final)
-            except BaseException as exc:
-                shutil.rmtree(staging, ignore_errors=True)
-                self._abandon(row_id)
-                if disk_full(exc):
-                    raise _no_space() from None
-                raise
-            return self.registry.finish(row_id, size=sum(size for _, size, _ in entries), sha256=imp.tree_digest(entries),
-                                        facts=facts)
+            ctx.stage("inspecting")
+            facts = self.inspect(staging, "safetensors")
+            self._commit_dir(staging, final)
+        except BaseException as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            self._abandon(row_id)
+            if disk_full(exc):
+                raise _no_space() from None
+            raise
+        return self.registry.finish(row_id, size=sum(size for _, size, _ in entries), sha256=imp.tree_digest(entries),
+                                    facts=facts)
 
     def move_to_trash(self, path: Path) -> Path:
         """Rename ``path`` into the store's trash folder (atomic); where it went."""
