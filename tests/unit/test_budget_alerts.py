@@ -15,31 +15,10 @@ from appliance.metering.forecast import budget_forecasts, reached_at
 from appliance.metering.meter import Meter
 from appliance.metering.quotas import DAY
 from tests.webhookkit import Receiver, closed_port_url
-from tests.meterkit import Clock, add_key, add_team, new_db, rows, set_price, set_quota, settings
+from tests.meterkit import add_key, add_team, rows, set_price, set_quota, settings
 
 SETTLE = dict(variant=None, backend="llamacpp", cached_tokens=0, ttft_ms=5.0, latency_ms=20.0, status=200)
 SECRET = "receiver-shared-secret"
-
-
-@pytest.fixture
-def db(tmp_path):
-    engine = new_db(tmp_path / "a.db")
-    yield engine
-    engine.dispose()
-
-
-@pytest.fixture
-def clock():
-    return Clock()
-
-
-@pytest.fixture
-async def meter(tmp_path, db, clock):
-    m = Meter(settings(tmp_path), db, clock=clock)
-    await m.start()
-    yield m
-    await m.stop()
-    m.close()
 
 
 async def spend(meter, principal, rid, completion, prompt=0):

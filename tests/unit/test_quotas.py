@@ -14,30 +14,9 @@ from appliance.metering.meter import Meter
 from appliance.metering.pricing import PriceBook, Rate, cost_of
 from appliance.metering.admin import QuotaService
 from appliance.metering.quotas import completion_cap, format_duration, month_bounds
-from tests.meterkit import T0, Clock, add_key, add_team, new_db, rows, set_price, set_quota, settings
+from tests.meterkit import T0, add_key, add_team, rows, set_price, set_quota, settings
 
 SETTLE = dict(variant=None, backend="llamacpp", cached_tokens=0, ttft_ms=5.0, latency_ms=20.0, status=200)
-
-
-@pytest.fixture
-def db(tmp_path):
-    engine = new_db(tmp_path / "a.db")
-    yield engine
-    engine.dispose()
-
-
-@pytest.fixture
-def clock():
-    return Clock()
-
-
-@pytest.fixture
-async def meter(tmp_path, db, clock):
-    m = Meter(settings(tmp_path), db, clock=clock)
-    await m.start()
-    yield m
-    await m.stop()
-    m.close()
 
 
 def admit(meter, principal, rid, tokens=100, **kw):
