@@ -151,4 +151,10 @@ def _document_errors(app: Litestar) -> None:
 
 def wrap(app: Litestar, settings: Settings, *, local: bool = False) -> ApplianceASGI:
     """The served ASGI app: the HTTP edge (Host, canonical path, body deadline) in front of Litestar."""
-    return ApplianceASGI(app, settings.allowed_hosts, local=local, body_timeout=settings.body_timeout_seconds)
+    def observe_overhead(endpoint: str, seconds: float) -> None:
+        services = getattr(app.state, "services", None)  # started by the lifespan; absent before it
+        if services is not None:
+            services.metrics.observe_overhead(endpoint, seconds)
+
+    return ApplianceASGI(app, settings.allowed_hosts, local=local, body_timeout=settings.body_timeout_seconds,
+                         observe_overhead=observe_overhead)

@@ -27,6 +27,7 @@ log = logging.getLogger("appliance.metrics")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+OVERHEAD_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 TELEMETRY_SAMPLES = 720  # an hour at one sample per 5 s
 
 # Help for the gauges the router is expected to feed; others may be registered too.
@@ -124,6 +125,7 @@ class Metrics:
         self._energy: dict[Labels, float] = defaultdict(float)  # (model,)
         self._ttft = _Histogram(TTFT_BUCKETS)
         self._latency = _Histogram(LATENCY_BUCKETS)
+        self._overhead = _Histogram(OVERHEAD_BUCKETS)
         self._sources: dict[str, tuple[str, tuple[str, ...], GaugeSource]] = {}
         self._telemetry: deque[JsonObject] = deque(maxlen=telemetry_samples)
         self.telemetry_probe: TelemetryProbe | None = None  # set by appliance.hardware.telemetry on first sample
@@ -157,6 +159,11 @@ class Metrics:
                 self._latency.observe((model, source), latency_ms / 1000.0)
             if energy_joules is not None:
                 self._energy[(model,)] += energy_joules
+
+    def observe_overhead(self, endpoint: str, seconds: float) -> None:
+        """The daemon's own time for one served request: its latency less the time spent waiting for the engine."""
+        with self._lock:
+            self._overhead.observe((endpoint,), seconds)
 
     def observe_refusal(self, model: str, dimension: str) -> None:
         with self._lock:
@@ -204,6 +211,9 @@ class Metrics:
             lines += self._ttft.render("appliance_ttft_seconds", "Time to first token (source: engine or cache).", ("model", "source"))
             lines += self._latency.render("appliance_request_latency_seconds", "Request latency, admission to last byte (source: engine or cache).",
                                           ("model", "source"))
+            lines += self._overhead.render("appliance_gateway_overhead_seconds",
+                                           "Time the daemon spent on a request (arrival to last byte) less the time it waited "
+                                           "for the engine, by endpoint.", ("endpoint",))
         lines += self._pulled_gauges()
         lines += self._telemetry_gauges()
         return "\n".join(lines) + "\n"

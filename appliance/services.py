@@ -12,6 +12,7 @@ collaborators it names (``appliance.api.dependencies``).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import secrets
 from pathlib import Path
@@ -159,8 +160,9 @@ class Services:
             return
         from appliance.planner.calibration import decode_speed_from_stats, record_decode_speed
 
-        response = await instance.engine.client.get("/stats", timeout=2.0)
-        speed = decode_speed_from_stats(response.json()) if response.status_code == 200 else None
+        async with asyncio.timeout(2.0):
+            status, body = await instance.engine.client.get("/stats")
+        speed = decode_speed_from_stats(json.loads(body)) if status == 200 else None
         if speed is not None:
             await asyncio.to_thread(record_decode_speed, self.db, instance.plan, speed)
 

@@ -13,6 +13,11 @@ match no route, and refuses what no route should ever see:
 - a request body that stalls: each chunk must arrive within
   ``body_timeout_seconds``.
 
+It also starts each request's clock (:mod:`appliance.serving.timing`): every
+response carries ``x-appliance-overhead-ms``, the daemon's own time up to the
+response's first byte, and the overhead of each request the gateway served is
+observed at its last byte.
+
 Authentication is not done here: each route declares who may call it and one
 guard checks that after routing (``appliance.api.access``). Requests that arrive on
 the admin Unix socket are marked as the local admin: only the appliance's user
@@ -24,11 +29,17 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Callable
 from urllib.parse import parse_qsl
+
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from appliance.api.access import LOCAL_MARK
 from appliance.errors import ApplianceError, BadRequest, HostNotAllowed, RequestTimeout
+from appliance.serving.timing import HEADER, SCOPE_KEY, RequestTiming
+
+#: Called with (endpoint, seconds) for each request the gateway served, at its last byte.
+OverheadObserver = Callable[[str, float], None]
 
 
 # A reg-name or IPv4 address, or a bracketed IPv6 address, then an optional numeric port.
@@ -73,8 +84,10 @@ def canonical(raw_path: bytes) -> bool:
 class ApplianceASGI:
     """Host check, canonical paths and body read deadlines in front of the Litestar app."""
 
-    def __init__(self, app: ASGIApp, allowed_hosts: list[str], *, local: bool = False, body_timeout: float = 30.0):
+    def __init__(self, app: ASGIApp, allowed_hosts: list[str], *, local: bool = False, body_timeout: float = 30.0,
+                 observe_overhead: OverheadObserver | None = None):
         self.app = app
+        self._observe = observe_overhead
         self._allowed = frozenset(h.lower() for h in allowed_hosts)
         self._local = local
         self._body_timeout = body_timeout
@@ -83,6 +96,10 @@ class ApplianceASGI:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
+        if scope["type"] == "http":
+            timing = RequestTiming()
+            scope[SCOPE_KEY] = timing  # type: ignore[literal-required]
+            send = self._timed_send(send, timing)
         if self._local:
             scope[LOCAL_MARK] = True
         else:
@@ -104,6 +121,20 @@ class ApplianceASGI:
         if scope["type"] == "http":
             receive = _deadline_receive(receive, self._body_timeout)
         await self.app(scope, receive, send)
+
+    def _timed_send(self, send: Send, timing: RequestTiming) -> Send:
+        observe = self._observe
+
+        async def timed(message: Message) -> None:
+            kind = message["type"]
+            if kind == "http.response.start":
+                value = b"%.3f" % (timing.overhead_s() * 1000)
+                message["headers"] = [*message.get("headers", ()), (HEADER, value)]  # type: ignore[typeddict-unknown-key]
+            elif kind == "http.response.body" and not message.get("more_body") and timing.endpoint and observe is not None:
+                observe(timing.endpoint, timing.overhead_s())
+            await send(message)
+
+        return timed
 
 
 def repeated_query_name(query_string: bytes) -> str | None:

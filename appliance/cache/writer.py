@@ -38,6 +38,9 @@ QUEUE_MAX = 10_000
 BATCH_MAX = 512
 EXPIRY_INTERVAL_S = 60.0
 TOUCH_INTERVAL_S = 1.0
+#: After the first store arrives, the writer waits this long for more before it writes: one wake-up and one
+#: transaction for a burst, not one per answer taking the interpreter from the request path each time.
+LINGER_S = 0.02
 
 
 @dataclass(slots=True)
@@ -128,6 +131,8 @@ class CacheWriter:
             except queue.Empty:
                 first = None
             batch = [first] if first is not None else []
+            if isinstance(first, _Store):
+                time.sleep(LINGER_S)
             while batch and len(batch) < BATCH_MAX:
                 try:
                     batch.append(self._queue.get_nowait())

@@ -8,6 +8,7 @@ it instead of passing the pieces along one by one.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from appliance.accounts.keys import Principal
 from appliance.openai_schema import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from appliance.hardware.energy import EnergyMark
 from appliance.metering.meter import Admission
+from appliance.serving.timing import RequestTiming
 from appliance.store.store import ResolvedVariant
 
 #: A decoded body of one of the OpenAI-compatible endpoints.
@@ -41,6 +43,7 @@ class RequestContext:
     started: float = field(default_factory=time.perf_counter)
     admission: Admission | None = None  # set once the meter has admitted it
     energy: EnergyMark | None = None
+    timing: RequestTiming = field(default_factory=RequestTiming)  # the edge's, when the request came through it
 
     @property
     def model(self) -> str:
@@ -50,6 +53,9 @@ class RequestContext:
     def admitted(self) -> Admission:
         assert self.admission is not None, "the request was not admitted"
         return self.admission
+
+    def waiting_for_engine(self) -> contextlib.AbstractContextManager[None]:
+        return self.timing.waiting_for_engine()
 
     def elapsed_ms(self) -> float:
         return (time.perf_counter() - self.started) * 1000

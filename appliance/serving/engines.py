@@ -22,11 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import httpx
-
 from appliance.drivers import Driver
 from appliance.errors import BadRequest, EngineUnavailable
 from appliance.planner.types import Plan
+from appliance.serving.engine_client import EngineClient, EngineConnectionError
 from appliance.settings import Settings
 
 log = logging.getLogger("appliance.serving.engines")
@@ -103,16 +102,9 @@ class EngineProcess:
         self._stopping = False
         self._on_state = on_state
         self._ready = asyncio.Event()
-        self.client = httpx.AsyncClient(
-            transport=httpx.AsyncHTTPTransport(uds=str(socket_path), retries=0),
-            base_url="http://engine",
-            # An engine that wants a credential (vLLM's per-instance key) gets it on every request.
-            headers=driver.client_headers(plan),
-            timeout=httpx.Timeout(settings.request_timeout_seconds, connect=5.0),
-            # The admission queue already bounds requests to the engine's slots. A pool much larger
-            # than that only costs time: httpcore polls every idle connection on each request.
-            limits=httpx.Limits(max_connections=_pool_size(plan), max_keepalive_connections=_pool_size(plan)),
-        )
+        # An engine that wants a credential (vLLM's per-instance key) gets it on every request. The
+        # admission queue already bounds requests to the engine's slots: the idle list keeps that many.
+        self.client = EngineClient(socket_path, driver.client_headers(plan), max_idle=_pool_size(plan))
 
     def route(self, endpoint: str) -> str:
         """The engine route that serves a gateway endpoint (``chat``, ``completions``, ``embeddings``).
@@ -187,10 +179,11 @@ class EngineProcess:
                 raise EngineUnavailable(f"Engine for {self.name} exited during load (code {code}): {self.stats.last_error or 'no output'}")
             if self.socket_path.exists():
                 try:
-                    response = await self.client.get(self.driver.health_path, timeout=2.0)
-                    if response.status_code == 200:
+                    async with asyncio.timeout(2.0):
+                        status, _ = await self.client.get(self.driver.health_path)
+                    if status == 200:
                         return
-                except httpx.TransportError:
+                except (EngineConnectionError, TimeoutError):
                     pass
             await asyncio.sleep(delay)
             delay = min(delay * 1.5, 0.5)

@@ -16,7 +16,6 @@ import logging
 import time
 from typing import AsyncIterator, Awaitable, TypeVar
 
-import httpx
 import msgspec
 from litestar import Request, Response
 from litestar.response import Stream
@@ -31,9 +30,11 @@ from appliance.metering.meter import Meter
 from appliance.metrics import Metrics
 from appliance.openai_schema import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, for_engine, with_tool_choice_settled
 from appliance.serving.context import Body, RequestContext
+from appliance.serving.engine_client import EngineConnectionError, EngineResponse
 from appliance.serving.names import ModelNames
 from appliance.serving.prompt_tokens import PromptCounts, prompt_bound
 from appliance.serving.router import Instance, Router
+from appliance.serving.timing import SCOPE_KEY, RequestTiming
 from appliance.store.store import ResolvedVariant
 from appliance.settings import Settings
 
@@ -135,6 +136,10 @@ class Gateway:
         target = self._allowed(principal, body)
         ctx = RequestContext(principal=principal, endpoint=endpoint, target=target, body=body, headers=request.headers,
                              stream=bool(getattr(body, "stream", False)), ledger_endpoint=ledger_endpoint or endpoint)
+        timing = request.scope.get(SCOPE_KEY)  # type: ignore[call-overload]
+        if isinstance(timing, RequestTiming):
+            ctx.timing = timing
+        ctx.timing.endpoint = ctx.ledger_endpoint
 
         if self.cache is not None and endpoint != "embeddings":
             hit = await self.cache.lookup_async(principal, endpoint, ctx.model, body, request.headers)
@@ -225,16 +230,16 @@ class Gateway:
     async def _plain(self, ctx: RequestContext, payload: bytes) -> Response:
         try:
             async with asyncio.timeout_at(self._deadline(ctx)):
-                async with self.router.lease(ctx.target, ctx.principal.priority) as instance:
-                    response = await instance.engine.client.post(instance.engine.route(ctx.endpoint), content=payload,
-                                                                 headers={"content-type": "application/json"})
-        except (TimeoutError, httpx.TimeoutException):  # the engine stops when its connection closes
+                async with self._lease(ctx) as instance:
+                    with ctx.waiting_for_engine():
+                        response = await instance.engine.client.request("POST", instance.engine.route(ctx.endpoint), payload)
+                        content = await response.read()
+        except TimeoutError:  # the engine stops when its connection closes
             raise self._timed_out(ctx) from None
-        except httpx.TransportError:
+        except EngineConnectionError:
             raise _engine_stopped(ctx.model) from None
-        if response.status_code != 200:
-            raise EngineAnswerError(response.status_code, response.content)
-        content = response.content
+        if response.status != 200:
+            raise EngineAnswerError(response.status, content)
         result = json.loads(content)
         # without a stream the first token reaches the client with the whole answer
         await self._settle(ctx, instance.backend, result.get("usage") or {}, 0, ctx.elapsed_ms())
@@ -242,30 +247,40 @@ class Gateway:
             self.cache.store(ctx.principal, ctx.endpoint, ctx.model, ctx.body, result, ctx.headers)
         return Response(content=content, media_type="application/json", headers=self._headers(ctx))
 
+    @contextlib.asynccontextmanager
+    async def _lease(self, ctx: RequestContext) -> AsyncIterator[Instance]:
+        """The router's lease, the wait for it (a slot, or the model's load) counted as the engine's time."""
+        lease = self.router.lease(ctx.target, ctx.principal.priority)
+        with ctx.waiting_for_engine():
+            instance = await lease.__aenter__()
+        try:
+            yield instance
+        except BaseException as exc:
+            if not await lease.__aexit__(type(exc), exc, exc.__traceback__):
+                raise
+        else:
+            await lease.__aexit__(None, None, None)
+
     # ---------------------------------------------------------------- streams
     async def _stream(self, ctx: RequestContext, payload: bytes) -> Response:
         deadline = self._deadline(ctx)
         lease = self.router.lease(ctx.target, ctx.principal.priority)
         try:
             async with asyncio.timeout_at(deadline):
-                instance = await lease.__aenter__()
+                with ctx.waiting_for_engine():  # a slot, or the model's load, is the engine's time
+                    instance = await lease.__aenter__()
         except TimeoutError:
             raise self._timed_out(ctx) from None
         try:
-            client: httpx.AsyncClient = instance.engine.client
             async with asyncio.timeout_at(deadline):
-                upstream = await client.send(
-                    client.build_request("POST", instance.engine.route(ctx.endpoint), content=payload, headers={"content-type": "application/json"}),
-                    stream=True,
-                )
-            if upstream.status_code != 200:
-                content = await upstream.aread()
-                await upstream.aclose()
-                raise EngineAnswerError(upstream.status_code, content)
-        except (TimeoutError, httpx.TimeoutException):
+                with ctx.waiting_for_engine():
+                    upstream = await instance.engine.client.request("POST", instance.engine.route(ctx.endpoint), payload)
+                    if upstream.status != 200:
+                        raise EngineAnswerError(upstream.status, await upstream.read())
+        except TimeoutError:
             await lease.__aexit__(None, None, None)
             raise self._timed_out(ctx) from None
-        except httpx.TransportError:
+        except EngineConnectionError:
             await lease.__aexit__(None, None, None)
             raise _engine_stopped(ctx.model) from None
         except BaseException as exc:
@@ -274,7 +289,7 @@ class Gateway:
         events = self._relay(ctx, upstream, lease, instance, deadline)
         return Stream(events, media_type="text/event-stream", headers={**self._headers(ctx), "cache-control": "no-cache"})
 
-    async def _relay(self, ctx: RequestContext, upstream: httpx.Response, lease: contextlib.AbstractAsyncContextManager[Instance],
+    async def _relay(self, ctx: RequestContext, upstream: EngineResponse, lease: contextlib.AbstractAsyncContextManager[Instance],
                      instance: Instance, deadline: float) -> AsyncIterator[bytes]:
         """Pass the engine's SSE events through; settle before the final [DONE].
 
@@ -291,12 +306,13 @@ class Gateway:
         settled = False
         engine_failed = False
         collected: list[bytes] | None = [] if self.cache is not None else None
-        chunks = upstream.aiter_raw()
+        chunks = upstream.iter_raw()
         try:
             while True:
                 try:
                     async with asyncio.timeout_at(deadline):  # only the wait for the engine, never the client's reads
-                        chunk = await anext(chunks)
+                        with ctx.waiting_for_engine():
+                            chunk = await anext(chunks)
                 except StopAsyncIteration:
                     break
                 buffer += chunk
@@ -341,7 +357,7 @@ class Gateway:
             settled = True
             await self._fail(ctx, 504, events, int((usage or {}).get("prompt_tokens") or 0))
             yield b"data: " + json.dumps(self._timed_out(ctx).envelope()).encode() + b"\n\n" + DONE
-        except httpx.TransportError:
+        except EngineConnectionError:
             error = error_envelope(f"The engine serving `{ctx.model}` stopped mid-stream.", "server_error", None, "engine_unavailable")
             settled = True
             await self._fail(ctx, 503, events)

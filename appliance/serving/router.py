@@ -17,12 +17,12 @@ import time
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Awaitable, Callable, Protocol
 
-import httpx
 
 from appliance.errors import EngineUnavailable
 from appliance.jsontypes import JsonObject
 from appliance.planner.types import Plan
 from appliance.serving.admission import AdmissionQueue
+from appliance.serving.engine_client import EngineClient
 from appliance.settings import Settings
 from appliance.store.store import ResolvedVariant
 
@@ -32,7 +32,7 @@ log = logging.getLogger("appliance.serving.router")
 class EngineLike(Protocol):
     name: str
     state: str
-    client: httpx.AsyncClient
+    client: EngineClient
     pid: int | None
 
     async def start(self) -> None: ...

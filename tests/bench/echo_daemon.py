@@ -7,6 +7,7 @@ engine, which answers instantly, so the latency measured is the gateway's own.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,21 +31,23 @@ class EchoPlan:
     context: int = 512
     estimated_bytes: int = 0
     n_gpu_layers: int = 0
+    model_path: str = ""  # no file: nothing to calibrate or count prompts with
 
 
-ECHO_VARIANT = SimpleNamespace(name="echo:instant", family="echo", variant="instant")
+ECHO_VARIANT = SimpleNamespace(name="echo:instant", family="echo", variant="instant", file=None)
 
 
 class EchoDriver:
     name = "echo"
-    routes = frozenset({"/v1/chat/completions"})
+    routes = frozenset({"/v1/chat/completions", "/v1/completions"})
     health_path = "/health"
 
     def client_headers(self, plan):
         return {}
 
     def command(self, plan, socket_path, settings):
-        return [sys.executable, str(ECHO), "--socket", str(socket_path)]
+        tcp = os.environ.get("ECHO_ENGINE_TCP_PORT")  # the benchmark's load generator reaches the engine alone there
+        return [sys.executable, str(ECHO), "--socket", str(socket_path), *(["--tcp-port", tcp] if tcp else [])]
 
     def environment(self, plan, settings):
         return {}
@@ -67,7 +70,7 @@ def main() -> None:
     services_mod.Services._plan = lambda self, target: EchoPlan()
     services_mod.Services._engine = lambda self, name, plan: EngineProcess(name, plan, EchoDriver(), self.settings,
                                                                            self.settings.run_dir / "echo.sock")
-    asyncio.run(daemon.serve(settings))
+    daemon.run_loop(daemon.serve(settings))
 
 
 if __name__ == "__main__":

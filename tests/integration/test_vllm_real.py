@@ -170,7 +170,12 @@ async def test_engine_process_serves_vllm_and_unload_frees_it(vllm_python: Path,
         await engine.start()
         _record("cpu_start_seconds", round(time.monotonic() - started, 1))
         assert engine.state == "ready"
-        client = engine.client
+        # The engine's routes need the driver's key, which the supervisor's client sends on every request.
+        assert engine.client.headers["authorization"].startswith("Bearer ")
+        client = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(socket_path)), base_url="http://engine",
+                                   headers=engine.client.headers, timeout=120)
+        status, listed = await engine.client.get("/v1/models")
+        assert status == 200 and [m["id"] for m in json.loads(listed)["data"]] == [MODEL]
 
         models = (await client.get("/v1/models")).json()
         assert [m["id"] for m in models["data"]] == [MODEL]
@@ -236,6 +241,7 @@ async def test_engine_process_serves_vllm_and_unload_frees_it(vllm_python: Path,
         _record("cpu_engine_rss_mib", rss >> 20)
         pids = [p.pid for p in _tree(engine.pid)]
         assert len(pids) >= 2  # the API server and its engine core (and worker)
+        await client.aclose()
     finally:
         pids = [p.pid for p in _tree(engine.pid)] if engine.pid and psutil.pid_exists(engine.pid) else []
         t0 = time.monotonic()

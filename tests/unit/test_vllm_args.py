@@ -241,6 +241,7 @@ def test_engine_process_sends_the_drivers_headers(tmp_path):
     driver = VllmDriver(api_key="k123")
     engine = EngineProcess("m", FakePlan(), driver, SimpleNamespace(request_timeout_seconds=5.0), tmp_path / "e.sock")
     assert engine.client.headers["authorization"] == "Bearer k123"
+    assert b"authorization: Bearer k123\r\n" in engine.client._head("POST", "/v1/completions", b"{}", "application/json")
 
 
 # --- the planner's real plans ---------------------------------------------------------------
