@@ -31,7 +31,8 @@ from typing import AsyncIterator, Mapping
 
 MAX_HEADER_BYTES = 64 * 1024
 MAX_CHUNK_LINE = 1024
-STREAM_LIMIT = 1 << 20  # the reader's buffer; a bigger sized body is read in parts
+STREAM_LIMIT = 1 << 20  # the reader's buffer; a bigger body or chunk is read in parts
+MAX_BODY_BYTES = 256 << 20  # an answer read whole (not streamed) is at most this
 
 
 class EngineConnectionError(ConnectionError):
@@ -96,9 +97,16 @@ class EngineResponse:
     async def aclose(self) -> None:
         self.aclose_now()
 
-    async def read(self) -> bytes:
-        """The whole body."""
-        return b"".join([part async for part in self.iter_raw()])
+    async def read(self, limit: int = MAX_BODY_BYTES) -> bytes:
+        """The whole body (an answer over ``limit`` bytes is refused, and its connection closed)."""
+        parts, size = [], 0
+        async for part in self.iter_raw():
+            size += len(part)
+            if size > limit:
+                self.aclose_now()
+                raise EngineConnectionError(f"The engine's answer is over {limit >> 20} MiB.")
+            parts.append(part)
+        return b"".join(parts)
 
     async def iter_raw(self) -> AsyncIterator[bytes]:
         """The body as it arrives: sized parts, or the data of the chunks received so far, joined."""
@@ -135,36 +143,45 @@ class EngineResponse:
 
     @staticmethod
     async def _chunks(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+        """Chunk data as it arrives; chunks already received go out together (one write onward, not one per event)."""
+        parts: list[bytes] = []
         while True:
-            size = await _chunk_size(reader)
-            if size == 0:
-                await _trailers(reader)
-                return
-            data = await reader.readexactly(size + 2)
-            if data[-2:] != b"\r\n":
-                raise EngineConnectionError("The engine sent a chunk without its closing CRLF.")
-            parts = [data[:-2]]
-            # Chunks the socket already delivered go out with this one: one write onward, not one per event.
-            last = False
-            broken: BaseException | None = None
+            if parts and not _buffered(reader):
+                yield _joined(parts)
+                parts = []
             try:
-                while _buffered(reader):
-                    size = await _chunk_size(reader)
-                    if size == 0:
-                        await _trailers(reader)
-                        last = True
-                        break
-                    data = await reader.readexactly(size + 2)
-                    if data[-2:] != b"\r\n":
+                size = await _chunk_size(reader)
+                if size == 0:
+                    await _trailers(reader)
+                    break
+                if size > STREAM_LIMIT:  # a big chunk goes on in parts, never whole in memory
+                    if parts:
+                        yield _joined(parts)
+                        parts = []
+                    left = size
+                    while left:
+                        data = await reader.read(min(left, STREAM_LIMIT))
+                        if not data:
+                            raise EngineConnectionError("The engine closed the connection before the end of its answer.")
+                        left -= len(data)
+                        yield data
+                    if await reader.readexactly(2) != b"\r\n":
                         raise EngineConnectionError("The engine sent a chunk without its closing CRLF.")
-                    parts.append(data[:-2])
-            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
-                broken = exc  # what arrived whole still goes out first
-            yield parts[0] if len(parts) == 1 else b"".join(parts)
-            if broken is not None:
-                raise broken
-            if last:
-                return
+                    continue
+                data = await reader.readexactly(size + 2)
+                if data[-2:] != b"\r\n":
+                    raise EngineConnectionError("The engine sent a chunk without its closing CRLF.")
+                parts.append(data[:-2])
+            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+                if parts:  # what arrived whole still goes out first
+                    yield _joined(parts)
+                raise
+        if parts:
+            yield _joined(parts)
+
+
+def _joined(parts: list[bytes]) -> bytes:
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _buffered(reader: asyncio.StreamReader) -> bool:

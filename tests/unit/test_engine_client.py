@@ -381,3 +381,29 @@ async def test_against_a_real_uvicorn_engine(sock: Path):
     finally:
         server.should_exit = True
         await task
+
+
+async def test_a_huge_chunk_is_relayed_in_parts_and_a_huge_answer_read_whole_is_refused(sock: Path):
+    """A broken or hostile engine cannot make the daemon hold an answer of any size it names."""
+    piece = b"x" * (1 << 20)
+
+    async def answer(request: bytes, reader, writer) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + b"%x\r\n" % (5 << 20))
+        for _ in range(5):
+            writer.write(piece)
+            await writer.drain()
+        writer.write(b"\r\n0\r\n\r\n")
+        await writer.drain()
+        return True
+
+    async with ScriptedEngine(sock, answer):
+        client = EngineClient(sock)
+        response = await client.request("POST", "/v1/completions", b"{}")
+        sizes = [len(part) async for part in response.iter_raw()]
+        assert sum(sizes) == 5 << 20 and max(sizes) <= 1 << 20
+        assert client.idle_connections == 1
+        response = await client.request("POST", "/v1/completions", b"{}")
+        with pytest.raises(EngineConnectionError, match="over 2 MiB"):
+            await response.read(limit=2 << 20)
+        assert client.idle_connections == 0
+        await client.aclose()
