@@ -1,6 +1,7 @@
 """Available variants through the real daemon, the real CLI and the console: a pull from a mirror without the tree
 endpoint registers the repository's other quantizations; they are listed with their state, size and fit, are not
-in /v1/models and cannot serve until pulled; pulling one by name downloads it and llama.cpp serves it."""
+in /v1/models and cannot serve until pulled; pulling one by name (CLI, Ollama API, console) downloads it and llama.cpp
+serves it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import sys
 import time
 from html.parser import HTMLParser
 from pathlib import Path
+
+import ollama
 
 from appliance.accounts.users import create_user
 from appliance.app import create_app
@@ -76,11 +79,15 @@ def test_available_variants_are_listed_not_served_and_pulled_by_name(tmp_path: P
             with daemon.admin() as admin:
                 unloaded = admin.post("/admin/instances/tiny:f16/unload")
                 assert unloaded.status_code == 200 and unloaded.json()["unloaded"] is True
-            for name in ("tiny:f16", "tiny:q8_0"):
+            admin = daemon.create_key("ollama-admin", role="admin")
+            admin_client = ollama.Client(host=daemon.url, headers={"Authorization": f"Bearer {admin}"}, timeout=300)
+            assert admin_client.pull("tiny:q4_0").status == "success"  # the split variant, through the Ollama API
+            assert "tiny:q4_0" in [m.model for m in admin_client.list().models]
+            for name in ("tiny:f16", "tiny:q4_0"):
                 removed = _cli(daemon.env, "models", "rm", name, "--yes")
                 assert removed.returncode == 0, removed.stderr
             left = json.loads(_cli(daemon.env, "models", "ls", "--json").stdout)
-            assert [r["name"] for r in left if r["family"] == "tiny"] == []  # tiny:q4_0 went with them
+            assert [r["name"] for r in left if r["family"] == "tiny"] == ["tiny:q8_0"]
         finally:
             daemon.stop()
     assert [r for r in mirror.requests if r["method"] == "HEAD"]  # sizes asked of the mirror, which lists no tree
