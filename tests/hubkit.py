@@ -17,9 +17,10 @@ A mirror without one of the listings is made with ``tree_status`` or
 ``info_status`` (the status that endpoint answers instead, e.g. 404 or 501).
 
 A gated repository answers 401 without ``Authorization: Bearer <token>`` and 403
-with a wrong one. Hostile listings are made with ``extra_entries`` (raw entries)
-and ``listed_sha256`` (a listed hash that does not match the bytes). Every
-request's path and Authorization header are recorded, on the hub and on the CDN.
+with a wrong one. Hostile listings are made with ``extra_entries`` (raw tree entries),
+``extra_siblings`` (raw siblings of the model info) and ``listed_sha256`` (a listed hash that
+does not match the bytes). Every request's path and Authorization header are recorded, on the
+hub and on the CDN.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class HubRepo:
     gated: bool = False
     extra_entries: list[dict[str, Any]] = field(default_factory=list)
     listed_sha256: dict[str, str] = field(default_factory=dict)
+    extra_siblings: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -96,7 +98,7 @@ class HubServer:
                 if "lfs" in entry:
                     sibling["lfs"] = {"sha256": entry["lfs"]["oid"], "size": entry["size"], "pointerSize": 134}
             siblings.append(sibling)
-        return {"id": name, "modelId": name, "sha": "0" * 40, "siblings": siblings}
+        return {"id": name, "modelId": name, "sha": "0" * 40, "siblings": siblings + repo.extra_siblings}
 
     def __enter__(self) -> HubServer:
         self.thread.start()

@@ -13,7 +13,8 @@ from litestar.testing import TestClient
 
 from appliance.errors import BadRequest, NotFound
 from appliance.store import split_gguf
-from appliance.store.errors import ModelNotDownloaded, Offline, RefusedImport, StoreReadOnly, UpstreamError
+from appliance.store.errors import (HubAccessDenied, ModelNotDownloaded, Offline, RefusedImport, StoreReadOnly, UnsafePath,
+                                    UpstreamError)
 from appliance.store.jobs import JobRegistry
 from appliance.store.store import ModelStore
 from tests.ggufkit import make_tiny_gguf
@@ -246,3 +247,33 @@ def test_offline_and_read_only_stores_list_available_variants_but_neither_reach_
         with pytest.raises(StoreReadOnly):
             refused()
     assert _snapshot(data / "models") == before and len(hub.requests) + len(cdn.requests) == seen
+
+
+@pytest.mark.parametrize("hostile", [{"rfilename": "../../escape-Q2_K.gguf"}, {"rfilename": "/etc/Tiny-Q2_K.gguf"},
+                                     {"rfilename": "sub/\x00Tiny-Q2_K.gguf"}, {"rfilename": "Tiny-Q2_K.gguf", "size": -5}])
+def test_a_hostile_siblings_listing_is_refused_whole(tmp_path: Path, cdn: RangeServer, repo_files: dict[str, Path],
+                                                     hostile: dict[str, object]) -> None:
+    with HubServer(cdn, tree_status=501) as mirror:
+        mirror.add_repo(REPO, repo_files, extra_siblings=[hostile])
+        store = _store(tmp_path / "data", mirror)
+        with pytest.raises((UnsafePath, UpstreamError)):
+            store.prepare_hub_pull(f"hf:{REPO}:q8_0")
+    assert store.list() == [] and not cdn.requests
+    assert not [p for p in tmp_path.rglob("*") if "escape" in p.name]
+
+
+def test_a_gated_mirror_without_the_tree_gets_the_token_and_its_cdn_never_does(tmp_path: Path, cdn: RangeServer,
+                                                                              repo_files: dict[str, Path]) -> None:
+    token = "hf_canary_5e0c1b7a9d3f2468"
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+    with HubServer(cdn, token=token, tree_status=404, sibling_sizes=False) as mirror:
+        mirror.add_repo(REPO, repo_files, gated=True)
+        with pytest.raises(HubAccessDenied):
+            _store(tmp_path / "no-token", mirror).prepare_hub_pull(f"hf:{REPO}:q8_0")
+        store = _store(tmp_path / "data", mirror, hub_token_file=token_file)
+        assert store.pull_hub(store.prepare_hub_pull(f"hf:{REPO}:q8_0")).status == "ready"
+        heads = [r for r in mirror.requests if r["method"] == "HEAD"]
+        assert heads and all(r["authorization"] == f"Bearer {token}" for r in heads)
+    assert cdn.requests and all(r["authorization"] is None for r in cdn.requests)
+    assert len(store.list()) == 4
