@@ -14,7 +14,8 @@
   ``X-Linked-Etag`` for weight files, 200 with ``Content-Length`` for others.
 
 A mirror without one of the listings is made with ``tree_status`` or
-``info_status`` (the status that endpoint answers instead, e.g. 404 or 501).
+``info_status`` (the status that endpoint answers instead, e.g. 404 or 501);
+``head_location`` makes HEAD requests redirect there without naming a size.
 
 A gated repository answers 401 without ``Authorization: Bearer <token>`` and 403
 with a wrong one. Hostile listings are made with ``extra_entries`` (raw tree entries),
@@ -56,6 +57,7 @@ class HubServer:
     tree_status: int | None = None  # answered instead of the tree listing
     info_status: int | None = None  # answered instead of the model info
     sibling_sizes: bool = True  # whether ?blobs=true adds sizes and sha256 to the siblings
+    head_location: str | None = None  # HEAD of a resolve URL redirects here, naming no size (a hostile mirror)
     repos: dict[str, HubRepo] = field(default_factory=dict)
     requests: list[dict[str, Any]] = field(default_factory=list)
 
@@ -150,7 +152,9 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 return
             local = repo.files[file_path]
             size = str(local.stat().st_size)
-            if file_path.endswith(WEIGHT_SUFFIXES):
+            if hub.head_location is not None:
+                self._head(302, {"Location": hub.head_location})
+            elif file_path.endswith(WEIGHT_SUFFIXES):
                 sha = repo.listed_sha256.get(file_path) or hashlib.sha256(local.read_bytes()).hexdigest()
                 self._head(302, {"Location": hub.cdn.url(f"cdn/{name}/{file_path}"), "X-Linked-Size": size,
                                  "X-Linked-Etag": f'"{sha}"'})

@@ -13,8 +13,8 @@ from litestar.testing import TestClient
 
 from appliance.errors import BadRequest, NotFound
 from appliance.store import split_gguf
-from appliance.store.errors import (HubAccessDenied, ModelNotDownloaded, Offline, RefusedImport, StoreReadOnly, UnsafePath,
-                                    UpstreamError)
+from appliance.store.errors import (HubAccessDenied, ModelNotDownloaded, Offline, PullNotAllowed, RefusedImport, StoreReadOnly,
+                                    UnsafePath, UpstreamError)
 from appliance.store.jobs import JobRegistry
 from appliance.store.store import ModelStore
 from tests.ggufkit import make_tiny_gguf
@@ -277,3 +277,13 @@ def test_a_gated_mirror_without_the_tree_gets_the_token_and_its_cdn_never_does(t
         assert heads and all(r["authorization"] == f"Bearer {token}" for r in heads)
     assert cdn.requests and all(r["authorization"] is None for r in cdn.requests)
     assert len(store.list()) == 4
+
+
+def test_a_head_redirect_to_an_address_not_allowed_is_refused(tmp_path: Path, cdn: RangeServer,
+                                                              repo_files: dict[str, Path]) -> None:
+    with HubServer(cdn, tree_status=501, sibling_sizes=False, head_location="http://[::1]:9/metadata") as mirror:
+        mirror.add_repo(REPO, repo_files)
+        store = _store(tmp_path / "data", mirror)  # 127.0.0.1 is allowed, ::1 is not
+        with pytest.raises(PullNotAllowed, match="pulls may not reach ::1"):
+            store.prepare_hub_pull(f"hf:{REPO}:q8_0")
+    assert store.list() == []
