@@ -5,13 +5,23 @@
 * ``GET /api/models/{org}/{repo}/tree/{revision}?recursive=true``: the repository's
   entries (``type``, ``path``, ``size``, ``oid``, and ``lfs`` with the sha256 for
   weight files), in pages of ``page_size`` linked by ``Link: <…>; rel="next"``;
+* ``GET /api/models/{org}/{repo}[/revision/{revision}]``: the model info, whose
+  ``siblings`` list every file (``rfilename``; with ``?blobs=true`` also ``size``
+  and ``lfs.sha256``, unless ``sibling_sizes`` is off, as on some mirrors);
 * ``GET /{org}/{repo}/resolve/{revision}/{path}``: 302 to the file on the CDN
-  (a :class:`tests.storekit.RangeServer`: Range, ETag, dropped connections).
+  (a :class:`tests.storekit.RangeServer`: Range, ETag, dropped connections);
+  ``HEAD`` answers as the hub does: the 302 with ``X-Linked-Size`` and
+  ``X-Linked-Etag`` for weight files, 200 with ``Content-Length`` for others.
+
+A mirror without one of the listings is made with ``tree_status`` or
+``info_status`` (the status that endpoint answers instead, e.g. 404 or 501);
+``head_location`` makes HEAD requests redirect there without naming a size.
 
 A gated repository answers 401 without ``Authorization: Bearer <token>`` and 403
-with a wrong one. Hostile listings are made with ``extra_entries`` (raw entries)
-and ``listed_sha256`` (a listed hash that does not match the bytes). Every
-request's path and Authorization header are recorded, on the hub and on the CDN.
+with a wrong one. Hostile listings are made with ``extra_entries`` (raw tree entries),
+``extra_siblings`` (raw siblings of the model info) and ``listed_sha256`` (a listed hash that
+does not match the bytes). Every request's path and Authorization header are recorded, on the
+hub and on the CDN.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ class HubRepo:
     gated: bool = False
     extra_entries: list[dict[str, Any]] = field(default_factory=list)
     listed_sha256: dict[str, str] = field(default_factory=dict)
+    extra_siblings: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -43,6 +54,10 @@ class HubServer:
     cdn: RangeServer
     token: str | None = None
     page_size: int = 1000
+    tree_status: int | None = None  # answered instead of the tree listing
+    info_status: int | None = None  # answered instead of the model info
+    sibling_sizes: bool = True  # whether ?blobs=true adds sizes and sha256 to the siblings
+    head_location: str | None = None  # HEAD of a resolve URL redirects here, naming no size (a hostile mirror)
     repos: dict[str, HubRepo] = field(default_factory=dict)
     requests: list[dict[str, Any]] = field(default_factory=list)
 
@@ -73,6 +88,19 @@ class HubServer:
                 entry["lfs"] = {"oid": sha, "size": size, "pointerSize": 134}
             out.append(entry)
         return out + repo.extra_entries
+
+    def info(self, name: str, repo: HubRepo, blobs: bool) -> dict[str, Any]:
+        siblings: list[dict[str, Any]] = []
+        for entry in self.entries(repo):
+            if entry["type"] != "file":
+                continue
+            sibling: dict[str, Any] = {"rfilename": entry["path"]}
+            if blobs and self.sibling_sizes:
+                sibling["size"] = entry["size"]
+                if "lfs" in entry:
+                    sibling["lfs"] = {"sha256": entry["lfs"]["oid"], "size": entry["size"], "pointerSize": 134}
+            siblings.append(sibling)
+        return {"id": name, "modelId": name, "sha": "0" * 40, "siblings": siblings + repo.extra_siblings}
 
     def __enter__(self) -> HubServer:
         self.thread.start()
@@ -110,13 +138,61 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 return False
             return True
 
+        def do_HEAD(self) -> None:  # noqa: N802
+            path = unquote(urlsplit(self.path).path)
+            hub.requests.append({"path": path, "method": "HEAD", "authorization": self.headers.get("Authorization")})
+            segments = path.strip("/").split("/")
+            name, file_path = "/".join(segments[:2]), "/".join(segments[4:])
+            repo = hub.repos.get(name)
+            if len(segments) < 5 or segments[2] != "resolve" or repo is None or file_path not in repo.files:
+                self._head(404)
+                return
+            if repo.gated and self.headers.get("Authorization") != f"Bearer {hub.token}":
+                self._head(401 if self.headers.get("Authorization") is None else 403)
+                return
+            local = repo.files[file_path]
+            size = str(local.stat().st_size)
+            if hub.head_location is not None:
+                self._head(302, {"Location": hub.head_location})
+            elif file_path.endswith(WEIGHT_SUFFIXES):
+                sha = repo.listed_sha256.get(file_path) or hashlib.sha256(local.read_bytes()).hexdigest()
+                self._head(302, {"Location": hub.cdn.url(f"cdn/{name}/{file_path}"), "X-Linked-Size": size,
+                                 "X-Linked-Etag": f'"{sha}"'})
+            else:
+                self._head(200, {"Content-Length": size})
+
+        def _head(self, status: int, headers: dict[str, str] | None = None) -> None:
+            self.send_response(status)
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            if "Content-Length" not in (headers or {}):
+                self.send_header("Content-Length", "0")
+            self.end_headers()
+
         def do_GET(self) -> None:  # noqa: N802
             parts = urlsplit(self.path)
             path = unquote(parts.path)
-            hub.requests.append({"path": path, "authorization": self.headers.get("Authorization")})
+            hub.requests.append({"path": path, "method": "GET", "authorization": self.headers.get("Authorization")})
             segments = path.strip("/").split("/")
+            if segments[:2] == ["api", "models"] and (len(segments) == 4 or (len(segments) == 6 and segments[4] == "revision")):
+                repo = hub.repos.get("/".join(segments[2:4]))
+                if hub.info_status is not None:
+                    self._answer(hub.info_status, b'{"error": "Not served by this mirror"}')
+                    return
+                if repo is None:
+                    self._answer(404, b'{"error": "Repository not found"}')
+                    return
+                if not self._allowed(repo):
+                    return
+                blobs = parse_qs(parts.query).get("blobs", ["false"])[0] == "true"
+                body = json.dumps(hub.info("/".join(segments[2:4]), repo, blobs)).encode()
+                self._answer(200, body, {"Content-Type": "application/json"})
+                return
             if segments[:2] == ["api", "models"] and len(segments) >= 6 and segments[4] == "tree":
                 repo = hub.repos.get("/".join(segments[2:4]))
+                if hub.tree_status is not None:
+                    self._answer(hub.tree_status, b'{"error": "Not served by this mirror"}')
+                    return
                 if repo is None:
                     self._answer(404, b'{"error": "Repository not found"}')
                     return

@@ -1,7 +1,9 @@
 """Fit badges: would this variant run on this box? The planner answers, with its reasons.
 
 Installed variants are planned exactly as a load would plan them
-(:class:`~appliance.serving.load_plan.LoadPlanner`). Catalog variants are
+(:class:`~appliance.serving.load_plan.LoadPlanner`); variants available on the
+hub but not downloaded, from the architecture of a ready variant of their family
+and their listed size. Catalog variants are
 planned from their published facts and size with the same planner and this
 box's hardware. Anything the planner cannot answer (no facts, a planner
 failure) is shown as "unknown", never as an error.
@@ -17,11 +19,14 @@ from typing import Callable
 from appliance.catalog import Catalog
 from appliance.errors import ApplianceError, DoesNotFit
 from appliance.planner.plan import plan_all
+from appliance.planner.service import available_fits as plan_available
 from appliance.planner.service import live_snapshot, preferences_for, software, variants_from_catalog
 from appliance.planner.types import DeviceMemory, Plan, PlanRow
 from appliance.serving.load_plan import LoadPlanner
 from appliance.serving.names import ModelNames
 from appliance.settings import Settings
+from appliance.store.store import ModelStore
+from appliance.store.variants import VariantInfo
 
 log = logging.getLogger("appliance.webui")
 
@@ -99,6 +104,11 @@ def _row_fit(row: PlanRow) -> Fit:
     if not row.fits:
         return Fit("no", "does not fit", "\n".join(lines))
     return Fit("tight" if _tight(row.memory) else "fits", f"{row.backend} · {row.placement}", "\n".join(lines))
+
+
+def available_fits(store: ModelStore, infos: list[VariantInfo]) -> dict[str, Fit]:
+    """``family:variant`` → the fit of each variant available on the hub (absent: the planner cannot tell)."""
+    return {name: _row_fit(row) for name, row in plan_available(store.settings, store.db, infos).items()}
 
 
 def catalog_fits(settings: Settings, catalog: Catalog) -> dict[str, dict[str, Fit]]:

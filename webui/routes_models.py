@@ -17,7 +17,6 @@ from appliance.serving.load_plan import LoadPlanner
 from appliance.serving.names import ModelNames
 from appliance.serving.router import Router
 from appliance.settings import Settings
-from appliance.store.hub.spec import is_hub_spec
 from appliance.store.jobs import JobRegistry, Work
 from appliance.store.store import ModelStore
 from appliance.webui import fit, forms
@@ -29,14 +28,16 @@ from appliance.webui.render import page, partial
 
 def installed_rows(store: ModelStore, router: Router, names: ModelNames, load_planner: LoadPlanner) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
-    for info in store.list():
+    infos = store.list()
+    available = fit.available_fits(store, infos)  # listed on the hub, not downloaded: planned from a ready sibling
+    for info in infos:
         instance = router.instances.get(info.name)
         rows.append({
             "info": info,
             "loaded": instance is not None,
             "pinned": bool(instance and instance.pinned),
             "state": instance.engine.state if instance is not None else None,
-            "fit": fit.installed_fit(load_planner, names, info.name) if info.status == "ready" else None,
+            "fit": fit.installed_fit(load_planner, names, info.name) if info.status == "ready" else available.get(info.name),
         })
     return rows
 
@@ -147,8 +148,8 @@ async def pull(request: Request, store: ModelStore, jobs: JobRegistry, names: Mo
     url, sha256, name = forms.optional(form, "url"), forms.optional(form, "sha256"), forms.optional(form, "name")
     if url is None and name is None:
         raise BadRequest("Give a URL, or pull a model from the catalog.", param="url")
-    if is_hub_spec(url):
-        hub = await anyio.to_thread.run_sync(lambda: store.prepare_hub_pull(url, name=name))  # type: ignore[arg-type]
+    hub = await anyio.to_thread.run_sync(lambda: store.prepare_requested_pull(url, name, sha256=sha256))  # a hub spec, or an available variant
+    if hub is not None:
         return _started(request, jobs, names, audit, user, "pull", hub.name, lambda ctx: store.pull_hub(hub, ctx=ctx).to_dict())
     url, sha256, family, variant = await anyio.to_thread.run_sync(lambda: store.prepare_pull(url, sha256=sha256, name=name))
     target = f"{family}:{variant}"

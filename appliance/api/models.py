@@ -22,11 +22,11 @@ from litestar.response import ServerSentEvent, ServerSentEventMessage, Stream
 
 from appliance.api.access import Access, requires
 from appliance.db.audit import AuditTrail
-from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject
+from appliance.planner.service import available_fits
+from appliance.planner.types import PlanRow
 from appliance.serving.names import ModelNames
 from appliance.store.bundles import bundle_stream
-from appliance.store.hub.spec import is_hub_spec
 from appliance.store.jobs import Job, JobContext, JobRegistry
 from appliance.store.store import ModelStore, VariantInfo
 
@@ -58,6 +58,13 @@ def _view(info: VariantInfo, *, full: bool = False) -> JsonObject:
     facts["has_chat_template"] = bool(info.facts.get("chat_template"))
     out["facts"] = facts
     return out
+
+
+def _fit_view(row: PlanRow | None) -> JsonObject | None:
+    if row is None:
+        return None
+    return {"fits": row.fits, "backend": row.backend, "placement": row.placement, "reason": row.reason,
+            "estimated_bytes": row.estimated_bytes}
 
 
 @dataclass(frozen=True)
@@ -103,14 +110,15 @@ class ModelsController(Controller):
 
     @get("/", sync_to_thread=True)
     def list_models(self, store: ModelStore) -> list[JsonObject]:
-        return [_view(i) for i in store.list()]
+        """Every variant; an ``available`` one (listed on the hub, not downloaded) with the planner's ``fit``."""
+        infos = store.list()
+        fits = available_fits(store.settings, store.db, infos)
+        return [{**_view(i), "fit": _fit_view(fits.get(i.name))} if i.available else _view(i) for i in infos]
 
     @post("/pull", status_code=202, sync_to_thread=True)
     def pull(self, store: ModelStore, changes: StoreChanges, data: PullRequest) -> JsonObject:
-        if is_hub_spec(data.url):
-            if data.sha256 is not None:
-                raise BadRequest("a hub pull takes each file's sha256 from the hub's listing", param="sha256")
-            hub = store.prepare_hub_pull(data.url, name=data.name)  # type: ignore[arg-type]
+        hub = store.prepare_requested_pull(data.url, data.name, sha256=data.sha256)  # a hub spec, or an available variant
+        if hub is not None:
             return {**changes.start("pull", hub.name, lambda ctx: store.pull_hub(hub, ctx=ctx)), "hub": hub.to_dict()}
         url, sha256, family, variant = store.prepare_pull(data.url, sha256=data.sha256, name=data.name)
         name = f"{family}:{variant}"
@@ -163,6 +171,7 @@ class ModelsController(Controller):
     @post("/{name:str}/verify", status_code=202, sync_to_thread=True)
     def verify(self, store: ModelStore, changes: StoreChanges, name: str) -> JsonObject:
         info = store.get(name)
+        store.check_downloaded(info)
         return changes.start("verify", info.name, lambda ctx: store.verify(info.name, ctx=ctx))
 
     @post("/{name:str}/quantize", status_code=202, sync_to_thread=True)

@@ -203,18 +203,24 @@ class OllamaAdminController(Controller):
     tags = ["Ollama-compatible API"]
     dependencies = CHANGES
 
-    @post("/pull", summary="Pull a catalog model or a GGUF URL (admin)", status_code=200)
+    @post("/pull", summary="Pull a catalog model, a GGUF URL, a hub spec or a variant available on the hub (admin)",
+          status_code=200)
     async def pull(self, data: PullRequest, store: ModelStore, changes: StoreChanges, jobs: JobRegistry) -> Response:
         requested = data.model or data.name
         if not requested:
             raise BadRequest("model is required", param="model")
         if data.insecure:
             raise BadRequest("insecure pulls are not supported: downloads always verify TLS.", param="insecure")
-        is_url = requested.startswith(("https://", "http://"))
-        url, sha256, family, variant = await asyncio.to_thread(
-            store.prepare_pull, requested if is_url else None, name=None if is_url else requested)
-        name = f"{family}:{variant}"
-        job = changes.start("pull", name, lambda ctx: store.pull(url, sha256=sha256, name=name, ctx=ctx))
+        is_url = requested.startswith(("https://", "http://", "hf:"))
+        hub = await asyncio.to_thread(store.prepare_requested_pull, requested if is_url else None, None if is_url else requested)
+        if hub is not None:  # a hub spec, or a variant available on the hub
+            name = hub.name
+            job = changes.start("pull", name, lambda ctx: store.pull_hub(hub, ctx=ctx))
+        else:
+            url, sha256, family, variant = await asyncio.to_thread(
+                store.prepare_pull, requested if is_url else None, name=None if is_url else requested)
+            name = f"{family}:{variant}"
+            job = changes.start("pull", name, lambda ctx: store.pull(url, sha256=sha256, name=name, ctx=ctx))
         events = jobs.follow(int(job["id"]))
         if data.stream is False:
             async for _ in events:

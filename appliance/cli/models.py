@@ -26,6 +26,15 @@ def _size(n: int | None) -> str:
     return human_size(n) if n else "-"
 
 
+def _status(row: JsonObject) -> str:
+    """The state, and for a variant available on the hub whether the planner says it would fit this box."""
+    if row["status"] != "available":
+        return str(row["status"])
+    fit = row.get("fit")
+    verdict = "fit unknown" if not isinstance(fit, dict) else "fits" if fit.get("fits") else "does not fit"
+    return f"available ({verdict})"
+
+
 def _follow(ctx: click.Context, job: JsonObject, detach: bool) -> JsonObject:
     """Show a job's progress until it ends; Ctrl-C cancels it. Returns the final job."""
     job_id = job["id"]
@@ -71,14 +80,14 @@ def register(group: click.Group) -> None:
     @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
     @click.pass_context
     def ls(ctx: click.Context, as_json: bool) -> None:
-        """List installed model variants."""
+        """List model variants: installed ones, and those available on the hub (with the planner's fit), not downloaded."""
         rows = request(ctx, "GET", "/admin/models/")
         if as_json:
             click.echo(json.dumps(rows, indent=2))
             return
         table = Table("model", "default", "status", "format", "quantization", "size", "from")
         for r in rows:
-            table.add_row(r["name"], "*" if r["is_default"] else "", r["status"], r["format"], r["quantization"] or "-",
+            table.add_row(r["name"], "*" if r["is_default"] else "", _status(r), r["format"], r["quantization"] or "-",
                           _size(r["size_bytes"]), r["parent"] or r["source"] or "")
         Console().print(table)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from sqlalchemy import Column, Index, LargeBinary, UniqueConstraint
+from sqlalchemy import CheckConstraint, Column, Index, LargeBinary, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 
@@ -70,11 +70,16 @@ class ModelFamily(SQLModel, table=True):
     created_at: float = Field(default_factory=now)
 
 
+VARIANT_STATES = "status IN ('downloading', 'ready', 'corrupt', 'available')"
+
+
 class ModelVariant(SQLModel, table=True):
-    """One installed file set of a family: a GGUF file or a Hugging Face folder."""
+    """One variant of a family: an installed GGUF file or Hugging Face folder, or (``available``) one known on the
+    hub and not downloaded, which has no files."""
 
     __tablename__ = "model_variants"
-    __table_args__ = (UniqueConstraint("family_id", "name"),)
+    __table_args__ = (UniqueConstraint("family_id", "name"),
+                      CheckConstraint(VARIANT_STATES, name="ck_model_variants_status"))
     id: Optional[int] = Field(default=None, primary_key=True)
     family_id: int = Field(foreign_key="model_families.id", index=True)
     name: str = Field(max_length=64)  # e.g. q4_k_m, bf16
@@ -83,7 +88,7 @@ class ModelVariant(SQLModel, table=True):
     path: str  # relative to the store
     size_bytes: int = 0
     sha256: Optional[str] = Field(default=None, max_length=64)
-    status: str = Field(default="ready", max_length=16)  # downloading | ready | corrupt
+    status: str = Field(default="ready", max_length=16, index=True)  # downloading | ready | corrupt | available
     source: Optional[str] = None
     parent_variant_id: Optional[int] = Field(default=None, foreign_key="model_variants.id")
     facts: Optional[str] = None  # JSON: architecture facts from inspection

@@ -27,10 +27,12 @@ from appliance.hardware.units import GiB
 from appliance.jsontypes import JsonObject
 from appliance.modelfacts import ModelFacts, inspect_gguf, inspect_hf
 from appliance.planner.plan import CalibrationPoint, Plan, Preferences, Variant, plan, plan_all
+from appliance.planner.types import PlanRow
 from appliance.settings import Settings
 from appliance.planner.calibration import load_calibrations
 from appliance.store.hub.pulls import Candidate, Chooser
 from appliance.store.store import ModelStore
+from appliance.store.variants import VariantInfo
 
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 SNAPSHOT_TTL_S = 5.0
@@ -206,6 +208,35 @@ def variants_from_store(store: ModelStore, name: str) -> list[Variant]:
         if facts is not None:
             out.append(Variant(info.family, info.variant, info.format, info.quantization, info.size_bytes, facts, info.path))
     return out
+
+
+def variants_of_available(infos: Sequence[VariantInfo]) -> list[Variant]:
+    """Planner variants of the ``available`` ones among ``infos``: the architecture read from a ready GGUF variant
+    of the same family (one repository, many quantizations: the shape holds for all), the quantization and listed
+    size of each. One without a ready sibling to read it from is left out."""
+    shapes = {i.family: i.model_facts for i in infos if i.status == "ready" and i.format == "gguf" and i.model_facts}
+    out = []
+    for info in infos:
+        facts = shapes.get(info.family)
+        if info.available and facts is not None:
+            shaped = replace(facts, file_type=info.quantization, tensor_bytes=None, nonlayer_bytes=None)
+            out.append(Variant(info.family, info.variant, "gguf", info.quantization, info.size_bytes, shaped, ""))
+    return out
+
+
+def available_fits(settings: Settings, db: Engine, infos: Sequence[VariantInfo]) -> dict[str, PlanRow]:
+    """``family:variant`` → the planner's row for each ``available`` variant, planned alone on this box as pulling
+    and loading it would be; {} when the planner cannot answer."""
+    variants = variants_of_available(infos)
+    if not variants:
+        return {}
+    try:
+        snapshot, prefs = live_snapshot(), preferences_for(settings, software(settings))
+        calibrations = load_calibrations(db)
+        return {f"{v.family}:{v.name}": plan_all(snapshot, [v], prefs, calibrations)[0] for v in variants}
+    except Exception:  # a fit is advice: a planner failure must not hide the list
+        log.debug("planning the available variants failed", exc_info=True)
+        return {}
 
 
 def resolve_variants(name: str, *, store: ModelStore | None = None, catalog: Catalog | None = None) -> list[Variant]:

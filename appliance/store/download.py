@@ -24,7 +24,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Protocol
+from typing import Callable, Iterable, Protocol
 from urllib.parse import urljoin
 
 import httpx
@@ -95,20 +95,22 @@ class Credentials(Protocol):
 
 
 def open_checked(client: httpx.Client, url: str, headers: dict[str, str], *, allow: Iterable[str],
-                 credentials: Credentials | None = None) -> tuple[httpx.Response, str]:
-    """GET ``url`` as a stream, following redirects by hand: every hop passes the SSRF checks, and the
-    credentials' headers go to each hop only as ``credentials`` decide (never to another origin)."""
+                 credentials: Credentials | None = None, method: str = "GET",
+                 keep_redirect: Callable[[httpx.Response], bool] | None = None) -> tuple[httpx.Response, str]:
+    """GET (or HEAD) ``url`` as a stream, following redirects by hand: every hop passes the SSRF checks, and the
+    credentials' headers go to each hop only as ``credentials`` decide (never to another origin). A redirect for
+    which ``keep_redirect(response)`` is true is answered instead of followed."""
     allow = list(allow)
     for _hop in range(MAX_REDIRECTS + 1):
         target = check_url(url, allow)
         extensions = {"sni_hostname": target.sni} if target.sni else {}
         hop_headers = {**headers, **(credentials.headers_for(url) if credentials is not None else {}), "Host": target.host_header}
-        request = client.build_request("GET", target.url, headers=hop_headers, extensions=extensions)
+        request = client.build_request(method, target.url, headers=hop_headers, extensions=extensions)
         try:
             response = client.send(request, stream=True)
         except httpx.TransportError as exc:
             raise RetryableDownloadError(type(exc).__name__) from None
-        if response.status_code in (301, 302, 303, 307, 308):
+        if response.status_code in (301, 302, 303, 307, 308) and not (keep_redirect and keep_redirect(response)):
             location = response.headers.get("location")
             response.close()
             if not location:

@@ -30,6 +30,12 @@ class ModelNotReady(Conflict):
     code = "model_not_ready"
 
 
+class ModelNotDownloaded(ModelNotReady):
+    """The variant is known on the hub (``available``) but not downloaded: pull it first."""
+
+    code = "model_not_downloaded"
+
+
 class PullNotAllowed(PermissionDenied):
     """The URL's scheme or host may not be pulled from (SSRF defence)."""
 

@@ -12,7 +12,8 @@ The store folder may then be a read-only mount that admins fill themselves. At s
   store's own layout.
 
 Each new or changed variant is hashed and inspected (the database, in the data dir, keeps what
-was found); a variant whose files are gone is forgotten. Nothing is created, renamed or deleted
+was found); a variant whose files are gone is forgotten (one listed on the hub as ``available`` never
+had files here and stays as it is). Nothing is created, renamed or deleted
 in the folder: pulls, imports, quantizations and deletes are refused.
 """
 
@@ -122,7 +123,7 @@ def register_found(layout: StoreLayout, registry: VariantRegistry, ctx: JobConte
             log.warning("skipping %s in the read-only store: %s", relative, getattr(exc, "message", None) or exc)
     present = {(f.family, f.variant) for f in found}
     for key, info in known.items():
-        if key not in present:
+        if key not in present and not info.available:  # available variants never had files here
             log.info("forgetting %s: its files are no longer in the read-only store", info.name)
             registry.remove(info)
     return registered

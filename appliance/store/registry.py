@@ -1,8 +1,11 @@
-"""The registry of installed variants: their rows in the database.
+"""The registry of variants: their rows in the database.
 
 A family row holds its default variant; a variant row its format, path (relative
 to the store), size, sha256, facts, parent and status (``downloading`` while it
-is installed, then ``ready``, or ``corrupt`` after a failed verification). Files
+is installed, then ``ready``, or ``corrupt`` after a failed verification). A
+variant known on the hub but not downloaded is ``available``: name, quantization,
+size and source, no files; it is never a family's default, and it goes when the
+last installed variant of its family is removed. Files
 on disk are the business of :mod:`appliance.store.installs` and
 :mod:`appliance.store.store`; this module only reads and writes rows.
 """
@@ -22,7 +25,7 @@ from appliance.db.tables import ModelFamily, ModelVariant
 from appliance.errors import Conflict, ModelNotFound
 from appliance.jsontypes import JsonObject
 from appliance.store.paths import full_name, parse_name
-from appliance.store.variants import VariantInfo
+from appliance.store.variants import AVAILABLE, AvailableVariant, VariantInfo
 
 log = logging.getLogger("appliance.store.registry")
 
@@ -68,16 +71,27 @@ class VariantRegistry:
                                .where(ModelVariant.status == "downloading")).all())
 
     # ------------------------------------------------------------ installs
+    def offer(self, family: str, offers: list[AvailableVariant]) -> list[str]:
+        """Record variants known on the hub as ``available``; names already taken keep their rows. The names added."""
+        if not offers:
+            return []
+        added = []
+        with dbmod.session(self.db) as s:
+            fam = self._family_row(s, family)
+            for offer in offers:
+                if _variant_row(s, fam, offer.variant) is not None:
+                    continue
+                s.add(ModelVariant(family_id=fam.id, name=offer.variant, format="gguf",  # type: ignore[arg-type]
+                                   quantization=offer.quantization, path="", size_bytes=offer.size_bytes,
+                                   source=offer.source, status=AVAILABLE))
+                added.append(full_name(family, offer.variant))
+            s.commit()
+        return added
+
     def begin(self, family: str, variant: str, *, fmt: str, source: str, path: str, parent_id: int | None = None) -> int:
         """Create (or take over) the variant's row in state ``downloading``; ``path`` is relative to the store."""
-        entry = self._catalog().family(family)
         with dbmod.session(self.db) as s:
-            fam = s.exec(select(ModelFamily).where(ModelFamily.name == family)).first()
-            if fam is None:
-                fam = ModelFamily(name=family, license=entry.license if entry else None,
-                                  description=entry.title if entry else None)
-                s.add(fam)
-                s.flush()
+            fam = self._family_row(s, family)
             row = _variant_row(s, fam, variant)
             if row is None:
                 row = ModelVariant(family_id=fam.id, name=variant, format=fmt, path=path)  # type: ignore[arg-type]
@@ -99,7 +113,8 @@ class VariantRegistry:
             row.size_bytes, row.sha256, row.status = size, sha256, "ready"
             row.facts = json.dumps(facts)
             row.quantization = facts.get("quant_method") or facts.get("file_type") or row.quantization
-            if fam.default_variant is None or _variant_row(s, fam, fam.default_variant) is None:
+            default = _variant_row(s, fam, fam.default_variant)
+            if default is None or default.status == AVAILABLE:
                 fam.default_variant = row.name
             elif fam.default_variant != row.name:
                 entry = self._catalog().family(fam.name)
@@ -152,10 +167,16 @@ class VariantRegistry:
                 s.flush()
             if fam is not None:
                 rest = s.exec(select(ModelVariant).where(ModelVariant.family_id == fam.id)).all()
+                installed = [r for r in rest if r.status != AVAILABLE]
+                if not installed and not info.available:  # the family's last model: what it listed goes with it
+                    for other in rest:
+                        s.delete(other)
+                    rest = []
                 if not rest:
+                    s.flush()
                     s.delete(fam)
-                elif fam.default_variant == info.variant:
-                    fam.default_variant = self._pick_default(fam.name, [r.name for r in rest])
+                elif fam.default_variant == info.variant or not installed:
+                    fam.default_variant = self._pick_default(fam.name, [r.name for r in installed]) if installed else None
                     s.add(fam)
             s.commit()
 
@@ -165,6 +186,17 @@ class VariantRegistry:
             fam.default_variant = variant
             s.add(fam)
             s.commit()
+
+    def _family_row(self, s: Session, family: str) -> ModelFamily:
+        """The family's row, created (with the catalog's license and title) when it has none yet."""
+        fam = s.exec(select(ModelFamily).where(ModelFamily.name == family)).first()
+        if fam is None:
+            entry = self._catalog().family(family)
+            fam = ModelFamily(name=family, license=entry.license if entry else None,
+                              description=entry.title if entry else None)
+            s.add(fam)
+            s.flush()
+        return fam
 
     def _pick_default(self, family: str, remaining: list[str]) -> str:
         entry = self._catalog().family(family)

@@ -43,10 +43,10 @@ from appliance.store import readonly
 from appliance.store import split_gguf
 from appliance.store.disk import check_free_space
 from appliance.store.download import Downloader
-from appliance.store.errors import ModelCorrupt, ModelNotReady, Offline, RefusedImport, StoreReadOnly
+from appliance.store.errors import ModelCorrupt, ModelNotDownloaded, ModelNotReady, Offline, RefusedImport, StoreReadOnly
 from appliance.store.hub.client import HubClient
 from appliance.store.hub.credentials import HubCredentials
-from appliance.store.hub.pulls import Chooser, HubPull, plan_pull, run_pull
+from appliance.store.hub.pulls import Chooser, HubPull, offers_of, plan_pull, run_pull
 from appliance.store.hub.spec import is_hub_spec, parse_spec
 from appliance.store.installs import BusyNames, Installer
 from appliance.store.jobs import JobContext, NullContext
@@ -96,6 +96,7 @@ class ModelStore:
     def resolve(self, name: str) -> ResolvedVariant:
         """The installed, ready variant a name means; raises for missing, unfinished or corrupt ones."""
         info = self.get(name)
+        self.check_downloaded(info)
         if info.status == "downloading":
             raise ModelNotReady(f"The model `{info.name}` is still being installed.", param="model")
         if info.status != "ready":
@@ -173,11 +174,40 @@ class ModelStore:
         self.registry.refuse_installed(pull.family, pull.variant)
         return pull
 
+    def prepare_requested_pull(self, url: str | None, name: str | None, *, sha256: str | None = None) -> HubPull | None:
+        """The hub pull a pull request means: a hub spec, or the name of an ``available`` variant (pulled from the
+        source it was listed with); None for a URL or catalog pull. A hub pull takes no ``sha256``: the listing's."""
+        spec, install_as = url, name
+        if not is_hub_spec(url):
+            info = self._available(name) if url is None and name is not None else None
+            if info is None or not is_hub_spec(info.source):
+                return None
+            spec, install_as = info.source, info.name
+        if sha256 is not None:
+            raise BadRequest("a hub pull takes each file's sha256 from the hub's listing", param="sha256")
+        return self.prepare_hub_pull(spec, name=install_as)  # type: ignore[arg-type]
+
+    def _available(self, name: str) -> VariantInfo | None:
+        try:
+            info = self.get(name)
+        except ModelNotFound:
+            return None
+        return info if info.available else None
+
     def pull_hub(self, pull: HubPull, *, ctx: JobContext | None = None) -> VariantInfo:
-        """Download what :meth:`prepare_hub_pull` chose; an interrupted pull resumes when pulled again."""
+        """Download what :meth:`prepare_hub_pull` chose; an interrupted pull resumes when pulled again.
+
+        The repository's other GGUF variants are registered ``available`` first; a pull that fails for good
+        leaves its variant ``available`` too."""
         self._refuse_writes("url")
         self._refuse_offline()
-        return run_pull(pull, self.hub(), self.installer, ctx or NullContext())
+        self.registry.offer(pull.family, offers_of(pull))
+        try:
+            return run_pull(pull, self.hub(), self.installer, ctx or NullContext())
+        except BaseException:
+            if pull.format == "gguf":
+                self.registry.offer(pull.family, [o for o in offers_of(pull, with_pulled=True) if o.variant == pull.variant])
+            raise
 
     def register_found(self, *, ctx: JobContext | None = None) -> list[VariantInfo]:
         """Read-only store: register the models found in its folder (new or changed ones are hashed)."""
@@ -193,6 +223,13 @@ class ModelStore:
         if self.read_only:
             raise StoreReadOnly("the model store is read-only (setting store_read_only = true): the appliance never writes "
                                 "there; add or remove model files in the folder itself, then rescan", param=param)
+
+    @staticmethod
+    def check_downloaded(info: VariantInfo) -> None:
+        """ModelNotDownloaded for a variant only listed on the hub (``available``): it has no files yet."""
+        if info.available:
+            raise ModelNotDownloaded(f"The model `{info.name}` is available on the hub but not downloaded; pull it first "
+                                     f"(appliancectl models pull {info.name}).", param="model")
 
     def _refuse_offline(self) -> None:
         if self.settings.offline:
@@ -290,6 +327,7 @@ class ModelStore:
         """Hash the files again; a mismatch marks the variant corrupt, a match (re)marks it ready."""
         ctx = ctx or NullContext()
         info = self.get(name)
+        self.check_downloaded(info)
         with self._busy.claim(info.family, info.variant):
             path = self.layout.absolute(info.path)
             ctx.stage("hashing")
@@ -336,6 +374,7 @@ class ModelStore:
         if variant is None:
             raise BadRequest("name the variant: family:variant", param="name", code="invalid_model_name")
         info = self.get(name)
+        self.check_downloaded(info)
         self.registry.set_default(family, info.variant)
         return self.get(name)
 

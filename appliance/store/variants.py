@@ -1,4 +1,5 @@
-"""What the store says about an installed variant: :class:`VariantInfo`, and :class:`ResolvedVariant` with its files."""
+"""What the store says about a variant: :class:`VariantInfo`, :class:`ResolvedVariant` with its files, and
+:class:`AvailableVariant`, one known on the hub but not downloaded."""
 
 from __future__ import annotations
 
@@ -7,6 +8,19 @@ from pathlib import Path
 
 from appliance.jsontypes import JsonObject
 from appliance.modelfacts import ModelFacts
+
+
+AVAILABLE = "available"
+
+
+@dataclass(frozen=True)
+class AvailableVariant:
+    """A variant of a hub repository that is not downloaded: what pulling it would install."""
+
+    variant: str
+    quantization: str | None
+    size_bytes: int
+    source: str  # hf:ORG/REPO/FILE[@REVISION]: the spec that pulls it
 
 
 @dataclass(frozen=True)
@@ -20,7 +34,7 @@ class VariantInfo:
     path: str  # relative to the store
     size_bytes: int
     sha256: str | None
-    status: str  # downloading | ready | corrupt
+    status: str  # downloading | ready | corrupt | available (known on the hub, not downloaded: no files)
     source: str | None
     parent: str | None  # family:variant it was quantized from
     facts: JsonObject
@@ -30,6 +44,10 @@ class VariantInfo:
 
     def to_dict(self) -> JsonObject:
         return asdict(self)
+
+    @property
+    def available(self) -> bool:
+        return self.status == AVAILABLE
 
     @property
     def model_facts(self) -> ModelFacts | None:

@@ -2,7 +2,10 @@
 
 The tree listing (``GET /api/models/{repo}/tree/{revision}?recursive=true``) gives
 entries with ``path``, ``size`` and, for files kept in LFS, ``lfs.oid`` (their
-sha256). Every path is checked before it is used (a listing naming ``../x`` or
+sha256). The model info (``GET /api/models/{repo}[/revision/{revision}]?blobs=true``)
+lists the same files as ``siblings``: ``rfilename``, and ``size`` and ``lfs.sha256``
+when the hub gives them (a mirror may not; the client then asks the file's size with
+a HEAD request, see :func:`wanted`). Every path is checked before it is used (a listing naming ``../x`` or
 ``/etc/x`` is refused whole). GGUF files become variants named after their
 quantization; the parts of a split set (``*-00001-of-00003.gguf``) become one
 variant, and an incomplete set none. A repository without GGUF files becomes one
@@ -80,6 +83,51 @@ def files_from_tree(payload: JsonValue) -> list[HubFile]:
             raise UpstreamError(f"the hub's listing gives {path} two sizes")
         files.append(HubFile(path, size, sha))
     return files
+
+
+@dataclass(frozen=True)
+class Sibling:
+    """A file of the model info's ``siblings``: its size and sha256 only when the hub listed them."""
+
+    path: str
+    size: int | None
+    sha256: str | None
+
+
+def siblings_from_info(payload: JsonValue) -> list[Sibling] | None:
+    """The files of a model info answer; None when it lists no ``siblings`` (a mirror that leaves them out)."""
+    if not isinstance(payload, dict):
+        raise UpstreamError("the hub's model info is not an object")
+    siblings = payload.get("siblings")
+    if siblings is None:
+        return None
+    if not isinstance(siblings, list):
+        raise UpstreamError("the hub's model info lists its files in an unknown shape")
+    if len(siblings) > MAX_ENTRIES:
+        raise RefusedImport(f"the repository lists more than {MAX_ENTRIES} entries")
+    out = []
+    for entry in siblings:
+        if not isinstance(entry, dict):
+            raise UpstreamError("the hub's model info has a file of an unknown shape")
+        path = check_repo_path(entry.get("rfilename"), "the hub's listing")
+        size = entry.get("size")
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+            raise UpstreamError(f"the hub's listing gives {path} an invalid size")
+        lfs = entry.get("lfs")
+        digest = lfs.get("sha256") if isinstance(lfs, dict) else None
+        sha = digest.lower() if isinstance(digest, str) and _SHA256.fullmatch(digest.lower()) else None
+        if isinstance(lfs, dict) and size is not None and lfs.get("size") not in (None, size):
+            raise UpstreamError(f"the hub's listing gives {path} two sizes")
+        out.append(Sibling(path, size, sha))
+    return out
+
+
+def wanted(path: str) -> bool:
+    """Whether a pull could take the file: a GGUF model, or what a safetensors variant takes from the top folder."""
+    name = PurePosixPath(path).name
+    if name.lower().endswith(".gguf"):
+        return not name.lower().startswith("mmproj")
+    return "/" not in path and (name.endswith(".safetensors") or name.endswith(".safetensors.index.json") or name in HF_FILES)
 
 
 def quant_of(filename: str) -> str | None:

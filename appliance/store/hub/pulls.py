@@ -28,9 +28,9 @@ from appliance.store.hub.spec import HubSpec
 from appliance.store.installs import Installer
 from appliance.store.jobs import JobContext
 from appliance.store.paths import check_part
-from appliance.store.variants import VariantInfo
+from appliance.store.variants import AvailableVariant, VariantInfo
 
-__all__ = ["Candidate", "Chooser", "HubPull", "files_from_tree", "plan_pull", "run_pull"]
+__all__ = ["Candidate", "Chooser", "HubPull", "files_from_tree", "plan_pull", "run_pull", "offers_of"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,19 @@ class HubPull:
                 "variants": [{"variant": s.variant, "quantization": s.quant, "size_bytes": s.size,
                               "files": [{"path": f.path, "size_bytes": f.size, "sha256": f.sha256} for f in s.files]}
                              for s in self.found]}
+
+
+def offers_of(pull: HubPull, *, with_pulled: bool = False) -> list[AvailableVariant]:
+    """The repository's GGUF variants as ``available`` rows: every one the pull leaves on the hub (and, with
+    ``with_pulled``, the one it pulls, under the name it installs as)."""
+    offers = []
+    for s in pull.found:
+        pulled = s.files == pull.files
+        if (pulled and not with_pulled) or (not pulled and s.variant == pull.variant):
+            continue
+        spec = HubSpec(pull.spec.repo, pull.spec.revision, file=s.files[0].path)
+        offers.append(AvailableVariant(pull.variant if pulled else s.variant, s.quant, s.size, str(spec)))
+    return offers
 
 
 def plan_pull(client: HubClient, spec: HubSpec, *, name: str | None = None, choose: Chooser | None = None) -> HubPull:
