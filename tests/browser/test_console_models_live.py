@@ -19,7 +19,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.browser.conftest import CHROMIUM_ARGS, USERS, WIDE, Session, sign_in
+from tests.browser.conftest import USERS, WIDE, Session, sign_in
 from tests.daemon import RunningDaemon
 from tests.ggufkit import make_tiny_gguf
 
