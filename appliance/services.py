@@ -1,7 +1,7 @@
 """The composition root: the daemon's collaborators, built once and handed to every route.
 
 Construction order is the dependency order: database, keys, audit trail,
-jobs, store, names, meter, quotas, router, cache, gateway,
+jobs, store, names, meter, quotas, load events, router, cache, gateway,
 stored responses and the responses service. ``start()`` seeds the
 default model, starts the meter's writer and the scheduler; ``stop()`` undoes
 it in reverse, draining engines and flushing the ledger last. Handlers never
@@ -33,12 +33,13 @@ from appliance.planner.service import hub_chooser
 from appliance.planner.types import Plan
 from appliance.serving.engines import EngineProcess
 from appliance.serving.gateway import Gateway
+from appliance.serving.load_events import LoadEvents
 from appliance.serving.load_plan import LoadPlanner
 from appliance.serving.names import ModelNames
 from appliance.serving.prompt_tokens import PromptCounts
 from appliance.serving.responses.service import ResponsesService
 from appliance.serving.responses.stored import ResponseStore
-from appliance.serving.router import Instance, Router
+from appliance.serving.router import EngineLike, Instance, Router
 from appliance.settings import Settings
 from appliance.store.jobs import JobRegistry
 from appliance.store.store import ModelStore, ResolvedVariant
@@ -46,6 +47,18 @@ from appliance.store.store import ModelStore, ResolvedVariant
 log = logging.getLogger("appliance.services")
 
 ALERT_POLL_SECONDS = 5  # how soon a raised budget alert reaches the webhook
+
+
+def _engine_gpu_bytes(engine: EngineLike, plan: Plan) -> int | None:
+    """GPU memory NVML charges to a loaded engine's processes (None for a CPU-only plan or without NVML)."""
+    if not engine.pid or not plan.n_gpu_layers:
+        return None
+    from appliance.planner.calibration import gpu_bytes_of, process_tree_pids
+
+    try:
+        return gpu_bytes_of(process_tree_pids(engine.pid))
+    except Exception:  # the engine exited meanwhile: nothing to measure
+        return None
 
 
 class Services:
@@ -63,8 +76,9 @@ class Services:
         self.alerts = AlertNotifier(settings, self.db)
         self.energy = EnergyMeter()
         self.load_planner = LoadPlanner(settings, self.db)
+        self.load_events = LoadEvents()
         self.router = Router(settings, make_plan=self._plan, make_engine_process=self._engine, on_loaded=self._after_load,
-                             on_stopping=self._before_stop)
+                             on_stopping=self._before_stop, events=self.load_events, gpu_bytes=_engine_gpu_bytes)
         self.cache = ResponseCache(settings, self.db, make_embedder(settings))
         self.prompt_counts = PromptCounts()
         self.gateway = Gateway(settings, self.names, self.router, self.meter, cache=self.cache, metrics=self.metrics,

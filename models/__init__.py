@@ -116,6 +116,7 @@ class CatalogFamily(_Strict):
     license: str
     homepage: HttpUrl
     default_variant: str
+    chat: bool = Field(default=True, description="Whether the models ship a chat template; false for base models, which complete text.")
     facts: ArchFacts
     variants: list[CatalogVariant] = Field(alias="variant", min_length=1)
 

@@ -81,6 +81,7 @@ def make_tiny_gguf(
     arch: str = "llama",
     control_tokens: tuple[str, ...] = (),
     split_max_tensors: int = 0,
+    omit_tensors: tuple[str, ...] = (),
 ) -> Path:
     """Write a tiny random-weight llama-architecture GGUF to ``path`` and return it.
 
@@ -91,6 +92,8 @@ def make_tiny_gguf(
     With ``split_max_tensors``, gguf's writer splits the model into parts of at most
     that many tensors, named ``<stem>-00001-of-0000N.gguf`` beside ``path`` (with
     ``split.count``, ``split.no`` and ``split.tensors.count``); the first part is returned.
+    ``omit_tensors`` names tensors left out: a file whose header is sound but which
+    llama.cpp refuses to load (a missing tensor).
     """
     if arch != "llama":
         raise ValueError("only arch='llama' is supported")
@@ -107,6 +110,11 @@ def make_tiny_gguf(
 
     tokens, scores, types = _vocab(vocab, tuple(control_tokens))
     writer = gguf.GGUFWriter(str(path), arch, split_max_tensors=split_max_tensors)
+
+    def add_tensor(name: str, array: np.ndarray) -> None:
+        if name not in omit_tensors:
+            writer.add_tensor(name, array)
+
     writer.add_name("tiny-test-llama")
     writer.add_context_length(ctx)
     writer.add_embedding_length(n_embd)
@@ -133,20 +141,20 @@ def make_tiny_gguf(
         writer.add_chat_template(chat_template)
 
     # numpy shapes are (rows, cols) = (out, in); GGUF stores them reversed.
-    writer.add_tensor("token_embd.weight", w(len(tokens), n_embd, scale=0.5))
-    writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
-    writer.add_tensor("output.weight", w(len(tokens), n_embd, scale=0.5))
+    add_tensor("token_embd.weight", w(len(tokens), n_embd, scale=0.5))
+    add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
+    add_tensor("output.weight", w(len(tokens), n_embd, scale=0.5))
     for i in range(n_layer):
         p = f"blk.{i}."
-        writer.add_tensor(p + "attn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        writer.add_tensor(p + "attn_q.weight", w(n_embd, n_embd))
-        writer.add_tensor(p + "attn_k.weight", w(n_kv_head * head_dim, n_embd))
-        writer.add_tensor(p + "attn_v.weight", w(n_kv_head * head_dim, n_embd))
-        writer.add_tensor(p + "attn_output.weight", w(n_embd, n_embd))
-        writer.add_tensor(p + "ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        writer.add_tensor(p + "ffn_gate.weight", w(n_ff, n_embd))
-        writer.add_tensor(p + "ffn_up.weight", w(n_ff, n_embd))
-        writer.add_tensor(p + "ffn_down.weight", w(n_embd, n_ff))
+        add_tensor(p + "attn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        add_tensor(p + "attn_q.weight", w(n_embd, n_embd))
+        add_tensor(p + "attn_k.weight", w(n_kv_head * head_dim, n_embd))
+        add_tensor(p + "attn_v.weight", w(n_kv_head * head_dim, n_embd))
+        add_tensor(p + "attn_output.weight", w(n_embd, n_embd))
+        add_tensor(p + "ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        add_tensor(p + "ffn_gate.weight", w(n_ff, n_embd))
+        add_tensor(p + "ffn_up.weight", w(n_ff, n_embd))
+        add_tensor(p + "ffn_down.weight", w(n_embd, n_ff))
 
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

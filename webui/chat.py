@@ -1,7 +1,8 @@
-"""Playground conversations and pending streamed turns, kept in memory per session."""
+"""Playground conversations, pending streamed turns and the Stop signals of running ones, in memory per session."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ class ChatStore:
     def __init__(self) -> None:
         self._history: dict[str, list[dict[str, str]]] = {}
         self._pending: dict[str, PendingTurn] = {}
+        self._running: dict[str, tuple[str, asyncio.Event]] = {}
 
     def history(self, sid: str) -> list[dict[str, str]]:
         return list(self._history.get(sid, ()))
@@ -56,3 +58,20 @@ class ChatStore:
             return None
         del self._pending[turn_id]
         return turn
+
+    def running(self, turn_id: str, sid: str) -> asyncio.Event:
+        """Mark ``turn_id`` as streaming; the returned event is set when its session asks it to stop."""
+        stop = asyncio.Event()
+        self._running[turn_id] = (sid, stop)
+        return stop
+
+    def finished(self, turn_id: str) -> None:
+        self._running.pop(turn_id, None)
+
+    def stop(self, turn_id: str, sid: str) -> bool:
+        """Ask the running turn to stop; False if it is not running or not the session's own."""
+        found = self._running.get(turn_id)
+        if found is None or found[0] != sid:
+            return False
+        found[1].set()
+        return True

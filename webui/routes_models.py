@@ -2,7 +2,10 @@
 
 Long work (pull, import) runs as a job of the shared registry; its progress bar
 is an SSE stream rendered here (``/jobs/{id}/events``), the same events the
-admin API streams. Every action is audited under the signed-in user.
+admin API streams. Loads stream their phases and plan to each model's row
+(``/models/loads``, :mod:`appliance.webui.load_view`). The catalog is searched
+and filtered in place (``/models/catalog``, :mod:`appliance.webui.catalog_filter`).
+Every action is audited under the signed-in user.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from litestar import Request, Response, get, post
 from appliance.catalog import Catalog
 from appliance.db.audit import AuditTrail
 from appliance.errors import BadRequest, EngineUnavailable
+from appliance.modelfacts.capabilities import is_base
+from appliance.serving.load_events import LoadEvents
 from appliance.serving.load_plan import LoadPlanner
 from appliance.serving.names import ModelNames
 from appliance.serving.router import Router
@@ -20,13 +25,16 @@ from appliance.settings import Settings
 from appliance.store.jobs import JobRegistry, Work
 from appliance.store.store import ModelStore
 from appliance.webui import fit, forms
+from appliance.webui.catalog_filter import CatalogFilter
 from appliance.webui.context import ConsoleUser
 from appliance.webui.gate import needs
 from appliance.webui.jobs_view import job_handlers, submit
+from appliance.webui.load_view import event_name, load_handlers
 from appliance.webui.render import page, partial
 
 
-def installed_rows(store: ModelStore, router: Router, names: ModelNames, load_planner: LoadPlanner) -> list[dict[str, object]]:
+def installed_rows(store: ModelStore, router: Router, names: ModelNames, load_planner: LoadPlanner,
+                   load_events: LoadEvents) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     infos = store.list()
     available = fit.available_fits(store, infos)  # listed on the hub, not downloaded: planned from a ready sibling
@@ -38,6 +46,9 @@ def installed_rows(store: ModelStore, router: Router, names: ModelNames, load_pl
             "pinned": bool(instance and instance.pinned),
             "state": instance.engine.state if instance is not None else None,
             "fit": fit.installed_fit(load_planner, names, info.name) if info.status == "ready" else available.get(info.name),
+            "base": is_base(info.facts),
+            "load": load_events.latest(info.name),
+            "load_event": event_name(info.name),
         })
     return rows
 
@@ -49,88 +60,105 @@ def _catalog(store: ModelStore) -> Catalog:
         raise EngineUnavailable(f"The model catalog could not be read: {exc}") from None
 
 
-def catalog_rows(store: ModelStore, settings: Settings) -> list[dict[str, object]]:
+def catalog_rows(store: ModelStore, settings: Settings, wanted: CatalogFilter | None = None) -> list[dict[str, object]]:
+    """The catalog's families with each variant's fit on this box, narrowed to what ``wanted`` asks for."""
     catalog = _catalog(store)
     installed = {i.name for i in store.list()}
     table = fit.catalog_fits(settings, catalog)
+    wanted = wanted or CatalogFilter()
     families: list[dict[str, object]] = []
     for family in sorted(catalog.families.values(), key=lambda f: f.name):
         variants = []
         fits = table.get(family.name, {})
         for variant in family.variants:
             name = f"{family.name}:{variant.name}"
+            row_fit = fits.get(variant.name, fit.UNKNOWN)
+            if not wanted.accepts(family, variant, row_fit):
+                continue
             variants.append({
                 "entry": variant, "name": name, "installed": name in installed,
                 "pullable": variant.url is not None and variant.format == "gguf",
-                "fit": fits.get(variant.name, fit.UNKNOWN),
+                "fit": row_fit,
             })
+        if not variants:
+            continue
         fitting = sum(1 for v in variants if v["fit"].status in ("fits", "tight"))
         families.append({"family": family, "variants": variants, "fitting": fitting, "known": bool(fits)})
     return families
 
 
 def _installed(request: Request, store: ModelStore, router: Router, names: ModelNames, load_planner: LoadPlanner,
-               message: str | None = None) -> Response:
-    return partial(request, "_installed.html", rows=installed_rows(store, router, names, load_planner), message=message)
+               load_events: LoadEvents, message: str | None = None) -> Response:
+    return partial(request, "_installed.html", rows=installed_rows(store, router, names, load_planner, load_events), message=message)
 
 
 @get("/models", include_in_schema=False, sync_to_thread=True)
 def models_page(request: Request, store: ModelStore, router: Router, names: ModelNames, load_planner: LoadPlanner,
-                jobs: JobRegistry, settings: Settings) -> Response:
+                load_events: LoadEvents, jobs: JobRegistry, settings: Settings) -> Response:
     recent = [j for j in jobs.list() if j.kind in ("pull", "import", "verify", "quantize")][:8]
-    return page(request, "models.html", active="models", rows=installed_rows(store, router, names, load_planner),
-                catalog=catalog_rows(store, settings), jobs=recent, message=None)
+    wanted = CatalogFilter.from_query(request.query_params)
+    return page(request, "models.html", active="models", rows=installed_rows(store, router, names, load_planner, load_events),
+                catalog=catalog_rows(store, settings, wanted), wanted=wanted, jobs=recent, message=None)
 
 
 @get("/models/installed", include_in_schema=False, sync_to_thread=True)
-def installed(request: Request, store: ModelStore, router: Router, names: ModelNames, load_planner: LoadPlanner) -> Response:
-    return _installed(request, store, router, names, load_planner)
+def installed(request: Request, store: ModelStore, router: Router, names: ModelNames, load_planner: LoadPlanner,
+              load_events: LoadEvents) -> Response:
+    return _installed(request, store, router, names, load_planner, load_events)
+
+
+@get("/models/catalog", include_in_schema=False, sync_to_thread=True)
+def catalog(request: Request, store: ModelStore, settings: Settings) -> Response:
+    """The catalog narrowed by the search form (text, fits this box, format), swapped in place."""
+    wanted = CatalogFilter.from_query(request.query_params)
+    return partial(request, "_catalog.html", catalog=catalog_rows(store, settings, wanted), wanted=wanted)
 
 
 @post("/models/load", guards=[needs("operator")], include_in_schema=False)
 async def load(request: Request, store: ModelStore, router: Router, names: ModelNames, load_planner: LoadPlanner,
-               audit: AuditTrail, user: ConsoleUser) -> Response:
+               load_events: LoadEvents, audit: AuditTrail, user: ConsoleUser) -> Response:
     instance = await router.load(names.resolve(forms.required(await request.form(), "name")))
     audit.record(user.actor, "model.load", instance.name)
-    return _installed(request, store, router, names, load_planner, f"Loaded {instance.name}.")
+    return _installed(request, store, router, names, load_planner, load_events, f"Loaded {instance.name}.")
 
 
 @post("/models/unload", guards=[needs("operator")], include_in_schema=False)
 async def unload(request: Request, store: ModelStore, router: Router, names: ModelNames, load_planner: LoadPlanner,
-                 audit: AuditTrail, user: ConsoleUser) -> Response:
+                 load_events: LoadEvents, audit: AuditTrail, user: ConsoleUser) -> Response:
     name = forms.required(await request.form(), "name")
     done = await router.unload(names.resolve(name).name)
     audit.record(user.actor, "model.unload", name)
-    return _installed(request, store, router, names, load_planner, f"Unloaded {name}." if done else f"{name} was not loaded.")
+    return _installed(request, store, router, names, load_planner, load_events, f"Unloaded {name}." if done else f"{name} was not loaded.")
 
 
 @post("/models/pin", guards=[needs("operator")], include_in_schema=False)
 async def pin(request: Request, store: ModelStore, router: Router, names: ModelNames, load_planner: LoadPlanner,
-              audit: AuditTrail, user: ConsoleUser) -> Response:
+              load_events: LoadEvents, audit: AuditTrail, user: ConsoleUser) -> Response:
     form = await request.form()
     pinned = form.get("pinned") != "false"
     instance = router.pin(names.resolve(forms.required(form, "name")).name, pinned)
     audit.record(user.actor, "model.pin" if pinned else "model.unpin", instance.name)
-    return _installed(request, store, router, names, load_planner, f"{'Pinned' if pinned else 'Unpinned'} {instance.name}.")
+    return _installed(request, store, router, names, load_planner, load_events, f"{'Pinned' if pinned else 'Unpinned'} {instance.name}.")
 
 
 @post("/models/delete", guards=[needs("admin")], include_in_schema=False)
 async def remove(request: Request, store: ModelStore, router: Router, names: ModelNames, load_planner: LoadPlanner,
-                 audit: AuditTrail, user: ConsoleUser) -> Response:
+                 load_events: LoadEvents, audit: AuditTrail, user: ConsoleUser) -> Response:
     name = forms.required(await request.form(), "name")
     await anyio.to_thread.run_sync(lambda: store.delete(name))
     names.forget()
+    load_events.forget(name)
     audit.record(user.actor, "model.delete", name)
-    return _installed(request, store, router, names, load_planner, f"Deleted {name}.")
+    return _installed(request, store, router, names, load_planner, load_events, f"Deleted {name}.")
 
 
 @post("/models/default", guards=[needs("admin")], include_in_schema=False)
 async def set_default(request: Request, store: ModelStore, router: Router, names: ModelNames, load_planner: LoadPlanner,
-                      audit: AuditTrail, user: ConsoleUser) -> Response:
+                      load_events: LoadEvents, audit: AuditTrail, user: ConsoleUser) -> Response:
     info = store.set_default(forms.required(await request.form(), "name"))
     names.forget()
     audit.record(user.actor, "model.default", info.name)
-    return _installed(request, store, router, names, load_planner, f"{info.name} is now the default variant of {info.family}.")
+    return _installed(request, store, router, names, load_planner, load_events, f"{info.name} is now the default variant of {info.family}.")
 
 
 def _started(request: Request, jobs: JobRegistry, names: ModelNames, audit: AuditTrail, user: ConsoleUser,
@@ -168,4 +196,4 @@ async def import_model(request: Request, store: ModelStore, jobs: JobRegistry, n
                     lambda ctx: store.import_path(path, name=target, ctx=ctx).to_dict())
 
 
-HANDLERS = [models_page, installed, load, unload, pin, remove, set_default, pull, import_model, *job_handlers()]
+HANDLERS = [models_page, installed, catalog, load, unload, pin, remove, set_default, pull, import_model, *job_handlers(), *load_handlers()]

@@ -6,6 +6,15 @@ extension, and that route runs the request through the gateway in-process as
 the signed-in console user (admission, cache, routing and metering included),
 relaying each token as an escaped HTML ``token`` event, then ``usage`` and
 ``done``. A turn can be streamed once, and only by the session that made it.
+
+The API call carries none of the browser's headers: they belong to the
+console's own request (an EventSource always sends ``Cache-Control: no-cache``,
+which would make every turn a cache miss), so the cache answers a turn as it
+would answer the same request from an API client, and the usage line shows the
+tier the gateway's ``x-cache`` header names. Stop (``/playground/stop/{turn}``)
+ends the turn's request itself: the gateway closes the engine's stream, so the
+engine stops generating, and the ledger records the request as abandoned (499)
+with the tokens produced so far.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from typing import AsyncIterator
 
 import msgspec
 from litestar import Request, Response, get, post
+from litestar.utils.scope.state import CONNECTION_STATE_KEY
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 from markupsafe import escape
 
@@ -38,11 +48,18 @@ LINGER_S = 15.0
 MAX_PROMPT = 32_000
 
 
+def _is_base(entry: JsonObject | None) -> bool:
+    caps = entry.get("capabilities") if entry else None
+    return isinstance(caps, list) and "completion" in caps and "chat" not in caps
+
+
 def model_choices(router: Router, names: ModelNames) -> list[JsonObject]:
-    """Loaded models first, then every other installed variant and alias."""
-    choices: dict[str, JsonObject] = {name: {"name": name, "loaded": True} for name in sorted(router.instances)}
-    for entry in names.listing():
-        choices.setdefault(entry["id"], {"name": entry["id"], "loaded": False, "target": entry.get("target")})
+    """Loaded models first, then every other installed variant and alias; base models are marked ``base``."""
+    listing = {str(entry["id"]): entry for entry in names.listing()}
+    choices: dict[str, JsonObject] = {
+        name: {"name": name, "loaded": True, "base": _is_base(listing.get(name))} for name in sorted(router.instances)}
+    for name, entry in listing.items():
+        choices.setdefault(name, {"name": name, "loaded": False, "target": entry.get("target"), "base": _is_base(entry)})
     return list(choices.values())
 
 
@@ -103,6 +120,32 @@ def _events(chunk_buffer: bytes) -> tuple[list[bytes], bytes]:
     return [e[6:] for e in complete if e.startswith(b"data: ")], rest
 
 
+def _as_api_call(request: Request) -> Request:
+    """The console request, stripped of the browser's headers, as the gateway's view of the playground's API call."""
+    state = {k: v for k, v in request.scope.get("state", {}).items() if k != CONNECTION_STATE_KEY}
+    scope = {**request.scope, "headers": [], "state": state}
+    return Request(scope, receive=request.receive, send=request.send)  # type: ignore[arg-type]
+
+
+async def _next_chunk(chunks: AsyncIterator[bytes | str], stop: asyncio.Event) -> bytes | str | None:
+    """The stream's next chunk; None when it ended, or when Stop came first (the pending read is then cancelled,
+    which closes the gateway's stream: the engine connection is closed and the request settled as abandoned)."""
+    read = asyncio.ensure_future(anext(chunks))
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({read, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if not read.done():
+        read.cancel()
+        await asyncio.gather(read, return_exceptions=True)
+        return None
+    try:
+        return read.result()
+    except StopAsyncIteration:
+        return None
+
+
 async def _relay(request: Request, gateway: Gateway, chats: ChatStore, user: ConsoleUser,
                  turn_id: str) -> AsyncIterator[ServerSentEventMessage]:
     turn = chats.take(turn_id, user.sid)
@@ -110,21 +153,24 @@ async def _relay(request: Request, gateway: Gateway, chats: ChatStore, user: Con
         yield ServerSentEventMessage(data="end", event="done")
         return
     principal = Principal(kind="user", id=user.id, name=user.username, role="user")
+    stop = chats.running(turn_id, user.sid)
     started = time.perf_counter()
     first: float | None = None
     text: list[str] = []
     usage: JsonObject = {}
     tier = "miss"
+    finish_reason: str | None = None
     try:
         endpoint, body = _request_body(turn)
-        response = await gateway.handle(request, principal, endpoint, body)
+        response = await gateway.handle(_as_api_call(request), principal, endpoint, body)
         tier = dict(response.headers).get("x-cache", "miss")
         iterator = getattr(response, "iterator", None)
         if iterator is None:  # a plain body: nothing to stream
             raise BadRequest("The gateway answered without a stream.")
+        chunks = aiter(iterator)
         buffer = b""
         try:
-            async for chunk in iterator:
+            while (chunk := await _next_chunk(chunks, stop)) is not None:
                 buffer += chunk if isinstance(chunk, bytes) else str(chunk).encode()
                 events, buffer = _events(buffer)
                 for raw in events:
@@ -136,6 +182,7 @@ async def _relay(request: Request, gateway: Gateway, chats: ChatStore, user: Con
                     if data.get("usage"):
                         usage = data["usage"]
                     for choice in data.get("choices") or ():
+                        finish_reason = choice.get("finish_reason") or finish_reason
                         piece = (choice.get("delta") or {}).get("content") if turn.mode == "chat" else choice.get("text")
                         if piece:
                             first = first or time.perf_counter()
@@ -147,6 +194,8 @@ async def _relay(request: Request, gateway: Gateway, chats: ChatStore, user: Con
                 await close()
     except ApplianceError as exc:
         yield ServerSentEventMessage(data=render("_alert.html", kind="error", message=exc.message), event="failure")
+    finally:
+        chats.finished(turn_id)
     elapsed = time.perf_counter() - started
     if turn.mode == "chat" and text:
         chats.append(user.sid, "assistant", "".join(text))
@@ -155,7 +204,8 @@ async def _relay(request: Request, gateway: Gateway, chats: ChatStore, user: Con
         "model": turn.model, "tier": tier, "prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": completion,
         "ttft_ms": (first - started) * 1000 if first else None,
         "tokens_per_s": completion / (elapsed - (first - started)) if first and elapsed > (first - started) else None,
-        "seconds": elapsed, "empty": not text,
+        "seconds": elapsed, "empty": not text and not stop.is_set(), "stopped": stop.is_set(),
+        "at_max_tokens": finish_reason == "length" and not stop.is_set(),
     }
     yield ServerSentEventMessage(data=render("_usage_line.html", s=stats), event="usage")
     yield ServerSentEventMessage(data="end", event="done")
@@ -168,4 +218,11 @@ async def stream(request: Request, turn_id: str, gateway: Gateway, console: Cons
                            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
-HANDLERS = [playground, send, clear, stream]
+@post("/playground/stop/{turn_id:str}", guards=[needs("operator")], include_in_schema=False, sync_to_thread=False)
+def stop(turn_id: str, console: Console, user: ConsoleUser) -> Response:
+    """Stop the session's running turn: its request is cancelled, not just hidden (204 either way)."""
+    console.chats.stop(turn_id, user.sid)
+    return Response(content=b"", status_code=204)
+
+
+HANDLERS = [playground, send, clear, stream, stop]

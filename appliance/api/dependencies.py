@@ -24,6 +24,7 @@ from appliance.metering.admin import QuotaService
 from appliance.metering.meter import Meter
 from appliance.metrics import Metrics
 from appliance.serving.gateway import Gateway
+from appliance.serving.load_events import LoadEvents
 from appliance.serving.names import ModelNames
 from appliance.serving.responses.service import ResponsesService
 from appliance.serving.responses.stored import ResponseStore
@@ -88,6 +89,10 @@ def provide_router(state: State) -> Router:
     return _services(state).router
 
 
+def provide_load_events(state: State) -> LoadEvents:
+    return _services(state).load_events
+
+
 def provide_gateway(state: State) -> Gateway:
     return _services(state).gateway
 
@@ -118,6 +123,7 @@ def dependencies() -> dict[str, Provide]:
         "settings": provide_settings, "db": provide_db, "keyring": provide_keyring, "audit": provide_audit,
         "jobs": provide_jobs, "store": provide_store, "names": provide_names, "meter": provide_meter, "quotas": provide_quotas,
         "metrics": provide_metrics, "cache": provide_cache, "router": provide_router, "gateway": provide_gateway,
+        "load_events": provide_load_events,
         "responses": provide_responses, "response_store": provide_response_store,
         "after_restore": provide_after_restore, "principal": provide_principal, "actor": provide_actor,
     }

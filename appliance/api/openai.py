@@ -22,7 +22,8 @@ class OpenAIController(Controller):
         data = []
         for entry in names.listing():
             if principal.may_use(entry["id"]) or entry.get("target") and principal.may_use(entry["target"]):
-                data.append({"id": entry["id"], "object": "model", "created": int(entry["created"]), "owned_by": "appliance"})
+                data.append({"id": entry["id"], "object": "model", "created": int(entry["created"]), "owned_by": "appliance",
+                             "capabilities": entry["capabilities"]})
         return {"object": "list", "data": data}
 
     @post("/chat/completions", summary="Create chat completion", status_code=200)

@@ -1,4 +1,5 @@
-"""The request path: the gateway (admit, cache, route, forward, settle), model routing, admission queues, engine processes.
+"""The request path: the gateway (admit, cache, route, forward, settle), model routing, admission queues, engine processes,
+and the events each model load publishes (``load_events``).
 
 ``anthropic/`` translates the Anthropic Messages API to and from chat completions (pure functions).
 

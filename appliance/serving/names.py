@@ -19,6 +19,7 @@ from appliance.db.engine import session
 from appliance.db.tables import Alias
 from appliance.errors import ModelNotFound
 from appliance.jsontypes import JsonObject
+from appliance.modelfacts.capabilities import capabilities
 from appliance.settings import Settings
 from appliance.store.store import ModelStore, ResolvedVariant
 
@@ -68,7 +69,15 @@ class ModelNames:
         return self._store.resolve(variant.name)
 
     def listing(self) -> list[JsonObject]:
-        """``/v1/models`` entries: ready variants, then aliases with their targets."""
-        entries: list[JsonObject] = [{"id": v.name, "created": v.created_at} for v in self._store.list() if v.status == "ready"]
-        entries += [{"id": alias, "created": self.started_at, "target": target} for alias, target in self.aliases().items()]
+        """``/v1/models`` entries: ready variants, then aliases with their targets, each with its capabilities
+        (:mod:`appliance.modelfacts.capabilities`; an alias whose target is not installed has none)."""
+        ready = [v for v in self._store.list() if v.status == "ready"]
+        known: dict[str, list[str]] = {}
+        for v in ready:
+            known[v.name] = capabilities(v.facts)
+            if v.is_default:
+                known.setdefault(v.family, known[v.name])
+        entries: list[JsonObject] = [{"id": v.name, "created": v.created_at, "capabilities": known[v.name]} for v in ready]
+        entries += [{"id": alias, "created": self.started_at, "target": target, "capabilities": known.get(target, [])}
+                    for alias, target in self.aliases().items()]
         return entries

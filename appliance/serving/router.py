@@ -17,12 +17,12 @@ import time
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Awaitable, Callable, Protocol
 
-
-from appliance.errors import EngineUnavailable
+from appliance.errors import ApplianceError, EngineUnavailable
 from appliance.jsontypes import JsonObject
 from appliance.planner.types import Plan
 from appliance.serving.admission import AdmissionQueue
 from appliance.serving.engine_client import EngineClient
+from appliance.serving.load_events import LoadEvent, LoadEvents, LoadPlanSummary
 from appliance.settings import Settings
 from appliance.store.store import ResolvedVariant
 
@@ -83,6 +83,15 @@ class Instance:
         }
 
 
+def _reason(exc: BaseException) -> str:
+    """Why a load failed, in the words its error gives (a cancelled load says so)."""
+    if isinstance(exc, ApplianceError):
+        return exc.message
+    if isinstance(exc, asyncio.CancelledError):
+        return "The load was cancelled."
+    return str(exc) or type(exc).__name__
+
+
 class Router:
     def __init__(
         self,
@@ -92,18 +101,24 @@ class Router:
         make_engine_process: Callable[[str, Plan], EngineLike],
         on_loaded: Callable[[Instance], Awaitable[None]] | None = None,
         on_stopping: Callable[[Instance], Awaitable[None]] | None = None,
+        events: LoadEvents | None = None,
+        gpu_bytes: Callable[[EngineLike, Plan], int | None] | None = None,
     ):
         """
         make_plan: plans a load of the installed variant on this box; raises DoesNotFit.
         make_engine_process: builds (not starts) the engine process for a plan.
         on_loaded: called after a load succeeds (calibration, audit).
         on_stopping: called before an instance's engine is stopped (speed calibration).
+        events: where each load's phases are published (planning, starting, loaded, failed).
+        gpu_bytes: the GPU memory a loaded engine holds, where it can be measured (the ``loaded`` event).
         """
         self.settings = settings
         self._make_plan = make_plan
         self._make_engine_process = make_engine_process
         self._on_loaded = on_loaded
         self._on_stopping = on_stopping
+        self.events = events or LoadEvents()
+        self._gpu_bytes = gpu_bytes
         self.instances: dict[str, Instance] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._capacity = asyncio.Lock()
@@ -123,8 +138,31 @@ class Router:
             return instance
 
     async def _start(self, target: ResolvedVariant) -> Instance:
+        """Plan and start ``target``, publishing each phase of the load (``self.events``)."""
         name = target.name
-        plan = self._make_plan(target)
+        began = time.time()
+        self.events.publish(LoadEvent(name, "planning", began))
+        summary: LoadPlanSummary | None = None
+        try:
+            plan = self._make_plan(target)
+            summary = LoadPlanSummary.of(plan)
+            self.events.publish(LoadEvent(name, "starting", began, plan=summary))
+            instance = await self._spawn(name, plan)
+        except BaseException as exc:
+            self.events.publish(LoadEvent(name, "failed", began, plan=summary, error=_reason(exc)))
+            raise
+        engine = instance.engine
+        self.events.publish(LoadEvent(name, "loaded", began, plan=summary, rss_bytes=engine.rss_bytes(),
+                                      gpu_bytes=self._gpu_bytes(engine, plan) if self._gpu_bytes else None))
+        log.info("loaded %s in %.1f s", name, time.time() - began, extra={"fields": {"model": name, "backend": plan.backend}})
+        if self._on_loaded:
+            try:
+                await self._on_loaded(instance)
+            except Exception:
+                log.exception("post-load hook failed for %s", name)
+        return instance
+
+    async def _spawn(self, name: str, plan: Plan) -> Instance:
         async with self._capacity:
             await self._make_room(plan)
             engine = self._make_engine_process(name, plan)
@@ -134,15 +172,8 @@ class Router:
                 engine=engine,
                 queue=AdmissionQueue(plan.parallel, self.settings.queue_size, self.settings.queue_timeout_seconds),
             )
-            started = time.monotonic()
             await engine.start()
             self.instances[name] = instance
-        log.info("loaded %s in %.1f s", name, time.monotonic() - started, extra={"fields": {"model": name, "backend": plan.backend}})
-        if self._on_loaded:
-            try:
-                await self._on_loaded(instance)
-            except Exception:
-                log.exception("post-load hook failed for %s", name)
         return instance
 
     def _budget_bytes(self) -> int | None:
@@ -174,6 +205,7 @@ class Router:
 
     async def _stop(self, instance: Instance) -> None:
         self.instances.pop(instance.name, None)
+        self.events.forget(instance.name)
         if self._on_stopping:
             try:
                 await self._on_stopping(instance)

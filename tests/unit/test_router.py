@@ -20,6 +20,10 @@ class Plan:
     parallel: int = 2
     estimated_bytes: int = 100
     context: int = 512
+    variant: str = "q4"
+    devices: tuple = ("cpu",)
+    n_gpu_layers: int = 0
+    reason: str = "stand-in plan"
 
 
 class StandInEngine:

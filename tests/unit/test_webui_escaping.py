@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from appliance.serving.load_events import LoadEvent, LoadPlanSummary
 from appliance.webui import charts
 from appliance.webui.fit import Fit
 from appliance.webui.render import environment, render
@@ -28,16 +29,21 @@ def test_autoescape_is_on_for_every_template():
 
 
 def test_installed_models_table_escapes_names_and_chat_templates():
-    row = {"info": _variant(), "loaded": True, "pinned": False, "state": EVIL, "fit": Fit("no", EVIL, EVIL)}
+    plan = LoadPlanSummary(backend=EVIL, variant=EVIL, context=512, parallel=1, devices=(EVIL,), n_gpu_layers=-1,
+                           estimated_bytes=1, reason=EVIL)
+    load = LoadEvent(f"fam:{EVIL}", "failed", 0.0, plan=plan, error=EVIL)
+    row = {"info": _variant(), "loaded": True, "pinned": False, "state": EVIL, "fit": Fit("no", EVIL, EVIL), "base": True,
+           "load": load, "load_event": "load-0"}
     html = render("_installed.html", rows=[row], message=EVIL, can_operate=True, is_admin=True, csrf="t")
     _assert_inert(html)
+    assert 'data-testid="load-error"' in html
 
 
 def test_playground_turn_and_usage_line_escape_prompt_and_model():
     html = render("_turn.html", turn_id="abc", prompt=EVIL, mode="completion", model=EVIL)
     _assert_inert(html)
     stats = {"model": EVIL, "tier": EVIL, "prompt_tokens": 1, "completion_tokens": 2, "ttft_ms": 1.0, "tokens_per_s": 3.0,
-             "seconds": 1.0, "empty": False}
+             "seconds": 1.0, "empty": False, "stopped": False, "at_max_tokens": True}
     _assert_inert(render("_usage_line.html", s=stats))
 
 

@@ -66,4 +66,25 @@
       if (prompt) prompt.value = "";
     }
   });
+
+  // Playground: Enter sends the prompt, Shift+Enter inserts a newline.
+  document.addEventListener("keydown", function (event) {
+    var area = event.target;
+    if (!(area instanceof HTMLTextAreaElement) || !area.hasAttribute("data-enter-sends")) return;
+    if (event.key !== "Enter" || event.shiftKey || event.isComposing) return;
+    event.preventDefault();
+    if (area.form && area.value.trim()) area.form.requestSubmit();
+  });
+
+  // Playground: a base model defaults to text completion, a chat model to chat.
+  document.addEventListener("change", function (event) {
+    var select = event.target;
+    if (!(select instanceof HTMLSelectElement) || !select.hasAttribute("data-picks-mode") || !select.form) return;
+    var option = select.selectedOptions[0];
+    var mode = option ? option.getAttribute("data-mode") : null;
+    var radio = mode ? select.form.querySelector("input[name=mode][value=" + mode + "]") : null;
+    if (radio) radio.checked = true;
+    var note = select.form.querySelector("[data-testid=base-note]");
+    if (note) note.hidden = mode !== "completion";
+  });
 })();
