@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import anyio
-from pydantic import SecretStr
 from litestar import Request, Response, get, post
 from sqlalchemy import or_, select, update
 from sqlalchemy.engine import Engine
@@ -14,11 +13,12 @@ from appliance.db.audit import AuditTrail
 from appliance.db.engine import session
 from appliance.db.tables import AuditLog, User
 from appliance.errors import BadRequest, Conflict
-from appliance.settings import SECRET_SETTINGS, Settings
+from appliance.settings import Settings
 from appliance.webui import stats
 from appliance.webui.context import Console, ConsoleUser
 from appliance.webui.gate import needs
 from appliance.webui.render import page, partial
+from appliance.webui.settings_view import settings_rows
 
 CACHE_SETTINGS = ("cache_enabled", "cache_ttl_seconds", "cache_max_entries", "cache_counts_against_quota", "semantic_cache_threshold")
 AUDIT_PAGE = 100
@@ -75,15 +75,7 @@ async def cache_policy(request: Request, cache: ResponseCache, db: Engine, setti
 # ------------------------------------------------------------------ settings
 @get("/settings", include_in_schema=False, sync_to_thread=True)
 def settings_page(request: Request, settings: Settings) -> Response:
-    rows = []
-    for name, field in Settings.model_fields.items():
-        value = getattr(settings, name)
-        if name in SECRET_SETTINGS:
-            value = "(set)" if value else ("(generated, in the data dir)" if name == "session_secret" else "(not set)")
-        elif isinstance(value, SecretStr):
-            value = "(set)"
-        rows.append({"name": name, "env": f"APPLIANCE_{name.upper()}", "value": value, "description": field.description})
-    return page(request, "settings.html", active="settings", rows=rows)
+    return page(request, "settings.html", active="settings", rows=settings_rows(settings))
 
 
 # ------------------------------------------------------------------ audit
