@@ -176,6 +176,10 @@ class Settings(BaseSettings):
     )
     offline: bool = Field(default=False, description="Make no outbound request at all: pulls are refused; models come in by import or offline bundle.")
     session_secret: str | None = Field(default=None, description="Secret for console session cookies. Unset: generated once and kept in the data dir.")
+    currency: str = Field(
+        default="USD", min_length=1, max_length=8,
+        description="Currency that prices and cost budgets are written in, shown beside them in the console. A label only: nothing is converted.",
+    )
     budget_alert_percent: float = Field(
         default=80.0, ge=0, le=100,
         description="Share (%) of a daily or monthly token or cost budget at which an alert is raised, once per window; a quota's own `alert_percent` overrides it. 0: no alerts.",
