@@ -4,7 +4,9 @@ Form fields arrive as text; they are turned into numbers here and then validated
 by the same pydantic models the admin API validates its JSON bodies with, so a
 value the API refuses is refused here too, with the same field named.
 A refused field is a :class:`BadRequest` whose ``param`` names it; the forms
-show its message next to that field (:func:`field_errors`).
+show its message next to that field (:func:`field_errors`). Such an answer is
+the form again, with its errors, and so a 200: nothing was changed, and the
+browser does not report a failed request for a form the user is still filling.
 """
 
 from __future__ import annotations

@@ -43,8 +43,7 @@ async def set_alias(request: Request, names: ModelNames, db: Engine, audit: Audi
     except (BadRequest, ModelNotFound) as exc:
         param = "target" if isinstance(exc, ModelNotFound) else exc.param or "name"
         message = f"`{entered['target']}` is not an installed model." if isinstance(exc, ModelNotFound) else exc.message
-        return partial(request, "_aliases.html", status=exc.status,
-                       **_context(names, errors={param: message}, entered=entered))
+        return partial(request, "_aliases.html", **_context(names, errors={param: message}, entered=entered))
     return partial(request, "_aliases.html", **_context(names, message=f"{name} now names {resolved}."))
 
 
@@ -52,8 +51,7 @@ async def set_alias(request: Request, names: ModelNames, db: Engine, audit: Audi
 async def delete_alias(request: Request, names: ModelNames, db: Engine, audit: AuditTrail, user: ConsoleUser) -> Response:
     name = forms.required(await request.form(), "name", 64)
     if name == "default":
-        return partial(request, "_aliases.html", status=400,
-                       **_context(names, errors={"name": "`default` follows the default_model setting."}))
+        return partial(request, "_aliases.html", **_context(names, errors={"name": "`default` follows the default_model setting."}))
     removed = aliases.delete_alias(names, db, audit, user.actor, name)
     return partial(request, "_aliases.html", **_context(names, message=f"Alias {name} removed." if removed else f"There was no alias {name}."))
 

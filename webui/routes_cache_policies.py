@@ -59,8 +59,8 @@ def _override(form: FormMultiDict) -> JsonObject | None:
 
 
 def _answer(request: Request, cache: ResponseCache, db: Engine, settings: Settings, keyring: KeyRing, *,
-            message: str | None = None, errors: dict[str, str] | None = None, status: int = 200) -> Response:
-    return partial(request, "_cache.html", status=status, **cache_context(cache, db, settings, keyring, message, errors))
+            message: str | None = None, errors: dict[str, str] | None = None) -> Response:
+    return partial(request, "_cache.html", **cache_context(cache, db, settings, keyring, message, errors))
 
 
 @post("/cache/policies/set", guards=[needs("admin")], include_in_schema=False)
@@ -73,7 +73,7 @@ async def set_override(request: Request, cache: ResponseCache, db: Engine, setti
         set_subject_policy(cache, keyring, db, audit, user.actor, scope, ident, policy)
     except (BadRequest, NotFound) as exc:
         errors = field_errors(exc, "subject") if isinstance(exc, BadRequest) else {"subject": exc.message}
-        return _answer(request, cache, db, settings, keyring, errors=errors, status=exc.status)
+        return _answer(request, cache, db, settings, keyring, errors=errors)
     label = form.get("subject")
     return _answer(request, cache, db, settings, keyring,
                    message=f"Cache policy of {label} saved." if policy else f"{label} now inherits its cache policy.")
@@ -87,7 +87,7 @@ async def clear_override(request: Request, cache: ResponseCache, db: Engine, set
         scope, ident = _subject(form)
         set_subject_policy(cache, keyring, db, audit, user.actor, scope, ident, None)
     except (BadRequest, NotFound) as exc:
-        return _answer(request, cache, db, settings, keyring, errors={"subject": exc.message}, status=exc.status)
+        return _answer(request, cache, db, settings, keyring, errors={"subject": exc.message})
     return _answer(request, cache, db, settings, keyring, message=f"{form.get('subject')} now inherits its cache policy.")
 
 

@@ -56,8 +56,7 @@ async def set_price(request: Request, quotas: QuotaService, names: ModelNames, s
             raise BadRequest("Give at least one rate.", param="input_per_m")
         row = quotas.set_price(model, changes, user.actor)
     except BadRequest as exc:
-        return partial(request, "_prices.html", status=400,
-                       **_context(quotas, names, settings, errors=field_errors(exc, "model"), entered=entered))
+        return partial(request, "_prices.html", **_context(quotas, names, settings, errors=field_errors(exc, "model"), entered=entered))
     message = (f"Price of {row['model']} saved: {row['input_per_m']:g} in, {row['output_per_m']:g} out, "
                f"{row['cached_per_m']:g} cached, {settings.currency} per 1M tokens.")
     return partial(request, "_prices.html", **_context(quotas, names, settings, message=message))
@@ -69,8 +68,7 @@ async def clear_price(request: Request, quotas: QuotaService, names: ModelNames,
     try:
         quotas.delete_price(model, user.actor)
     except (BadRequest, NotFound) as exc:
-        return partial(request, "_prices.html", status=exc.status,
-                       **_context(quotas, names, settings, errors={"model": exc.message}))
+        return partial(request, "_prices.html", **_context(quotas, names, settings, errors={"model": exc.message}))
     return partial(request, "_prices.html", **_context(quotas, names, settings, message=f"Price of {model} cleared."))
 
 
