@@ -53,11 +53,12 @@ def test_a_price_set_in_the_console_prices_the_next_request(signed_in, console_d
 
     s.page.fill("[data-testid=price-input_per_m]", "1000")
     s.page.fill("[data-testid=price-output_per_m]", "3000")
+    s.page.fill("[data-testid=price-cached_per_m]", "500")
     s.page.click("[data-testid=price-save]")
     s.page.wait_for_selector(f"tr[data-price='{MODEL}']")
     assert "USD per 1M tokens" in s.page.locator("[data-testid=price-feedback]").inner_text()
     row = s.page.locator(f"tr[data-price='{MODEL}']").inner_text()
-    assert "1000" in row and "3000" in row and "USD" in row
+    assert "1000" in row and "3000" in row and "500" in row and "USD" in row
     s.shoot("prices")
 
     key_id, secret = _key(console_daemon, "priced")
@@ -67,7 +68,10 @@ def test_a_price_set_in_the_console_prices_the_next_request(signed_in, console_d
     usage = answer.json()["usage"]
     with console_daemon.admin() as admin:
         totals = admin.get("/admin/usage", params={"key": str(key_id)}).json()["totals"]
-    expected = (usage["prompt_tokens"] * 1000 + usage["completion_tokens"] * 3000) / 1e6
+    assert (totals["prompt_tokens"], totals["completion_tokens"]) == (usage["prompt_tokens"], usage["completion_tokens"])
+    # prompt tokens the engine served from its prefix cache are priced at the cached rate
+    cached = totals["cached_tokens"]
+    expected = ((totals["prompt_tokens"] - cached) * 1000 + cached * 500 + totals["completion_tokens"] * 3000) / 1e6
     assert totals["cost"] == pytest.approx(expected), (totals, usage)
     assert totals["cost"] > 0
 
