@@ -31,7 +31,8 @@ def subject_policies(cache: ResponseCache, keyring: KeyRing, db: Engine) -> list
 
 
 def cache_context(cache: ResponseCache, db: Engine, settings: Settings, keyring: KeyRing, message: str | None = None,
-                  errors: dict[str, str] | None = None) -> dict[str, object]:
+                  errors: dict[str, str] | None = None, policy_message: str | None = None) -> dict[str, object]:
+    """The cache page's context; ``errors`` and ``policy_message`` are shown beside the team and key override form."""
     raw = stats.cache_stats(cache) or {}
     base = cache.base_policy()
     policy = {**{f: getattr(base, f) for f in ("enabled", "cache_nondeterministic", "semantic", "semantic_threshold", "share")},
@@ -39,4 +40,5 @@ def cache_context(cache: ResponseCache, db: Engine, settings: Settings, keyring:
     return {"stats": [(f, raw[f]) for f in STAT_FIELDS if f in raw],
             "semantic": raw.get("semantic"), "serving": stats.serving(db), "policy": policy, "share_modes": SHARE_MODES,
             "settings": [(name, getattr(settings, name)) for name in CACHE_SETTINGS], "message": message,
-            "subjects": subject_policies(cache, keyring, db), "policy_flags": POLICY_FLAGS, "policy_errors": errors or {}}
+            "subjects": subject_policies(cache, keyring, db), "policy_flags": POLICY_FLAGS, "policy_errors": errors or {},
+            "policy_message": policy_message}

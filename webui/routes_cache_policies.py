@@ -16,6 +16,8 @@ from appliance.accounts.keys import KeyRing
 from appliance.cache.responses import ResponseCache
 from appliance.cache.subjects import Scope, set_subject_policy
 from appliance.db.audit import AuditTrail
+from appliance.db.engine import session
+from appliance.db.tables import Team
 from appliance.errors import BadRequest, NotFound
 from appliance.jsontypes import JsonObject
 from appliance.settings import Settings
@@ -60,7 +62,16 @@ def _override(form: FormMultiDict) -> JsonObject | None:
 
 def _answer(request: Request, cache: ResponseCache, db: Engine, settings: Settings, keyring: KeyRing, *,
             message: str | None = None, errors: dict[str, str] | None = None) -> Response:
-    return partial(request, "_cache.html", **cache_context(cache, db, settings, keyring, message, errors))
+    return partial(request, "_cache.html", **cache_context(cache, db, settings, keyring, errors=errors, policy_message=message))
+
+
+def _label(scope: Scope, subject: int | None, keyring: KeyRing, db: Engine) -> str:
+    """How the page names the subject: ``team:<name>`` or ``key:<prefix>``."""
+    if scope == "key" and subject is not None:
+        return f"key:{keyring.get(subject).prefix}"
+    with session(db) as s:
+        team = s.get(Team, subject)
+    return f"team:{team.name}" if team is not None else f"team:{subject}"
 
 
 @post("/cache/policies/set", guards=[needs("admin")], include_in_schema=False)
@@ -70,11 +81,11 @@ async def set_override(request: Request, cache: ResponseCache, db: Engine, setti
     try:
         scope, ident = _subject(form)
         policy = _override(form)
-        set_subject_policy(cache, keyring, db, audit, user.actor, scope, ident, policy)
+        subject, _stored = set_subject_policy(cache, keyring, db, audit, user.actor, scope, ident, policy)
     except (BadRequest, NotFound) as exc:
         errors = field_errors(exc, "subject") if isinstance(exc, BadRequest) else {"subject": exc.message}
         return _answer(request, cache, db, settings, keyring, errors=errors)
-    label = form.get("subject")
+    label = _label(scope, subject, keyring, db)
     return _answer(request, cache, db, settings, keyring,
                    message=f"Cache policy of {label} saved." if policy else f"{label} now inherits its cache policy.")
 
@@ -85,10 +96,10 @@ async def clear_override(request: Request, cache: ResponseCache, db: Engine, set
     form = await request.form()
     try:
         scope, ident = _subject(form)
-        set_subject_policy(cache, keyring, db, audit, user.actor, scope, ident, None)
+        subject, _stored = set_subject_policy(cache, keyring, db, audit, user.actor, scope, ident, None)
     except (BadRequest, NotFound) as exc:
         return _answer(request, cache, db, settings, keyring, errors={"subject": exc.message})
-    return _answer(request, cache, db, settings, keyring, message=f"{form.get('subject')} now inherits its cache policy.")
+    return _answer(request, cache, db, settings, keyring, message=f"{_label(scope, subject, keyring, db)} now inherits its cache policy.")
 
 
 HANDLERS = [set_override, clear_override]
