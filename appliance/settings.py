@@ -7,17 +7,21 @@ documented here; the README's configuration reference is generated from this
 class (``appliancectl config reference``) and a test keeps the two in step.
 
 Settings are read once, by :func:`load_settings`, and passed to whatever needs
-them. Nothing reads them at import time.
+them. Nothing reads them at import time. Each settings object remembers where
+every value came from (:meth:`Settings.origin`): the command line, an environment
+variable, the config file, or the default.
 """
 
 from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -29,6 +33,40 @@ SYSTEM_CONFIG_PATH = Path("/etc/appliance/appliance.toml")
 SECRET_SETTINGS = frozenset({"session_secret", "alert_webhook_secret"})
 
 
+@dataclass(frozen=True, slots=True)
+class SettingOrigin:
+    """Where one setting's value came from: ``where`` names the file, variable or option."""
+
+    source: Literal["default", "config file", "environment", "command line"]
+    where: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.source} {self.where}" if self.where else self.source
+
+
+DEFAULT_ORIGIN = SettingOrigin("default")
+
+
+def trace_origins(names: list[str], given: Mapping[str, object], environ: Mapping[str, str],
+                  config_path: Path | None, config: Mapping[str, object]) -> dict[str, SettingOrigin]:
+    """Where each setting in ``names`` comes from, by the sources' priority: values given to the
+    constructor (the command line's options), then ``APPLIANCE_*`` variables (matched without
+    regard to case, as the settings loader reads them), then the config file, else the default."""
+    env_names = {key.lower(): key for key in environ}
+    origins: dict[str, SettingOrigin] = {}
+    for name in names:
+        variable = env_names.get(f"appliance_{name}")
+        if name in given:
+            origins[name] = SettingOrigin("command line", "--" + name.replace("_", "-"))
+        elif variable is not None:
+            origins[name] = SettingOrigin("environment", variable)
+        elif name in config:
+            origins[name] = SettingOrigin("config file", str(config_path))
+        else:
+            origins[name] = DEFAULT_ORIGIN
+    return origins
+
+
 def _default_data_dir() -> Path:
     return Path.cwd() / "appliance-data"
 
@@ -37,6 +75,17 @@ class Settings(BaseSettings):
     """Runtime configuration of the appliance daemon and CLI."""
 
     model_config = SettingsConfigDict(env_prefix="APPLIANCE_", extra="forbid", validate_default=True)
+    _origins: dict[str, SettingOrigin] = PrivateAttr(default_factory=dict)
+
+    def __init__(self, **values: object) -> None:
+        super().__init__(**values)  # type: ignore[arg-type]
+        path = config_file_path()
+        self._origins = trace_origins(list(type(self).model_fields), {k: v for k, v in values.items() if not k.startswith("_")},
+                                      os.environ, path, read_config_file(path) if path is not None else {})
+
+    def origin(self, name: str) -> SettingOrigin:
+        """Where the value of setting ``name`` came from."""
+        return self._origins.get(name, DEFAULT_ORIGIN)
 
     data_dir: Path = Field(
         default_factory=_default_data_dir,
@@ -127,6 +176,10 @@ class Settings(BaseSettings):
     )
     offline: bool = Field(default=False, description="Make no outbound request at all: pulls are refused; models come in by import or offline bundle.")
     session_secret: str | None = Field(default=None, description="Secret for console session cookies. Unset: generated once and kept in the data dir.")
+    currency: str = Field(
+        default="USD", min_length=1, max_length=8,
+        description="Currency that prices and cost budgets are written in, shown beside them in the console. A label only: nothing is converted.",
+    )
     budget_alert_percent: float = Field(
         default=80.0, ge=0, le=100,
         description="Share (%) of a daily or monthly token or cost budget at which an alert is raised, once per window; a quota's own `alert_percent` overrides it. 0: no alerts.",
@@ -246,28 +299,32 @@ class Settings(BaseSettings):
         return self.run_dir / "applianced.lock"
 
 
+def config_file_path() -> Path | None:
+    """The TOML config file: the one ``APPLIANCE_CONFIG`` names, else the system one if it exists."""
+    named = os.environ.get("APPLIANCE_CONFIG")
+    if named:
+        return Path(named)
+    return SYSTEM_CONFIG_PATH if SYSTEM_CONFIG_PATH.exists() else None
+
+
+def read_config_file(path: Path) -> JsonObject:
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file {path} does not exist") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+
+
 class _TomlSource(PydanticBaseSettingsSource):
     """Reads the TOML config file, if one is named or the system one exists."""
-
-    def _path(self) -> Path | None:
-        named = os.environ.get("APPLIANCE_CONFIG")
-        if named:
-            return Path(named)
-        return SYSTEM_CONFIG_PATH if SYSTEM_CONFIG_PATH.exists() else None
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[object, str, bool]:  # pragma: no cover - unused
         return None, field_name, False
 
     def __call__(self) -> JsonObject:
-        path = self._path()
-        if path is None:
-            return {}
-        try:
-            return tomllib.loads(path.read_text())
-        except FileNotFoundError as exc:
-            raise ConfigError(f"config file {path} does not exist") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+        path = config_file_path()
+        return read_config_file(path) if path is not None else {}
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -27,11 +27,15 @@ def console_handlers() -> list[Router]:
     from appliance.api.access import Access, requires
     from appliance.webui import (
         routes_alerts,
+        routes_aliases,
         routes_auth,
+        routes_cache_policies,
         routes_keys,
         routes_models,
         routes_overview,
         routes_playground,
+        routes_prices,
+        routes_quantize,
         routes_sso,
         routes_system,
         routes_usage,
@@ -45,7 +49,7 @@ def console_handlers() -> list[Router]:
     )
     handlers: list[HTTPRouteHandler] = []
     for module in (routes_auth, routes_sso, routes_overview, routes_alerts, routes_models, routes_playground, routes_keys,
-                   routes_usage, routes_system):
+                   routes_usage, routes_system, routes_prices, routes_aliases, routes_cache_policies, routes_quantize):
         handlers.extend(module.HANDLERS)
     console = Router(
         path="/",

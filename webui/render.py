@@ -17,6 +17,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from litestar import MediaType, Request, Response
 
 from appliance import __version__
+from appliance.store.quantize import targets_for
 from appliance.webui import charts
 from appliance.webui.context import ROLE_RANK, console_user, csrf_for
 
@@ -30,6 +31,8 @@ NAV = (
     ("usage", "/usage", "Usage", "viewer"),
     ("alerts", "/alerts", "Alerts", "viewer"),
     ("cache", "/cache", "Cache", "viewer"),
+    ("prices", "/prices", "Prices", "viewer"),
+    ("aliases", "/aliases", "Aliases", "viewer"),
     ("users", "/users", "Users", "admin"),
     ("settings", "/settings", "Settings", "viewer"),
     ("audit", "/audit", "Audit log", "viewer"),
@@ -86,7 +89,8 @@ def _environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters.update(bytes=human_bytes, num=human_number, ts=timestamp, ago=ago, pct=percent)
-    env.globals.update(sparkline=charts.sparkline, bars=charts.bars, hbar=charts.meter, version=__version__)
+    env.globals.update(sparkline=charts.sparkline, bars=charts.bars, hbar=charts.meter, version=__version__,
+                       quantize_targets=targets_for)
     return env
 
 

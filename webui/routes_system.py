@@ -1,61 +1,48 @@
-"""Cache (stats, policy, purge), settings (read-only), audit log, console users."""
+"""Cache (stats, global policy, purge), settings (read-only, with where each value came from), audit log, console users."""
 
 from __future__ import annotations
 
 import anyio
-from pydantic import SecretStr
 from litestar import Request, Response, get, post
 from sqlalchemy import or_, select, update
 from sqlalchemy.engine import Engine
 
 from appliance.accounts.users import ROLES, create_user, generate_password, hash_password
+from appliance.accounts.keys import KeyRing
 from appliance.cache.responses import ResponseCache
+from appliance.cache.subjects import set_subject_policy
 from appliance.db.audit import AuditTrail
 from appliance.db.engine import session
 from appliance.db.tables import AuditLog, User
 from appliance.errors import BadRequest, Conflict
-from appliance.settings import SECRET_SETTINGS, Settings
-from appliance.webui import stats
+from appliance.settings import Settings
+from appliance.webui.cache_view import cache_context
 from appliance.webui.context import Console, ConsoleUser
 from appliance.webui.gate import needs
 from appliance.webui.render import page, partial
+from appliance.webui.settings_view import settings_rows
 
-CACHE_SETTINGS = ("cache_enabled", "cache_ttl_seconds", "cache_max_entries", "cache_counts_against_quota", "semantic_cache_threshold")
 AUDIT_PAGE = 100
 
 
 # ------------------------------------------------------------------ cache
-STAT_FIELDS = ("entries", "bytes", "hit_rate", "lookups", "hits", "misses", "stores", "evicted", "expired", "purged")
-SHARE_MODES = ("team", "key", "global")
-
-
-def _cache_context(cache: ResponseCache, db: Engine, settings: Settings, message: str | None = None) -> dict[str, object]:
-    raw = stats.cache_stats(cache) or {}
-    base = cache.base_policy()
-    policy = {**{f: getattr(base, f) for f in ("enabled", "cache_nondeterministic", "semantic", "semantic_threshold", "share")},
-              **(cache.get_policy("global") or {})}
-    return {"stats": [(f, raw[f]) for f in STAT_FIELDS if f in raw],
-            "semantic": raw.get("semantic"), "serving": stats.serving(db), "policy": policy, "share_modes": SHARE_MODES,
-            "settings": [(name, getattr(settings, name)) for name in CACHE_SETTINGS], "message": message}
-
-
 @get("/cache", include_in_schema=False, sync_to_thread=True)
-def cache_page(request: Request, cache: ResponseCache, db: Engine, settings: Settings) -> Response:
-    return page(request, "cache.html", active="cache", **_cache_context(cache, db, settings))
+def cache_page(request: Request, cache: ResponseCache, db: Engine, settings: Settings, keyring: KeyRing) -> Response:
+    return page(request, "cache.html", active="cache", **cache_context(cache, db, settings, keyring))
 
 
 @post("/cache/purge", guards=[needs("admin")], include_in_schema=False)
-async def cache_purge(request: Request, cache: ResponseCache, db: Engine, settings: Settings, audit: AuditTrail,
-                      user: ConsoleUser) -> Response:
+async def cache_purge(request: Request, cache: ResponseCache, db: Engine, settings: Settings, keyring: KeyRing,
+                      audit: AuditTrail, user: ConsoleUser) -> Response:
     model = str((await request.form()).get("model") or "").strip() or None
     removed = await anyio.to_thread.run_sync(lambda: cache.purge(model=model))
     audit.record(user.actor, "cache.purge", model or "*", f"removed={removed}")
-    return partial(request, "_cache.html", **_cache_context(cache, db, settings, f"Cache purged: {removed} entries removed."))
+    return partial(request, "_cache.html", **cache_context(cache, db, settings, keyring, f"Cache purged: {removed} entries removed."))
 
 
 @post("/cache/policy", guards=[needs("admin")], include_in_schema=False)
-async def cache_policy(request: Request, cache: ResponseCache, db: Engine, settings: Settings, audit: AuditTrail,
-                       user: ConsoleUser) -> Response:
+async def cache_policy(request: Request, cache: ResponseCache, db: Engine, settings: Settings, keyring: KeyRing,
+                       audit: AuditTrail, user: ConsoleUser) -> Response:
     form = await request.form()
     try:
         threshold = float(form.get("semantic_threshold") or 0.95)
@@ -64,26 +51,14 @@ async def cache_policy(request: Request, cache: ResponseCache, db: Engine, setti
     share = str(form.get("share") or "team")
     policy = {"enabled": form.get("enabled") == "on", "cache_nondeterministic": form.get("cache_nondeterministic") == "on",
               "semantic": form.get("semantic") == "on", "semantic_threshold": threshold, "share": share}
-    try:
-        saved = cache.set_policy("global", None, policy)
-    except ValueError as exc:
-        raise BadRequest(str(exc)) from None
-    audit.record(user.actor, "cache.policy", "global", ",".join(f"{k}={v}" for k, v in sorted((saved or {}).items())))
-    return partial(request, "_cache.html", **_cache_context(cache, db, settings, "Cache policy saved."))
+    set_subject_policy(cache, keyring, db, audit, user.actor, "global", None, policy)
+    return partial(request, "_cache.html", **cache_context(cache, db, settings, keyring, "Cache policy saved."))
 
 
 # ------------------------------------------------------------------ settings
 @get("/settings", include_in_schema=False, sync_to_thread=True)
 def settings_page(request: Request, settings: Settings) -> Response:
-    rows = []
-    for name, field in Settings.model_fields.items():
-        value = getattr(settings, name)
-        if name in SECRET_SETTINGS:
-            value = "(set)" if value else ("(generated, in the data dir)" if name == "session_secret" else "(not set)")
-        elif isinstance(value, SecretStr):
-            value = "(set)"
-        rows.append({"name": name, "env": f"APPLIANCE_{name.upper()}", "value": value, "description": field.description})
-    return page(request, "settings.html", active="settings", rows=rows)
+    return page(request, "settings.html", active="settings", rows=settings_rows(settings))
 
 
 # ------------------------------------------------------------------ audit

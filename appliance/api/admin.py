@@ -8,17 +8,16 @@ from typing import Callable
 
 import msgspec
 from litestar import Controller, Request, delete, get, post, put
-from sqlalchemy import delete as sql_delete
 from sqlalchemy.engine import Engine
 
 from appliance.accounts.keys import KeyRing
 from appliance.api.access import LOCAL_MARK, Access, requires
 from appliance.db import backup as backups
 from appliance.db.audit import AuditTrail
-from appliance.db.engine import session
-from appliance.db.tables import Alias, ApiKey
+from appliance.db.tables import ApiKey
 from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject
+from appliance.serving import aliases
 from appliance.serving.names import ModelNames
 from appliance.serving.router import Router
 from appliance.settings import Settings
@@ -127,25 +126,11 @@ class AliasesController(Controller):
 
     @put("/{name:str}", status_code=200)
     async def set_alias(self, name: str, data: AliasSet, names: ModelNames, db: Engine, audit: AuditTrail, actor: str) -> dict[str, str]:
-        if name == "default":
-            raise BadRequest("`default` follows the default_model setting.", param="name")
-        if not name or len(name) > 64 or not name.replace("-", "").replace("_", "").isalnum():
-            raise BadRequest("alias names are 1-64 letters, digits, '-' and '_'", param="name")
-        target = names.resolve(data.target).name
-        with session(db) as s:
-            s.merge(Alias(name=name, target=target))
-            s.commit()
-        names.forget()
-        audit.record(actor, "alias.set", name, target)
-        return {"name": name, "target": target}
+        return {"name": name, "target": aliases.set_alias(names, db, audit, actor, name, data.target)}
 
     @delete("/{name:str}", status_code=200)
     async def delete_alias(self, name: str, names: ModelNames, db: Engine, audit: AuditTrail, actor: str) -> dict[str, str]:
-        with session(db) as s:
-            s.execute(sql_delete(Alias).where(Alias.name == name))  # type: ignore[arg-type]
-            s.commit()
-        names.forget()
-        audit.record(actor, "alias.delete", name)
+        aliases.delete_alias(names, db, audit, actor, name)
         return {"name": name, "deleted": "true"}
 
 

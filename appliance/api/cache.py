@@ -14,12 +14,10 @@ from sqlalchemy.engine import Engine
 
 from appliance.accounts.keys import KeyRing
 from appliance.api.access import Access, requires
-from appliance.cache.keys import validate_policy
 from appliance.cache.responses import ResponseCache
+from appliance.cache.subjects import set_subject_policy
 from appliance.db.audit import AuditTrail
-from appliance.db.engine import session
-from appliance.db.tables import Team
-from appliance.errors import BadRequest, ModelNotFound, NotFound
+from appliance.errors import BadRequest, ModelNotFound
 from appliance.jsontypes import JsonObject
 from appliance.serving.names import ModelNames
 
@@ -34,12 +32,6 @@ class CachePolicySet(msgspec.Struct, kw_only=True):
     scope: Literal["global", "team", "key"]
     id: str | None = None  # team id, or key id or prefix
     policy: JsonObject | None = None  # None removes the policy (defaults apply)
-
-
-def _team_exists(db: Engine, team_id: int) -> None:
-    with session(db) as s:
-        if s.get(Team, team_id) is None:
-            raise NotFound(f"No team {team_id}.")
 
 
 class CacheController(Controller):
@@ -93,24 +85,5 @@ class CacheController(Controller):
     @put("/policy", status_code=200)
     async def set_policy(self, data: CachePolicySet, cache: ResponseCache, keyring: KeyRing, db: Engine,
                          audit: AuditTrail, actor: str) -> JsonObject:
-        try:
-            clean = validate_policy(data.policy) if data.policy is not None else None
-        except ValueError as exc:
-            raise BadRequest(str(exc), param="policy") from None
-        if data.scope == "key":
-            if not data.id:
-                raise BadRequest("scope `key` needs an id (key id or prefix).", param="id")
-            row = keyring.update(data.id, cache_policy=clean)
-            ident: int | None = row.id
-        elif data.scope == "team":
-            if not data.id or not str(data.id).isdigit():
-                raise BadRequest("scope `team` needs a numeric team id.", param="id")
-            ident = int(data.id)
-            _team_exists(db, ident)
-            cache.set_policy("team", ident, clean)
-        else:
-            ident = None
-            cache.set_policy("global", None, clean)
-        audit.record(actor, "cache.policy", f"{data.scope}:{ident}" if ident is not None else data.scope,
-                     json.dumps(clean, sort_keys=True) if clean is not None else "removed")
+        ident, clean = set_subject_policy(cache, keyring, db, audit, actor, data.scope, data.id, data.policy)
         return {"scope": data.scope, "id": ident, "policy": clean}

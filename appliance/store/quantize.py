@@ -50,6 +50,14 @@ SOURCE_BITS = {"f32": 32.0, "f16": 16.0, "bf16": 16.0, "q8_0": 8.5}
 _TENSOR_LINE = re.compile(r"\[\s*(\d+)\s*/\s*(\d+)\s*\]")
 
 
+def targets_for(source: VariantInfo) -> list[str]:
+    """The targets :func:`check_request` accepts for ``source`` (smaller than its precision); none for a non-GGUF or low-bit one."""
+    src = (source.quantization or "").lower()
+    if source.format != "gguf" or src not in SOURCE_BITS:
+        return []
+    return [name for name, (_ftype, bits) in TARGETS.items() if bits < SOURCE_BITS[src]]
+
+
 def check_request(source: VariantInfo, to: str) -> str:
     """The target name, or BadRequest explaining why this quantization cannot be made."""
     target = (to or "").lower()

@@ -14,6 +14,8 @@ PAGES = [
     ("usage", "/usage", False),
     ("alerts", "/alerts", False),
     ("cache", "/cache", False),
+    ("prices", "/prices", False),
+    ("aliases", "/aliases", False),
     ("users", "/users", False),
     ("settings", "/settings", False),
     ("audit", "/audit", False),

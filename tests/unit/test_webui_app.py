@@ -19,7 +19,7 @@ from appliance.settings import Settings
 from appliance.accounts.users import create_user
 
 PASSWORDS = {"alice": "alice-password-1", "otto": "otto-password-1", "victor": "victor-password-1"}
-PAGES = ["/", "/overview/live", "/models", "/keys", "/usage", "/alerts", "/cache", "/settings", "/audit", "/password"]
+PAGES = ["/", "/overview/live", "/models", "/keys", "/usage", "/alerts", "/cache", "/prices", "/aliases", "/settings", "/audit", "/password"]
 
 
 @pytest.fixture
