@@ -145,6 +145,12 @@
     return document.activeElement === el || el.contains(document.activeElement);
   }
 
+  // Scroll just enough that the whole message is on screen.
+  function reveal(slot) {
+    var box = slot.getBoundingClientRect();
+    if (box.top < 0 || box.bottom > window.innerHeight) slot.scrollIntoView({block: "nearest", inline: "nearest"});
+  }
+
   function focusDropped() {
     var active = document.activeElement;
     return !active || active === document.body || !active.isConnected;
@@ -179,6 +185,7 @@
     xhr.consoleSettled = true;
     var origin = xhr.consoleOrigin;
     var placed = null;
+    if (origin && xhr.status >= 400 && origin.control.isConnected) reveal(slotAfter(origin.control));
     if (origin && xhr.status < 400) {
       var found = origin.control.isConnected ? {anchor: null, control: origin.control} : relocate(origin.where);
       document.querySelectorAll("[data-feedback]:not([data-placed])").forEach(function (message) {
@@ -188,7 +195,7 @@
         var details = slot.closest("details");
         if (details) details.open = true;
         message.remove();
-        window.setTimeout(function () { slot.replaceChildren(message); }, 50);  // a change in a live region is announced
+        window.setTimeout(function () { slot.replaceChildren(message); reveal(slot); }, 50);  // a change in a live region is announced
         placed = slot;
       });
     }
