@@ -135,6 +135,10 @@ class Settings(BaseSettings):
     speculative_ngram: bool = Field(default=False, description="Prompt-lookup (n-gram) speculative decoding in the llama.cpp engine.")
     vllm_python: Path | None = Field(default=None, description="Python interpreter that runs vLLM. Unset: the appliance's own.")
     ray_address: str | None = Field(default=None, description="Ray cluster address (host:port of the head's GCS, or auto), handed to vLLM as RAY_ADDRESS. The daemon reads the cluster's alive nodes from Ray through the vLLM environment's Python (needs Ray there) at start-up and when a plan is made, reusing a read for 60 s: each node's GPU count, its GPU model (Ray's accelerator_type, through a table of known GPUs) and CPU/memory. A model that does not fit this box's GPUs is then planned tensor parallel within a node x pipeline stages across nodes. An unreachable cluster is a warning in the log, doctor and plan, and plans use this box's GPUs only (see Ray in the README).")
+    currency: str = Field(
+        default="USD", min_length=1, max_length=8, pattern=r"^[A-Za-z$€£¥]{1,8}$",
+        description="What prices and cost budgets are written in (a code such as USD or EUR, or a sign), shown beside every cost in the console. A label only: nothing is converted.",
+    )
     cache_enabled: bool = Field(default=True, description="Serve repeated deterministic requests from the response cache.")
     cache_ttl_seconds: int = Field(default=86400, ge=0, description="How long a cached response stays valid, in seconds. 0 keeps entries until evicted.")
     cache_max_entries: int = Field(default=100_000, ge=0, description="Most cached responses kept; least-recently-used are evicted.")
@@ -176,10 +180,6 @@ class Settings(BaseSettings):
     )
     offline: bool = Field(default=False, description="Make no outbound request at all: pulls are refused; models come in by import or offline bundle.")
     session_secret: str | None = Field(default=None, description="Secret for console session cookies. Unset: generated once and kept in the data dir.")
-    currency: str = Field(
-        default="USD", min_length=1, max_length=8,
-        description="Currency that prices and cost budgets are written in, shown beside them in the console. A label only: nothing is converted.",
-    )
     budget_alert_percent: float = Field(
         default=80.0, ge=0, le=100,
         description="Share (%) of a daily or monthly token or cost budget at which an alert is raised, once per window; a quota's own `alert_percent` overrides it. 0: no alerts.",

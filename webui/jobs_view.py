@@ -1,9 +1,14 @@
-"""Jobs in the console: start one under the signed-in user, stream its progress bar as SSE.
+"""Jobs in the console: start one under the signed-in user, stream its progress bar as SSE, cancel it,
+and clear finished ones from the list.
 
 The stream sends ``progress`` events (the rendered ``_job_body.html``) until the
 job ends, then ``done`` (a snippet that refreshes the installed-models table).
 The page closes the connection on ``done`` (``sse-close``); the server then
 waits briefly so the browser closes first and EventSource does not reconnect.
+Cancelling asks the job to stop (the registry's ``cancel``: the work checks for it
+between chunks, a child process is terminated); the stream then shows it
+``cancelled``. Clearing forgets finished jobs from the live list only: their rows
+in the ``jobs`` table stay.
 """
 
 from __future__ import annotations
@@ -11,16 +16,21 @@ from __future__ import annotations
 import asyncio
 from typing import AsyncIterator
 
-from litestar import get
+from litestar import Request, Response, get, post
 from litestar.handlers import HTTPRouteHandler
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
+from appliance.db.audit import AuditTrail
 from appliance.jsontypes import JsonObject
 from appliance.serving.names import ModelNames
 from appliance.store.jobs import Job, JobContext, JobRegistry, Work
-from appliance.webui.render import render
+from appliance.webui.context import ConsoleUser
+from appliance.webui.gate import needs
+from appliance.webui.render import partial, render
 
 LINGER_S = 15.0
+MODEL_JOBS = ("pull", "import", "verify", "quantize")
+LISTED = 8
 
 
 def submit(jobs: JobRegistry, names: ModelNames, kind: str, target: str, work: Work) -> Job:
@@ -35,18 +45,43 @@ def submit(jobs: JobRegistry, names: ModelNames, kind: str, target: str, work: W
     return jobs.submit(kind, target, run)
 
 
-async def _events(jobs: JobRegistry, job: Job) -> AsyncIterator[ServerSentEventMessage]:
-    yield ServerSentEventMessage(data=render("_job_body.html", job=job.view()), event="progress")
+def console_jobs(jobs: JobRegistry) -> list[Job]:
+    """The model jobs the models page lists, newest first."""
+    return [j for j in jobs.list() if j.kind in MODEL_JOBS][:LISTED]
+
+
+def jobs_fragment(request: Request, jobs: JobRegistry, message: str | None = None) -> Response:
+    return partial(request, "_jobs.html", jobs=console_jobs(jobs), message=message)
+
+
+async def _events(jobs: JobRegistry, job: Job, can_cancel: bool) -> AsyncIterator[ServerSentEventMessage]:
+    yield ServerSentEventMessage(data=render("_job_body.html", job=job.view(), can_cancel=can_cancel), event="progress")
     async for _event in jobs.follow(job.id, 0):
-        yield ServerSentEventMessage(data=render("_job_body.html", job=job.view()), event="progress")
+        yield ServerSentEventMessage(data=render("_job_body.html", job=job.view(), can_cancel=can_cancel), event="progress")
     yield ServerSentEventMessage(data=render("_job_done.html", job=job.view()), event="done")
     await asyncio.sleep(LINGER_S)
 
 
 def job_handlers() -> list[HTTPRouteHandler]:
     @get("/jobs/{job_id:int}/events", include_in_schema=False)
-    async def job_events(job_id: int, jobs: JobRegistry) -> ServerSentEvent:
+    async def job_events(job_id: int, jobs: JobRegistry, user: ConsoleUser) -> ServerSentEvent:
         job = jobs.get(job_id)  # 404 before the stream starts
-        return ServerSentEvent(_events(jobs, job), headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        return ServerSentEvent(_events(jobs, job, user.can("admin")), headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
-    return [job_events]
+    @post("/jobs/{job_id:int}/cancel", guards=[needs("admin")], include_in_schema=False)
+    async def job_cancel(request: Request, job_id: int, jobs: JobRegistry, audit: AuditTrail, user: ConsoleUser) -> Response:
+        job = jobs.get(job_id)
+        was_running = not job.finished
+        jobs.cancel(job_id)
+        if was_running:
+            audit.record(user.actor, "job.cancel", job.target or job.kind, f"job={job.id} kind={job.kind}")
+        message = f"Cancelling the {job.kind} of {job.target}…" if was_running else f"The {job.kind} of {job.target} had already ended."
+        return partial(request, "_job_body.html", job=job.view(), can_cancel=False, message=message)
+
+    @post("/jobs/clear", guards=[needs("admin")], include_in_schema=False)
+    async def jobs_clear(request: Request, jobs: JobRegistry) -> Response:
+        cleared = jobs.clear_finished(MODEL_JOBS)
+        return jobs_fragment(request, jobs, f"Cleared {cleared} finished job{'' if cleared == 1 else 's'} from the list."
+                             if cleared else "No finished jobs to clear.")
+
+    return [job_events, job_cancel, jobs_clear]

@@ -1,4 +1,4 @@
-"""Keys and teams: create (secret shown once), revoke, edit allow-lists and quotas; teams."""
+"""Keys and teams: create (secret shown once), revoke, edit allow-lists and quotas; create and delete teams."""
 
 from __future__ import annotations
 
@@ -8,13 +8,16 @@ from dataclasses import dataclass
 
 from litestar import Request, Response, get, post
 from litestar.datastructures import FormMultiDict
+from litestar.di import Provide
+from sqlalchemy.engine import Engine
 
 from appliance.accounts.keys import ApiKey, KeyRing
 from appliance.db.audit import AuditTrail
 from appliance.errors import BadRequest
 from appliance.metering.admin import QuotaService
 from appliance.serving.names import ModelNames
-from appliance.webui import forms
+from appliance.settings import Settings
+from appliance.webui import forms, key_table
 from appliance.webui.context import ConsoleUser
 from appliance.webui.gate import needs
 from appliance.webui.render import page, partial
@@ -38,33 +41,48 @@ class CreatedKey:
     secret: str
 
 
-def keys_context(request: Request, keyring: KeyRing, quotas: QuotaService, names: ModelNames, *,
+def keys_context(request: Request, keyring: KeyRing, quotas: QuotaService, names: ModelNames, db: Engine, settings: Settings, *,
                  created: CreatedKey | None = None, message: str | None = None) -> dict[str, object]:
     show_all = request.query_params.get("all") == "1"
     teams = quotas.list_teams()
     team_names = {t["id"]: t["name"] for t in teams}
+    models = sorted({str(e["id"]) for e in names.listing()})
+    spend = key_table.month_spend(db)
     rows = []
     for key in keyring.list(include_revoked=show_all):
+        quota = quotas.get_quota(f"key:{key.id}")
+        allowed = json.loads(key.allowed_models) if key.allowed_models else []
         rows.append({
-            "key": key, "team": team_names.get(key.team_id),
-            "allowed": json.loads(key.allowed_models) if key.allowed_models else [],
-            "limits": quotas.get_quota(f"key:{key.id}")["limits"],
+            "key": key, "team": team_names.get(key.team_id), "allowed": allowed,
+            "stale": [m for m in allowed if m not in models], "limits": quota["limits"],
+            "spend": key_table.key_spend(spend.get(key.id), quota),  # type: ignore[arg-type]
         })
     for team in teams:
         team["limits"] = quotas.get_quota(f"team:{team['name']}")["limits"]
-    return {"rows": rows, "teams": teams, "models": sorted({e["id"] for e in names.listing()}), "show_all": show_all,
-            "quota_fields": QUOTA_FIELDS, "created": created, "message": message}
+    return {"rows": rows, "teams": teams, "models": models, "show_all": show_all, "quota_fields": QUOTA_FIELDS,
+            "created": created, "message": message, "currency": settings.currency,
+            "month_start": key_table.month_start()}
 
 
 @get("/keys", include_in_schema=False, sync_to_thread=True)
-def keys_page(request: Request, keyring: KeyRing, quotas: QuotaService, names: ModelNames) -> Response:
-    return page(request, "keys.html", active="keys", **keys_context(request, keyring, quotas, names))
+def keys_page(request: Request, keyring: KeyRing, quotas: QuotaService, names: ModelNames, db: Engine,
+              settings: Settings) -> Response:
+    return page(request, "keys.html", active="keys", **keys_context(request, keyring, quotas, names, db, settings))
 
 
-def _keys(request: Request, keyring: KeyRing, quotas: QuotaService, names: ModelNames, *,
-          created: CreatedKey | None = None, message: str | None = None) -> Response:
-    """The keys-and-teams fragment an action answers with."""
-    return partial(request, "_keys.html", **keys_context(request, keyring, quotas, names, created=created, message=message))
+class KeysView:
+    """What the keys-and-teams fragment is drawn from; handlers name it as their ``keys_view`` parameter."""
+
+    def __init__(self, keyring: KeyRing, quotas: QuotaService, names: ModelNames, db: Engine, settings: Settings):
+        self.keyring, self.quotas, self.names, self.db, self.settings = keyring, quotas, names, db, settings
+
+    def fragment(self, request: Request, *, created: CreatedKey | None = None, message: str | None = None) -> Response:
+        """The keys-and-teams fragment an action answers with."""
+        context = keys_context(request, self.keyring, self.quotas, self.names, self.db, self.settings, created=created, message=message)
+        return partial(request, "_keys.html", **context)
+
+
+KEYS_VIEW = {"keys_view": Provide(KeysView, sync_to_thread=False)}
 
 
 def _allowed(form: FormMultiDict) -> list[str] | None:
@@ -84,9 +102,8 @@ def _team_id(form: FormMultiDict) -> int | None:
     return int(raw)
 
 
-@post("/keys/create", guards=[needs("admin")], include_in_schema=False)
-async def create_key(request: Request, keyring: KeyRing, quotas: QuotaService, names: ModelNames, audit: AuditTrail,
-                     user: ConsoleUser) -> Response:
+@post("/keys/create", guards=[needs("admin")], dependencies=KEYS_VIEW, include_in_schema=False)
+async def create_key(request: Request, keyring: KeyRing, keys_view: KeysView, audit: AuditTrail, user: ConsoleUser) -> Response:
     form = await request.form()
     name = forms.optional(form, "name", TEXT_LIMIT)
     if not name:
@@ -100,20 +117,20 @@ async def create_key(request: Request, keyring: KeyRing, quotas: QuotaService, n
         name, role=forms.optional(form, "role", TEXT_LIMIT) or "user", team_id=_team_id(form),
         priority=forms.optional(form, "priority", TEXT_LIMIT) or "interactive", allowed_models=_allowed(form), expires_at=expires)
     audit.record(user.actor, "key.create", row.prefix, f"name={row.name} role={row.role}")
-    return _keys(request, keyring, quotas, names, created=CreatedKey(row, secret))
+    return keys_view.fragment(request, created=CreatedKey(row, secret))
 
 
-@post("/keys/{key_id:int}/revoke", guards=[needs("admin")], include_in_schema=False)
-async def revoke_key(request: Request, key_id: int, keyring: KeyRing, quotas: QuotaService, names: ModelNames,
-                     audit: AuditTrail, user: ConsoleUser) -> Response:
+@post("/keys/{key_id:int}/revoke", guards=[needs("admin")], dependencies=KEYS_VIEW, include_in_schema=False)
+async def revoke_key(request: Request, key_id: int, keyring: KeyRing, keys_view: KeysView, audit: AuditTrail,
+                     user: ConsoleUser) -> Response:
     row = keyring.revoke(key_id)
     audit.record(user.actor, "key.revoke", row.prefix)
-    return _keys(request, keyring, quotas, names, message=f"Revoked {row.prefix}…; it stops working at once.")
+    return keys_view.fragment(request, message=f"Revoked {row.prefix}…; it stops working at once.")
 
 
-@post("/keys/{key_id:int}/update", guards=[needs("admin")], include_in_schema=False)
-async def update_key(request: Request, key_id: int, keyring: KeyRing, quotas: QuotaService, names: ModelNames,
-                     audit: AuditTrail, user: ConsoleUser) -> Response:
+@post("/keys/{key_id:int}/update", guards=[needs("admin")], dependencies=KEYS_VIEW, include_in_schema=False)
+async def update_key(request: Request, key_id: int, keyring: KeyRing, keys_view: KeysView, audit: AuditTrail,
+                     user: ConsoleUser) -> Response:
     form = await request.form()
     changes: dict[str, str | int | list[str] | None] = {"allowed_models": _allowed(form)}
     for field in ("name", "priority"):
@@ -122,7 +139,7 @@ async def update_key(request: Request, key_id: int, keyring: KeyRing, quotas: Qu
     changes["team_id"] = _team_id(form)
     row = keyring.update(key_id, **changes)
     audit.record(user.actor, "key.update", row.prefix, ",".join(sorted(changes)))
-    return _keys(request, keyring, quotas, names, message=f"Saved {row.prefix}….")
+    return keys_view.fragment(request, message=f"Saved {row.prefix}….")
 
 
 def _quota_changes(form: FormMultiDict) -> dict[str, float | int | None]:
@@ -140,21 +157,27 @@ def _quota_changes(form: FormMultiDict) -> dict[str, float | int | None]:
     return changes
 
 
-@post("/quotas/{subject:str}", guards=[needs("admin")], include_in_schema=False)
-async def set_quota(request: Request, subject: str, keyring: KeyRing, quotas: QuotaService, names: ModelNames,
-                    user: ConsoleUser) -> Response:
+@post("/quotas/{subject:str}", guards=[needs("admin")], dependencies=KEYS_VIEW, include_in_schema=False)
+async def set_quota(request: Request, subject: str, quotas: QuotaService, keys_view: KeysView, user: ConsoleUser) -> Response:
     form = await request.form()
     if not subject.startswith(("key:", "team:")):
         raise BadRequest("unknown quota subject", param="subject")
     result = quotas.set_quota(subject, _quota_changes(form), user.actor)
-    return _keys(request, keyring, quotas, names, message=f"Quota of {result['subject']} saved.")
+    return keys_view.fragment(request, message=f"Quota of {result['subject']} saved.")
 
 
-@post("/teams/create", guards=[needs("admin")], include_in_schema=False)
-async def create_team(request: Request, keyring: KeyRing, quotas: QuotaService, names: ModelNames, user: ConsoleUser) -> Response:
+@post("/teams/create", guards=[needs("admin")], dependencies=KEYS_VIEW, include_in_schema=False)
+async def create_team(request: Request, quotas: QuotaService, keys_view: KeysView, user: ConsoleUser) -> Response:
     form = await request.form()
     team = quotas.create_team(forms.optional(form, "name", 64) or "", user.actor)
-    return _keys(request, keyring, quotas, names, message=f"Team {team['name']} created.")
+    return keys_view.fragment(request, message=f"Team {team['name']} created.")
 
 
-HANDLERS = [keys_page, create_key, revoke_key, update_key, set_quota, create_team]
+@post("/teams/{name:str}/delete", guards=[needs("admin")], dependencies=KEYS_VIEW, include_in_schema=False)
+async def delete_team(request: Request, name: str, quotas: QuotaService, keys_view: KeysView, user: ConsoleUser) -> Response:
+    """Delete a team without live keys (a team with some is refused: see ``QuotaService.delete_team``)."""
+    team = quotas.delete_team(name, user.actor)
+    return keys_view.fragment(request, message=f"Team {team['name']} deleted; its past usage stays in the reports.")
+
+
+HANDLERS = [keys_page, create_key, revoke_key, update_key, set_quota, create_team, delete_team]

@@ -28,7 +28,7 @@ from appliance.webui import fit, forms
 from appliance.webui.catalog_filter import CatalogFilter
 from appliance.webui.context import ConsoleUser
 from appliance.webui.gate import needs
-from appliance.webui.jobs_view import job_handlers, submit
+from appliance.webui.jobs_view import console_jobs, job_handlers, submit
 from appliance.webui.load_view import event_name, load_handlers
 from appliance.webui.render import page, partial
 
@@ -45,6 +45,7 @@ def installed_rows(store: ModelStore, router: Router, names: ModelNames, load_pl
             "loaded": instance is not None,
             "pinned": bool(instance and instance.pinned),
             "state": instance.engine.state if instance is not None else None,
+            "in_flight": instance.inflight + instance.queue.waiting if instance is not None else 0,
             "fit": fit.installed_fit(load_planner, names, info.name) if info.status == "ready" else available.get(info.name),
             "base": is_base(info.facts),
             "load": load_events.latest(info.name),
@@ -95,10 +96,9 @@ def _installed(request: Request, store: ModelStore, router: Router, names: Model
 @get("/models", include_in_schema=False, sync_to_thread=True)
 def models_page(request: Request, store: ModelStore, router: Router, names: ModelNames, load_planner: LoadPlanner,
                 load_events: LoadEvents, jobs: JobRegistry, settings: Settings) -> Response:
-    recent = [j for j in jobs.list() if j.kind in ("pull", "import", "verify", "quantize")][:8]
     wanted = CatalogFilter.from_query(request.query_params)
     return page(request, "models.html", active="models", rows=installed_rows(store, router, names, load_planner, load_events),
-                catalog=catalog_rows(store, settings, wanted), wanted=wanted, jobs=recent, message=None)
+                catalog=catalog_rows(store, settings, wanted), wanted=wanted, jobs=console_jobs(jobs), message=None)
 
 
 @get("/models/installed", include_in_schema=False, sync_to_thread=True)
@@ -126,9 +126,14 @@ async def load(request: Request, store: ModelStore, router: Router, names: Model
 async def unload(request: Request, store: ModelStore, router: Router, names: ModelNames, load_planner: LoadPlanner,
                  load_events: LoadEvents, audit: AuditTrail, user: ConsoleUser) -> Response:
     name = forms.required(await request.form(), "name")
-    done = await router.unload(names.resolve(name).name)
-    audit.record(user.actor, "model.unload", name)
-    return _installed(request, store, router, names, load_planner, load_events, f"Unloaded {name}." if done else f"{name} was not loaded.")
+    canonical = names.resolve(name).name
+    instance = router.instances.get(canonical)
+    cut = instance.inflight + instance.queue.waiting if instance is not None else 0
+    done = await router.unload(canonical)
+    audit.record(user.actor, "model.unload", name, f"in_flight={cut}")
+    ended = f" {cut} request{' was' if cut == 1 else 's were'} in flight and ended with an error." if cut else ""
+    return _installed(request, store, router, names, load_planner, load_events,
+                      f"Unloaded {name}.{ended}" if done else f"{name} was not loaded.")
 
 
 @post("/models/pin", guards=[needs("operator")], include_in_schema=False)

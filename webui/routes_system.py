@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import anyio
 from litestar import Request, Response, get, post
-from sqlalchemy import or_, select, update
+from sqlalchemy import or_, select
 from sqlalchemy.engine import Engine
 
+from appliance.accounts import user_admin
 from appliance.accounts.users import ROLES, create_user, generate_password, hash_password
 from appliance.accounts.keys import KeyRing
 from appliance.cache.responses import ResponseCache
@@ -14,7 +15,7 @@ from appliance.cache.subjects import set_subject_policy
 from appliance.db.audit import AuditTrail
 from appliance.db.engine import session
 from appliance.db.tables import AuditLog, User
-from appliance.errors import BadRequest, Conflict
+from appliance.errors import BadRequest
 from appliance.settings import Settings
 from appliance.webui.cache_view import cache_context
 from appliance.webui.context import Console, ConsoleUser
@@ -100,27 +101,14 @@ async def users_create(request: Request, db: Engine, audit: AuditTrail, user: Co
     password = generate_password(username)
     create_user(db, username, password, role=role, must_change_password=True)
     audit.record(user.actor, "user.create", username, f"role={role}")
-    return partial(request, "_users.html", **_users(db, one_time={"username": username, "password": password}))
-
-
-def _change(db: Engine, me: ConsoleUser, user_id: int, **values: str | bool) -> User:
-    if user_id == me.id and ("role" in values or values.get("disabled")):
-        raise Conflict("You cannot demote or disable yourself; ask another admin.")
-    with session(db) as s:
-        row = s.get(User, user_id)
-        if row is None:
-            raise BadRequest("No such user.", param="user")
-        s.execute(update(User).where(User.id == user_id).values(**values))  # type: ignore[arg-type]
-        s.commit()
-    return row
+    return partial(request, "_users.html", **_users(db, f"{username} added as {role}.",
+                                                    one_time={"username": username, "password": password}))
 
 
 @post("/users/{user_id:int}/role", guards=[needs("admin")], include_in_schema=False)
 async def users_role(request: Request, user_id: int, db: Engine, audit: AuditTrail, user: ConsoleUser) -> Response:
     role = str((await request.form()).get("role") or "")
-    if role not in ROLES:
-        raise BadRequest(f"role must be one of {', '.join(ROLES)}", param="role")
-    row = _change(db, user, user_id, role=role)
+    row = user_admin.set_role(db, user.id, user_id, role, ROLES)
     audit.record(user.actor, "user.role", row.username, f"role={role}")
     return partial(request, "_users.html", **_users(db, f"{row.username} is now {role}."))
 
@@ -129,25 +117,31 @@ async def users_role(request: Request, user_id: int, db: Engine, audit: AuditTra
 async def users_disable(request: Request, user_id: int, db: Engine, console: Console, audit: AuditTrail,
                         user: ConsoleUser) -> Response:
     disabled = (await request.form()).get("disabled") != "false"
-    row = _change(db, user, user_id, disabled=disabled)
+    row = user_admin.set_disabled(db, user.id, user_id, disabled)
     if disabled:
         console.sessions.delete_for_user(user_id)
     audit.record(user.actor, "user.disable" if disabled else "user.enable", row.username)
     return partial(request, "_users.html", **_users(db, f"{row.username} {'disabled' if disabled else 'enabled'}."))
 
 
+@post("/users/{user_id:int}/delete", guards=[needs("admin")], include_in_schema=False)
+async def users_delete(request: Request, user_id: int, db: Engine, console: Console, audit: AuditTrail,
+                       user: ConsoleUser) -> Response:
+    row = user_admin.delete_user(db, user.id, user_id)
+    ended = console.sessions.delete_for_user(user_id)
+    audit.record(user.actor, "user.delete", row.username, f"role={row.role} sessions_ended={ended}")
+    return partial(request, "_users.html", **_users(db, f"{row.username} deleted; their sessions ended."))
+
+
 @post("/users/{user_id:int}/reset", guards=[needs("admin")], include_in_schema=False)
 async def users_reset(request: Request, user_id: int, db: Engine, console: Console, audit: AuditTrail,
                       user: ConsoleUser) -> Response:
-    with session(db) as s:
-        target = s.get(User, user_id)
-    if target is not None and target.sso_subject is not None:
-        raise BadRequest(f"{target.username} signs in through the identity provider and has no password here.", param="user")
     password = generate_password()
-    row = _change(db, user, user_id, password_hash=hash_password(password), must_change_password=True)
+    row = user_admin.reset_password(db, user.id, user_id, hash_password(password))
     console.sessions.delete_for_user(user_id)
     audit.record(user.actor, "user.password_reset", row.username)
-    return partial(request, "_users.html", **_users(db, one_time={"username": row.username, "password": password}))
+    return partial(request, "_users.html", **_users(db, f"{row.username} has a new one-time password.",
+                                                    one_time={"username": row.username, "password": password}))
 
 
-HANDLERS = [cache_page, cache_purge, cache_policy, settings_page, audit_page, users_page, users_create, users_role, users_disable, users_reset]
+HANDLERS = [cache_page, cache_purge, cache_policy, settings_page, audit_page, users_page, users_create, users_role, users_disable, users_delete, users_reset]

@@ -21,7 +21,7 @@ from sqlalchemy import Engine, select, update
 
 from appliance.db.engine import session
 from appliance.errors import AuthenticationFailed, BadRequest, NotFound
-from appliance.db.tables import ApiKey
+from appliance.db.tables import ApiKey, Team
 
 KEY_PREFIX = "ak_"
 MAX_TOKEN_LENGTH = 128
@@ -138,6 +138,7 @@ class KeyRing:
             raise BadRequest(f"priority must be one of {', '.join(PRIORITIES)}", param="priority")
         if not name or len(name) > 128:
             raise BadRequest("name must be 1 to 128 characters", param="name")
+        self._check_team(team_id)
         token = new_token()
         row = ApiKey(
             name=name,
@@ -154,6 +155,15 @@ class KeyRing:
             s.commit()
             s.refresh(row)
         return row, token
+
+    def _check_team(self, team_id: int | None) -> None:
+        """A key joins only a team that exists and is not deleted."""
+        if team_id is None:
+            return
+        with session(self._db) as s:
+            team = s.get(Team, team_id)
+        if team is None or team.deleted_at is not None:
+            raise BadRequest("team must be one of the listed teams", param="team_id")
 
     def list(self, include_revoked: bool = False) -> list[ApiKey]:
         with session(self._db) as s:
@@ -191,6 +201,7 @@ class KeyRing:
             values["allowed_models"] = json.dumps(sorted(models)) if models else None  # type: ignore[arg-type]
         if "cache_policy" in changes:
             values["cache_policy"] = json.dumps(changes["cache_policy"]) if changes["cache_policy"] else None
+        self._check_team(values.get("team_id"))  # type: ignore[arg-type]
         if values.get("priority", "interactive") not in PRIORITIES:
             raise BadRequest(f"priority must be one of {', '.join(PRIORITIES)}", param="priority")
         if values:

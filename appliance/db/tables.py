@@ -35,10 +35,14 @@ class User(SQLModel, table=True):
 
 
 class Team(SQLModel, table=True):
+    """A team of API keys. Deleting one sets ``deleted_at`` and keeps the row (and its name, reserved),
+    so past usage rows and revoked keys still name it."""
+
     __tablename__ = "teams"
     id: Optional[int] = Field(default=None, primary_key=True)
     name: str = Field(unique=True, index=True, max_length=64)
     created_at: float = Field(default_factory=now)
+    deleted_at: Optional[float] = None
 
 
 class ApiKey(SQLModel, table=True):

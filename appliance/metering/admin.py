@@ -210,7 +210,10 @@ class QuotaService:
         if not TEAM_NAME.match(name or ""):
             raise BadRequest("Team names are 1 to 64 letters, digits, '.', '_' or '-'.", param="name")
         with session(self.db) as s:
-            if s.execute(select(Team).where(Team.name == name)).scalars().first() is not None:
+            existing = s.execute(select(Team).where(Team.name == name)).scalars().first()
+            if existing is not None and existing.deleted_at is not None:
+                raise Conflict(f"Team {name} was deleted; its name stays reserved so past usage keeps one meaning. Choose another name.")
+            if existing is not None:
                 raise Conflict(f"Team {name} already exists.")
             team = Team(name=name)
             s.add(team)
@@ -223,9 +226,32 @@ class QuotaService:
         with session(self.db) as s:
             rows = s.execute(
                 text("SELECT t.id, t.name, t.created_at, count(k.id) FROM teams t"
-                     " LEFT JOIN api_keys k ON k.team_id = t.id AND k.revoked_at IS NULL GROUP BY t.id ORDER BY t.name")
+                     " LEFT JOIN api_keys k ON k.team_id = t.id AND k.revoked_at IS NULL WHERE t.deleted_at IS NULL"
+                     " GROUP BY t.id ORDER BY t.name")
             ).all()
         return [{"id": i, "name": n, "created_at": c, "keys": k} for i, n, c, k in rows]
+
+    def delete_team(self, name: str, actor: str) -> JsonObject:
+        """Delete a team that has no live keys: it leaves the lists and its limits go, while its row stays
+        (marked deleted, name reserved) so usage rows and revoked keys still name it. A team with live keys
+        is refused (``Conflict``): revoke them or move them to another team first, so no client loses
+        access as a side effect."""
+        with session(self.db) as s:
+            team = s.execute(select(Team).where(Team.name == name, Team.deleted_at.is_(None))).scalars().first()  # type: ignore[union-attr]
+            if team is None:
+                raise NotFound(f"No team {name}.")
+            live = s.execute(text("SELECT count(*) FROM api_keys WHERE team_id = :t AND revoked_at IS NULL"), {"t": team.id}).scalar_one()
+            if live:
+                raise Conflict(f"Team {name} still has {live} active key{'s' if live != 1 else ''}; revoke them or move them "
+                               "to another team first.", code="team_has_keys")
+            team.deleted_at = self._clock()
+            s.add(team)
+            s.execute(delete(Quota).where(Quota.subject_type == "team", Quota.subject_id == team.id))
+            self._audit(s, actor, "team.delete", f"team:{name}", None)
+            s.commit()
+            result: JsonObject = {"id": team.id, "name": team.name, "deleted_at": team.deleted_at}
+        self._changed_quotas()
+        return result
 
     # -- audit -------------------------------------------------------------------------
     def _audit(self, s: Session, actor: str, action: str, target: str, detail: JsonObject | None) -> None:

@@ -220,6 +220,15 @@ class JobRegistry:
             job._emit("log", message="cancel requested")
         return job
 
+    def clear_finished(self, kinds: tuple[str, ...] | None = None) -> int:
+        """Forget the finished jobs (of ``kinds``, or all) from the live list; their rows in the ``jobs`` table stay.
+        Returns how many were forgotten."""
+        with self._lock:
+            gone = [j.id for j in self._jobs.values() if j.finished and (kinds is None or j.kind in kinds)]
+            for job_id in gone:
+                del self._jobs[job_id]
+        return len(gone)
+
     def shutdown(self, timeout: float = 5.0) -> None:
         for job in list(self._jobs.values()):
             if not job.finished:

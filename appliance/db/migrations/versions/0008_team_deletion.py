@@ -1,0 +1,23 @@
+"""Deleted teams: a team is marked deleted rather than removed, so usage rows and revoked keys keep naming it.
+
+Revision ID: 0008
+Revises: 0007
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0008"
+down_revision = "0007"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("teams") as batch_op:
+        batch_op.add_column(sa.Column("deleted_at", sa.Float(), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("teams") as batch_op:
+        batch_op.drop_column("deleted_at")
