@@ -131,6 +131,10 @@ class Settings(BaseSettings):
         default=80.0, ge=0, le=100,
         description="Share (%) of a daily or monthly token or cost budget at which an alert is raised, once per window; a quota's own `alert_percent` overrides it. 0: no alerts.",
     )
+    currency: str = Field(
+        default="USD", pattern=r"^[A-Z]{3}$",
+        description="ISO 4217 code of the currency prices are set in; the console and `/admin/usage` name it beside every cost.",
+    )
     alert_webhook_url: str | None = Field(
         default=None,
         description="URL that budget alerts are POSTed to as JSON, signed with `alert_webhook_secret`, retried with backoff, never on the request path. Unset: alerts stay in the console and the audit log.",
