@@ -22,8 +22,8 @@ from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject
 from appliance.settings import Settings
 from appliance.metering.admin import QuotaService
-from appliance.metering.reports import DEFAULT_RANGE_SECONDS, parse_by, parse_time, query_usage, to_csv
-from appliance.metering.usage_filters import parse_to, resolve_filters
+from appliance.metering.reports import parse_by, query_usage, to_csv
+from appliance.metering.usage_filters import custom_range, resolve_filters
 
 MAX_COUNT = 10**15
 MAX_MONEY = 1e12
@@ -97,14 +97,14 @@ class UsageController(Controller):
         a bare date). ``team`` (name), ``key`` (prefix or id) and ``model`` (a family matches its
         variants) must name a team, key or model the appliance knows, or the answer is a 400 naming it."""
         now = time.time()
-        for old, new, value in (("since", "from", start), ("until", "to", to)):
-            if value is not None and locals()[old] is not None:
-                raise BadRequest(f"Give {new} or {old}, not both.", param=new)
-        begin = parse_time(start, now, param="from") if start is not None else parse_time(since, now, param="since")
-        end = parse_to(to, now) if to is not None else parse_time(until, now, param="until")
-        end = now + 1 if end is None else end
-        filters = resolve_filters(db, since=end - DEFAULT_RANGE_SECONDS if begin is None else begin, until=end,
-                                  team=team, key=key, model=model)
+        if start is not None and since is not None:
+            raise BadRequest("Give from or since, not both.", param="from")
+        if to is not None and until is not None:
+            raise BadRequest("Give to or until, not both.", param="to")
+        begin, end = custom_range(start if start is not None else since, to if to is not None else until, now,
+                                  start_param="since" if start is None else "from", end_param="until" if to is None else "to",
+                                  end_excludes_date=to is None)
+        filters = resolve_filters(db, since=begin, until=end, team=team, key=key, model=model)
         report = query_usage(db, since=filters.since, until=filters.until, key_id=filters.key_id, team_id=filters.team_id,
                              model=filters.model, by=parse_by(by), now=now)
         if fmt == "csv":

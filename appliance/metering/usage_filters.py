@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import Connection, Engine, text
 
 from appliance.errors import BadRequest
-from appliance.metering.reports import parse_time
+from appliance.metering.reports import DEFAULT_RANGE_SECONDS, parse_time
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 RANGES = ("today", "7d", "30d", "month", "custom")
@@ -39,6 +39,17 @@ def parse_to(value: str | None, now: float, *, param: str = "to") -> float | Non
         start = parse_time(value, now, param=param)
         return None if start is None else start + 86400
     return parse_time(value, now, param=param)
+
+
+def custom_range(start: str | None, end: str | None, now: float, *, start_param: str = "from", end_param: str = "to",
+                 end_excludes_date: bool = False) -> tuple[float, float]:
+    """``[since, until)`` from the ``from`` and ``to`` parameters: until now, and 30 days back, where left out.
+
+    ``end_excludes_date`` reads a bare date as the end the way the older ``until`` does: that day's start."""
+    until = parse_time(end, now, param=end_param) if end_excludes_date else parse_to(end, now, param=end_param)
+    until = now + 1 if until is None else until
+    since = parse_time(start, now, param=start_param)
+    return (until - DEFAULT_RANGE_SECONDS if since is None else since), until
 
 
 def preset_range(name: str, now: float) -> tuple[float, float]:
@@ -95,3 +106,23 @@ def _known_model(conn: Connection, model: str) -> bool:
         {"m": model, "f": family},
     ).first()
     return known is not None
+
+
+@dataclass(frozen=True, slots=True)
+class FilterChoices:
+    """What a usage filter can name: teams, keys (prefix, name) and models (families and their variants)."""
+
+    teams: list[str]
+    keys: list[tuple[str, str]]
+    models: list[str]
+
+
+def filter_choices(db: Engine) -> FilterChoices:
+    with db.connect() as conn:
+        teams = [name for (name,) in conn.execute(text("SELECT name FROM teams ORDER BY name"))]
+        keys = [(prefix, name) for prefix, name in conn.execute(text("SELECT prefix, name FROM api_keys ORDER BY name, prefix"))]
+        models = {m for (m,) in conn.execute(text("SELECT DISTINCT model FROM usage"))}
+        models |= {m for (m,) in conn.execute(text(
+            "SELECT f.name FROM model_families f UNION SELECT f.name || ':' || v.name FROM model_variants v JOIN model_families f ON f.id = v.family_id"))}
+    models |= {m.partition(":")[0] for m in models}
+    return FilterChoices(teams=teams, keys=keys, models=sorted(models))
