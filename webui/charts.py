@@ -106,10 +106,10 @@ def time_chart(
     else:
         for s, vs in enumerate(values):
             points = [f"{(i + 0.5) * slot:.2f},{50 - (v / high * 48 if v > 0 else 0):.2f}" for i, v in enumerate(vs) if v is not None]
-            if len(points) == 1:
-                x, y = points[0].split(",")
-                marks.append(Markup('<circle class="s{}" cx="{}" cy="{}" r="0.8"/>').format(s, x, y))
-            elif points:
+            if len(points) == 1:  # one value: a short dash, as a dot would be stretched by the viewBox
+                x, y = (float(c) for c in points[0].split(","))
+                points = [f"{x - 0.6:.2f},{y:.2f}", f"{x + 0.6:.2f},{y:.2f}"]
+            if points:
                 marks.append(Markup('<polyline class="s{}" points="{}" vector-effect="non-scaling-stroke"/>').format(s, " ".join(points)))
     axis = Markup('<line class="axis" x1="0" y1="50" x2="100" y2="50" vector-effect="non-scaling-stroke"/>')
     svg = Markup(
