@@ -22,13 +22,14 @@ from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject
 from appliance.metering.forecast import budget_forecasts
 from appliance.metering.reports import query_usage, to_csv
-from appliance.metering.series import Bucket, bucket_for, bucket_label, bucket_starts
+from appliance.metering.series import DAY, Bucket, bucket_for, bucket_label, bucket_starts
 from appliance.metering.usage_filters import RANGES, UsageFilters, custom_range, filter_choices, preset_range, resolve_filters
 from appliance.settings import Settings
 from appliance.webui.gate import is_htmx
 from appliance.webui.render import page, partial
 
 DEFAULT_RANGE = "30d"
+MAX_CHART_DAYS = 1000
 CSV_GROUPS = ("hour", "day", "model", "key", "team")
 RANGE_NAMES = {"today": "Today", "7d": "Last 7 days", "30d": "Last 30 days", "month": "This month", "custom": "Custom"}
 
@@ -67,6 +68,9 @@ def usage_view(request: Request, db: Engine, now: float) -> UsageView:
         since, until = custom_range(start or None, end or None, now)
     else:
         since, until = preset_range(chosen, now)
+    if until - since > MAX_CHART_DAYS * DAY:
+        raise BadRequest(f"from is more than {MAX_CHART_DAYS} days before to: the console charts at most that many days at once;"
+                         " /admin/usage reports any range.", param="from")
     filters = resolve_filters(db, since=since, until=until, team=params.get("team"), key=params.get("key"), model=params.get("model"))
     return UsageView(range=chosen, start=_date(since), end=_date(until - 1), team=params.get("team") or "", key=params.get("key") or "",
                      model=params.get("model") or "", filters=filters, bucket=bucket_for(since, until))

@@ -78,7 +78,7 @@ def resolve_filters(
 ) -> UsageFilters:
     """Resolve team name, key prefix (or id) and model to what the ledger holds; unknown ones are a 400."""
     if since >= until:
-        raise BadRequest("The range must start before it ends.", param="from")
+        raise BadRequest("from must be before to: the range must start before it ends.", param="from")
     team, key, model = (v.strip() or None if v is not None else None for v in (team, key, model))
     with db.connect() as conn:
         team_id = key_id = None
