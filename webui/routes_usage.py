@@ -81,17 +81,23 @@ def _report(db: Engine, view: UsageView, by: tuple[str, ...], now: float) -> Jso
     return query_usage(db, since=f.since, until=f.until, key_id=f.key_id, team_id=f.team_id, model=f.model, by=by, now=now)
 
 
-def _series(report: JsonObject, view: UsageView) -> JsonObject:
-    """Each measure per bucket, empty buckets included, oldest first."""
+@dataclass(frozen=True, slots=True)
+class Series:
+    """A report by hour or day laid out for the charts: every bucket of the range, empty ones included, oldest first."""
+
+    labels: list[str]
+    rows: list[JsonObject]
+
+    def measure(self, name: str, empty: float | None = 0) -> list[float | None]:
+        """One measure per bucket; ``empty`` where a bucket has no requests (None leaves a gap in a line)."""
+        return [row.get(name, empty) for row in self.rows]
+
+
+def _series(report: JsonObject, view: UsageView) -> Series:
     by_label = {r[view.bucket]: r for r in report["rows"]}
     labels = [bucket_label(t, view.bucket) for t in bucket_starts(view.filters.since, view.filters.until, view.bucket)]
-    rows = [by_label.get(label) or {} for label in labels]
-
-    def measure(name: str, empty: float | None = 0) -> list[float | None]:
-        return [row.get(name, empty) for row in rows]
-
     shown = [label[5:16].replace("T", " ") if view.bucket == "hour" else label for label in labels]
-    return {"labels": shown, "measure": measure}
+    return Series(labels=shown, rows=[by_label.get(label) or {} for label in labels])
 
 
 def _label(by: str, row: JsonObject) -> str:
