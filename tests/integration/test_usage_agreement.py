@@ -51,11 +51,12 @@ class _Figures(HTMLParser):
                 self.found[testid] = data.strip()
 
 
-def console_figures(html: str) -> dict[str, float]:
+def console_figures(html: str) -> dict[str, float | str]:
     parser = _Figures()
     parser.feed(html)
-    figures: dict[str, float] = {name: int(parser.found[testid].split()[0]) for testid, name in TESTIDS.items()}
+    figures: dict[str, float | str] = {name: int(parser.found[testid].split()[0]) for testid, name in TESTIDS.items()}
     figures["cost"] = float(parser.found["total-cost"].split()[0])
+    figures["ttft_p50_ms"], figures["latency_p50_ms"] = (parser.found[t].split()[0] for t in ("ttft", "latency"))
     return figures
 
 
@@ -146,6 +147,10 @@ def test_console_admin_api_and_csv_agree_for_every_filter(appliance):
                 shown = console_figures(page.text)
                 assert {f: shown[f] for f in FIELDS} == {f: totals[f] for f in FIELDS}, chosen
                 assert shown["cost"] == round(totals["cost"], 6), chosen
+                for timing in ("ttft_p50_ms", "latency_p50_ms"):
+                    assert shown[timing] == ("–" if totals[timing] is None else f"{totals[timing]:.0f}"), (chosen, timing)
+                if expected:  # every chosen view but the empty one has streamed engine answers
+                    assert totals["latency_p50_ms"] is not None and totals["ttft_p95_ms"] >= totals["ttft_p50_ms"], chosen
 
                 exported = list(csv.DictReader(io.StringIO(console.get("/usage.csv", params={"range": "7d", "by": "team", **chosen}).text)))
                 api_csv = list(csv.DictReader(io.StringIO(admin.get("/admin/usage", params={**week, **chosen, "by": "team", "format": "csv"}).text)))
