@@ -137,7 +137,7 @@ class Settings(BaseSettings):
     ray_address: str | None = Field(default=None, description="Ray cluster address (host:port of the head's GCS, or auto), handed to vLLM as RAY_ADDRESS. The daemon reads the cluster's alive nodes from Ray through the vLLM environment's Python (needs Ray there) at start-up and when a plan is made, reusing a read for 60 s: each node's GPU count, its GPU model (Ray's accelerator_type, through a table of known GPUs) and CPU/memory. A model that does not fit this box's GPUs is then planned tensor parallel within a node x pipeline stages across nodes. An unreachable cluster is a warning in the log, doctor and plan, and plans use this box's GPUs only (see Ray in the README).")
     currency: str = Field(
         default="USD", min_length=1, max_length=8, pattern=r"^[A-Za-z$€£¥]{1,8}$",
-        description="What prices and cost budgets are written in (a code such as USD or EUR, or a sign), shown beside every cost in the console. A label only: nothing is converted.",
+        description="What prices and cost budgets are written in (a code such as USD or EUR, or a sign), shown beside every cost in the console and in `/admin/usage`. A label only: nothing is converted.",
     )
     cache_enabled: bool = Field(default=True, description="Serve repeated deterministic requests from the response cache.")
     cache_ttl_seconds: int = Field(default=86400, ge=0, description="How long a cached response stays valid, in seconds. 0 keeps entries until evicted.")

@@ -89,8 +89,8 @@ def _environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters.update(bytes=human_bytes, num=human_number, ts=timestamp, ago=ago, pct=percent)
-    env.globals.update(sparkline=charts.sparkline, bars=charts.bars, hbar=charts.meter, version=__version__,
-                       quantize_targets=targets_for)
+    env.globals.update(sparkline=charts.sparkline, bars=charts.bars, hbar=charts.meter, timechart=charts.time_chart,
+                       version=__version__, quantize_targets=targets_for)
     return env
 
 

@@ -20,8 +20,10 @@ from sqlalchemy.engine import Engine
 from appliance.api.access import Access, requires
 from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject
+from appliance.settings import Settings
 from appliance.metering.admin import QuotaService
-from appliance.metering.reports import parse_by, parse_time, query_usage, to_csv
+from appliance.metering.reports import parse_by, query_usage, to_csv
+from appliance.metering.usage_filters import custom_range, resolve_filters
 
 MAX_COUNT = 10**15
 MAX_MONEY = 1e12
@@ -76,35 +78,39 @@ class UsageController(Controller):
     @get(sync_to_thread=True)
     def usage(
         self,
-        quotas: QuotaService,
         db: Engine,
+        settings: Settings,
         since: str | None = None,
         until: str | None = None,
+        start: Annotated[str | None, Parameter(query="from")] = None,
+        to: str | None = None,
         key: str | None = None,
         team: str | None = None,
         model: Annotated[str | None, Parameter(max_length=200)] = None,
         by: str | None = None,
         fmt: Annotated[str, Parameter(query="format", pattern="^(json|csv)$")] = "json",
     ) -> Response:
-        """Usage totals between ``since`` and ``until`` (default: the last 30 days), grouped by key, team, model, day or hour."""
+        """Usage totals between ``from`` and ``to`` (default: the last 30 days), grouped by key, team, model, day or hour.
+
+        ``from``/``to`` take epoch seconds, ISO 8601 or an age such as ``7d``; a bare date as ``to``
+        includes that day. ``since``/``until`` are the older names of ``from``/``to`` (``until`` excludes
+        a bare date). ``team`` (name), ``key`` (prefix or id) and ``model`` (a family matches its
+        variants) must name a team, key or model the appliance knows, or the answer is a 400 naming it."""
         now = time.time()
-        start, end = parse_time(since, now, param="since"), parse_time(until, now, param="until")
-        if start is not None and end is not None and start >= end:
-            raise BadRequest("since must be before until.", param="since")
-        report = query_usage(
-            db,
-            since=start,
-            until=end,
-            key_id=quotas.resolve(f"key:{key}").id if key else None,
-            team_id=quotas.resolve(f"team:{team}").id if team else None,
-            model=model,
-            by=parse_by(by),
-            now=now,
-        )
+        if start is not None and since is not None:
+            raise BadRequest("Give from or since, not both.", param="from")
+        if to is not None and until is not None:
+            raise BadRequest("Give to or until, not both.", param="to")
+        begin, end = custom_range(start if start is not None else since, to if to is not None else until, now,
+                                  start_param="since" if start is None else "from", end_param="until" if to is None else "to",
+                                  end_excludes_date=to is None)
+        filters = resolve_filters(db, since=begin, until=end, team=team, key=key, model=model)
+        report = query_usage(db, since=filters.since, until=filters.until, key_id=filters.key_id, team_id=filters.team_id,
+                             model=filters.model, by=parse_by(by), now=now)
         if fmt == "csv":
             return Response(to_csv(report), media_type="text/csv",
                             headers={"content-disposition": 'attachment; filename="usage.csv"'})
-        return Response(report)
+        return Response({**report, "currency": settings.currency})
 
 
 class QuotaController(Controller):

@@ -1,7 +1,8 @@
 """What requests cost and who may still spend: the meter (``meter``: admit, settle, release), admission against
 the quotas (``admission``), the usage rows and charges of settlement (``settlement``), the group-commit ledger
-(``ledger``), quota windows (``quotas``), prices (``pricing``), roll-ups, usage reports and the administration of
-quotas, prices and teams (``admin``); the errors that stay inside the package (``errors``).
+(``ledger``), quota windows (``quotas``), prices (``pricing``), roll-ups, usage reports (``reports``) with their
+filters (``usage_filters``) and time buckets and percentiles (``series``), and the administration of quotas, prices
+and teams (``admin``); the errors that stay inside the package (``errors``).
 
 May import accounts and db; never serving or api.
 """

@@ -95,7 +95,7 @@ def test_parse_time():
 @pytest.fixture
 def app(tmp_path, db):
     meter = Meter(settings(tmp_path), db, clock=Clock())
-    services = SimpleNamespace(db=db, meter=meter, metrics=meter.metrics, quotas=QuotaService(db, meter))
+    services = SimpleNamespace(db=db, meter=meter, metrics=meter.metrics, quotas=QuotaService(db, meter), settings=meter.settings)
     application = local_admin_app([*CONTROLLERS, MetricsController], services, exception_handlers=EXCEPTION_HANDLERS)
     with TestClient(application) as client:
         yield client, meter
@@ -148,7 +148,9 @@ def test_usage_endpoint_json_and_csv(app, db):
     assert client.get("/admin/usage", params={"by": "secret"}).status_code == 400
     assert client.get("/admin/usage", params={"format": "xml"}).status_code == 400
     assert client.get("/admin/usage", params={"since": "yesterday-ish"}).status_code == 400
-    assert client.get("/admin/usage", params={"key": "ak_nobody"}).status_code == 404
+    for param, value in (("key", "ak_nobody"), ("team", "nobody"), ("model", "no-such-model")):
+        r = client.get("/admin/usage", params={param: value})
+        assert r.status_code == 400 and r.json()["error"]["param"] == param
 
 
 def test_metrics_endpoint(app):

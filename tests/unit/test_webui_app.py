@@ -65,7 +65,7 @@ def test_signed_out_visitors_are_sent_to_login(app):
 
 def test_every_page_renders_without_the_services_running(app):
     client = signed_in(app, "alice")
-    for path in PAGES + ["/playground", "/users", "/usage?days=7", "/usage.csv?by=model&days=7"]:
+    for path in PAGES + ["/playground", "/users", "/usage?range=7d", "/usage.csv?by=model&range=7d"]:
         response = client.get(path)
         assert response.status_code == 200, (path, response.text[:300])
     client.__exit__(None, None, None)

@@ -260,6 +260,14 @@
     sseFocused = null;
   });
 
+  // Picking a date in a range filter makes the range a custom one (before htmx reads the form).
+  document.addEventListener("change", function (event) {
+    var target = event.target;
+    if (!(target instanceof Element) || !target.matches("input[data-custom-range]") || !target.form) return;
+    var range = target.form.querySelector("select[name=range]");
+    if (range) range.value = "custom";
+  }, true);
+
   // Reset a form after htmx posted it successfully, when it asks for that.
   document.addEventListener("htmx:afterRequest", function (event) {
     var elt = event.detail && event.detail.elt;
