@@ -23,6 +23,7 @@ import uvicorn
 from appliance.db import engine as dbmod
 from appliance.app import create_app, wrap
 from appliance.errors import ApplianceError, ConfigError
+from appliance.heap import map_large_blocks
 from appliance.api.http_protocol import header_deadline_protocol
 from appliance.lockfile import DataDirLock
 from appliance.logs import setup_logging
@@ -134,6 +135,7 @@ def run(settings: Settings) -> int:
         setup_logging(settings.log_level, settings.log_format, settings.log_dir)
         lock.acquire()
         dbmod.migrate(settings.db_path)
+        map_large_blocks()
         run_loop(serve(settings))
     except ApplianceError as exc:
         print(f"applianced: error: {exc.message}", file=sys.stderr)
