@@ -29,7 +29,7 @@ class AdmissionQueue:
         return sum(len(q) for q in self._waiters.values())
 
     async def acquire(self, priority: str = "interactive") -> None:
-        if self.active < self.slots and self.waiting == 0:
+        if self.active < self.slots and not any(self._waiters.values()):
             self.active += 1
             return
         if self.waiting >= self.max_waiting:

@@ -126,6 +126,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each wrk run")
     parser.add_argument("--rounds", type=int, default=3, help="alternating gateway/engine rounds per concurrency")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 100])
+    parser.add_argument("--cache", choices=("on", "off"), default="on",
+                        help="the response cache (on: looked up and stored on every request; off: to see its share)")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed (Debian: apt-get install wrk)")
@@ -138,7 +140,7 @@ def main() -> None:
         script = Path(tmp) / "bench.lua"
         script.write_text(WRK_SCRIPT)
         env = daemon_env(data_dir, port, APPLIANCE_SEED_DEFAULT_MODEL="false", APPLIANCE_LOG_LEVEL="warning",
-                         APPLIANCE_QUEUE_SIZE="1024", ECHO_ENGINE_TCP_PORT=str(engine_port))
+                         APPLIANCE_QUEUE_SIZE="1024", APPLIANCE_CACHE_ENABLED=str(args.cache == "on").lower(), ECHO_ENGINE_TCP_PORT=str(engine_port))
         proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("echo_daemon.py"))], env=env, start_new_session=True,
                                 stdout=subprocess.DEVNULL, stderr=open(Path(tmp) / "daemon.log", "wb"),
                                 preexec_fn=(lambda: os.sched_setaffinity(0, daemon_cpus)) if daemon_cpus else None)
@@ -180,7 +182,7 @@ def main() -> None:
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(30)
-    print(f"\ncores: daemon on {sorted(daemon_cpus) if daemon_cpus else 'all'}, wrk and engine on "
+    print(f"\nresponse cache {args.cache}; cores: daemon on {sorted(daemon_cpus) if daemon_cpus else 'all'}, wrk and engine on "
           f"{sorted(other_cpus) if other_cpus else 'all'}; {args.rounds} rounds of {args.seconds:g} s, medians")
     print("\n| in flight | gateway req/s | engine alone req/s | gateway p50 | gateway p99 | added p50 | added p99 |")
     print("|---|---|---|---|---|---|---|")

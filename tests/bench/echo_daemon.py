@@ -32,6 +32,9 @@ class EchoPlan:
     estimated_bytes: int = 0
     n_gpu_layers: int = 0
     model_path: str = ""  # no file: nothing to calibrate or count prompts with
+    variant: str = "instant"
+    devices: tuple[str, ...] = ("cpu",)
+    reason: str = "a stand-in engine that answers at once"
 
 
 ECHO_VARIANT = SimpleNamespace(name="echo:instant", family="echo", variant="instant", file=None)
