@@ -159,7 +159,10 @@ def test_a_failed_load_shows_its_reason_on_the_row(browser_session):
     s.page.wait_for_selector(f"{row} [data-testid=load-status][data-phase=failed]", timeout=60_000)
     reason = s.page.inner_text(f"{row} [data-testid=load-error]")
     assert "exited during load" in reason and "corrupt or unsupported GGUF" in reason, reason
-    assert "exited during load" in s.page.inner_text("#errors")
+    # the Load button's own answer lands next to the button, in a live region, even though the row was re-rendered
+    feedback = s.page.locator(f"{row} form[hx-post='/models/load'] + .feedback[role=status]")
+    feedback.wait_for(timeout=10_000)
+    assert "exited during load" in feedback.inner_text()
     _open(s, "/models", streams=1)  # the reason stays on the row after a reload
     assert "during load" in s.page.inner_text(f"{row} [data-testid=load-error]")
     s.shoot("models-load-failed")

@@ -172,11 +172,15 @@
     var origin = detail.xhr && detail.xhr.consoleOrigin;
     var active = document.activeElement;
     if (detail.xhr && active && active !== document.body && !detail.xhr.consoleFocus) detail.xhr.consoleFocus = locator(active);
-    if (!origin || detail.xhr.status < 400 || !origin.control.isConnected) return;
+    if (!origin || detail.xhr.status < 400) return;
+    // the control may have been re-rendered meanwhile (a live update of its row): its new copy takes the message
+    var found = origin.control.isConnected ? {anchor: null, control: origin.control} : relocate(origin.where);
+    if (!found) return;
     detail.shouldSwap = true;
     detail.isError = false;
-    detail.target = slotAfter(origin.control);
+    detail.target = found.control ? slotAfter(found.control) : slotIn(found.anchor);
     detail.swapOverride = "innerHTML";
+    origin.placedError = detail.target;
   });
 
   document.addEventListener("htmx:afterSettle", function (event) {
@@ -185,7 +189,7 @@
     xhr.consoleSettled = true;
     var origin = xhr.consoleOrigin;
     var placed = null;
-    if (origin && xhr.status >= 400 && origin.control.isConnected) reveal(slotAfter(origin.control));
+    if (origin && xhr.status >= 400 && origin.placedError && origin.placedError.isConnected) reveal(origin.placedError);
     if (origin && xhr.status < 400) {
       var found = origin.control.isConnected ? {anchor: null, control: origin.control} : relocate(origin.where);
       document.querySelectorAll("[data-feedback]:not([data-placed])").forEach(function (message) {
