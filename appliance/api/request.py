@@ -1,10 +1,16 @@
-"""The API's request class: JSON bodies nested past a fixed depth are refused with a clear 400.
+"""The API's request class: JSON bodies nested past a fixed depth, or of the wrong JSON types, are refused with a clear 400.
 
 msgspec decodes recursively, so a body nested 10,000 levels deep raised
 RecursionError (a 500), and one nested a few hundred levels deep reached the
 recursive code behind it (schema-to-grammar conversion, cache keys). The depth
 is measured on the raw bytes before decoding: strings are cut out, the rest is
 reduced to its brackets, and the scan stops at the first level past the limit.
+
+Litestar converts a decoded body into the route's body type leniently (``1``
+becomes ``true``, ``"5"`` becomes ``5``), so a client that sends the wrong type
+is quietly answered as if it had sent another value. A route whose body is a
+msgspec struct has its JSON checked against that type strictly first: a value of
+the wrong JSON type is a 400 naming its place in the body.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import asyncio
 import re
 from itertools import accumulate
 
+import msgspec
 from litestar import Request
 from litestar.types import Empty
 
@@ -43,4 +50,29 @@ class ApplianceRequest(Request):  # type: ignore[type-arg]
             deep = await asyncio.to_thread(json_too_deep, body) if len(body) > _THREAD_ABOVE else json_too_deep(body)
             if deep:
                 raise BadRequest(f"The JSON body is nested more than {MAX_JSON_DEPTH} levels deep.", code="json_too_deep")
+            data = await super().json()
+            _check_types(self, data)
+            return data
         return await super().json()
+
+
+def _body_type(request: Request) -> type | None:  # type: ignore[type-arg]
+    """The msgspec struct the route takes as its body, if it takes one."""
+    handler = request.scope.get("route_handler")
+    parameter = handler.parsed_fn_signature.parameters.get("data") if handler is not None else None
+    annotation = parameter.annotation if parameter is not None else None
+    return annotation if isinstance(annotation, type) and issubclass(annotation, msgspec.Struct) else None
+
+
+def _check_types(request: Request, data: JsonValue) -> None:  # type: ignore[type-arg]
+    body_type = _body_type(request)
+    if body_type is None:
+        return
+    try:
+        msgspec.convert(data, body_type, strict=True)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        where = message.rpartition(" - at `$")[2].rstrip("`") if " - at `$" in message else ""
+        param = where.lstrip(".") or None
+        if message.startswith("Expected `") and "`, got `" in message:  # a wrong JSON type; the lenient pass answers the rest
+            raise BadRequest(f"Invalid request body: {message}", param=param) from None

@@ -180,3 +180,20 @@ def test_a_query_parameter_given_twice_is_refused_not_half_read(daemon, admin_ke
     assert error["code"] == "repeated_query_parameter" and error["param"] in ("id", "scope")
     single = httpx.get(f"{daemon.url}/admin/cache/policy?scope=global", headers={"Authorization": f"Bearer {admin_key}"}, timeout=30)
     assert single.status_code == 200, single.text
+
+
+@pytest.mark.parametrize("path, body, param", [
+    ("/api/generate", {"model": "default", "prompt": "", "options": {"use_mlock": 1}}, "options.use_mlock"),
+    ("/api/generate", {"model": "default", "prompt": "hi", "stream": "false"}, "stream"),
+    ("/v1/chat/completions", {"model": "default", "messages": [{"role": "user", "content": "hi"}], "stream": 1}, "stream"),
+    ("/v1/completions", {"model": "default", "prompt": "hi", "max_tokens": "5"}, "max_tokens"),
+])
+def test_a_value_of_the_wrong_json_type_is_a_400_naming_it(daemon, api_key, path, body, param):
+    """Not coerced and answered as if the client had sent another value (`1` as `true`, `"false"` as `false`)."""
+    response = httpx.post(daemon.url + path, json=body, timeout=60, headers={"Authorization": f"Bearer {api_key}"})
+    assert response.status_code == 400, response.text[:300]
+    error = response.json()["error"]
+    if path.startswith("/api/"):  # Ollama's error shape: one string
+        assert "Expected" in error and param in error, error
+    else:
+        assert "Expected" in error["message"] and error["param"] == param, error
