@@ -120,12 +120,7 @@ class EngineResponse:
                 async for part in self._chunks(reader):
                     yield part
             elif self._length is not None:
-                left = self._length
-                while left:
-                    part = await reader.read(min(left, STREAM_LIMIT))
-                    if not part:
-                        raise EngineConnectionError("The engine closed the connection before the end of its answer.")
-                    left -= len(part)
+                async for part in _sized(reader, self._length):
                     yield part
             else:  # no length and not chunked: the body ends when the engine closes the connection
                 while part := await reader.read(STREAM_LIMIT):
@@ -158,12 +153,7 @@ class EngineResponse:
                     if parts:
                         yield _joined(parts)
                         parts = []
-                    left = size
-                    while left:
-                        data = await reader.read(min(left, STREAM_LIMIT))
-                        if not data:
-                            raise EngineConnectionError("The engine closed the connection before the end of its answer.")
-                        left -= len(data)
+                    async for data in _sized(reader, size):
                         yield data
                     if await reader.readexactly(2) != b"\r\n":
                         raise EngineConnectionError("The engine sent a chunk without its closing CRLF.")
@@ -178,6 +168,17 @@ class EngineResponse:
                 raise
         if parts:
             yield _joined(parts)
+
+
+async def _sized(reader: asyncio.StreamReader, size: int) -> AsyncIterator[bytes]:
+    """``size`` bytes of the body, in parts of at most the reader's buffer."""
+    left = size
+    while left:
+        part = await reader.read(min(left, STREAM_LIMIT))
+        if not part:
+            raise EngineConnectionError("The engine closed the connection before the end of its answer.")
+        left -= len(part)
+        yield part
 
 
 def _joined(parts: list[bytes]) -> bytes:
