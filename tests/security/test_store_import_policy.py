@@ -19,6 +19,7 @@ from litestar.testing import TestClient
 
 from appliance.errors import BadRequest
 from appliance.store.jobs import JobRegistry
+from appliance.store.errors import ModelNotDownloaded
 from appliance.store.store import ModelStore
 from tests.ggufkit import make_tiny_gguf
 from tests.storekit import make_app, make_hf_folder, make_store
@@ -211,4 +212,8 @@ def test_a_hub_file_whose_bytes_do_not_match_the_listed_sha256_is_refused(hub_wo
     hub.add_repo("org/Bad-GGUF", {"Bad-Q8_0.gguf": model}, listed_sha256={"Bad-Q8_0.gguf": "ab" * 32})
     with pytest.raises(BadRequest, match="sha256 mismatch"):
         store.pull_hub(store.prepare_hub_pull("hf:org/Bad-GGUF"))
-    assert_empty(store)
+    # nothing is installed: the variant stays listed as available on the hub (no files), as after any failed pull
+    assert [(v.name, v.status, v.path) for v in store.list()] == [("bad:q8_0", "available", "")]
+    assert [p for p in store.settings.store_dir.rglob("*") if p.is_file()] == []
+    with pytest.raises(ModelNotDownloaded):
+        store.resolve("bad:q8_0")
