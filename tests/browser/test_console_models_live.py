@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from tests.browser.conftest import USERS, WIDE, Session, sign_in
 from tests.daemon import RunningDaemon
+from tests.reliability.kit import import_model
 from tests.ggufkit import make_tiny_gguf
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -40,28 +40,17 @@ new MutationObserver(() => {
 """
 
 
-def _import(daemon: RunningDaemon, path: Path, name: str) -> None:
-    with daemon.admin() as admin:
-        response = admin.post("/admin/models/import", json={"path": str(path), "name": name})
-        assert response.status_code == 202, response.text
-        job_id = response.json()["id"]
-        deadline = time.monotonic() + 60
-        while (job := admin.get(f"/admin/jobs/{job_id}").json())["state"] in ("queued", "running"):
-            assert time.monotonic() < deadline, job
-            time.sleep(0.2)
-        assert job["state"] == "done", job
-
-
 @pytest.fixture(scope="module")
 def models(console_daemon: RunningDaemon, tmp_path_factory: pytest.TempPathFactory) -> RunningDaemon:
     folder = tmp_path_factory.mktemp("live-models")
     with console_daemon.admin() as admin:
         installed = {m["name"] for m in admin.get("/admin/models/").json()}
     if CHAT_MODEL not in installed:
-        _import(console_daemon, make_tiny_gguf(folder / "live-chat.gguf", chat_template=CHAT_TEMPLATE, seed=7), CHAT_MODEL)
+        import_model(console_daemon, make_tiny_gguf(folder / "live-chat.gguf", chat_template=CHAT_TEMPLATE, seed=7), CHAT_MODEL,
+                     timeout=60)
     if BROKEN_MODEL not in installed:
-        _import(console_daemon, make_tiny_gguf(folder / "live-broken.gguf", seed=8, omit_tensors=("blk.1.ffn_down.weight",)),
-                BROKEN_MODEL)
+        import_model(console_daemon, make_tiny_gguf(folder / "live-broken.gguf", seed=8, omit_tensors=("blk.1.ffn_down.weight",)),
+                     BROKEN_MODEL, timeout=60)
     return console_daemon
 
 

@@ -8,12 +8,12 @@ a base model) says ``["completion"]``.
 
 from __future__ import annotations
 
-import time
 
 import openai
 import pytest
 
-from tests.daemon import RunningDaemon, start_daemon
+from tests.daemon import start_daemon
+from tests.reliability.kit import import_model
 from tests.ggufkit import make_tiny_gguf
 
 pytestmark = pytest.mark.slow
@@ -21,25 +21,13 @@ pytestmark = pytest.mark.slow
 CHAT_TEMPLATE = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}<|assistant|>"
 
 
-def _import(daemon: RunningDaemon, path, name: str) -> None:
-    with daemon.admin() as admin:
-        response = admin.post("/admin/models/import", json={"path": str(path), "name": name})
-        assert response.status_code == 202, response.text
-        job_id = response.json()["id"]
-        deadline = time.monotonic() + 60
-        while (job := admin.get(f"/admin/jobs/{job_id}").json())["state"] in ("queued", "running"):
-            assert time.monotonic() < deadline, job
-            time.sleep(0.2)
-        assert job["state"] == "done", job
-
-
 @pytest.fixture(scope="module")
 def box(tmp_path_factory):
     models = tmp_path_factory.mktemp("caps-models")
     daemon = start_daemon(tmp_path_factory.mktemp("caps"))
     try:
-        _import(daemon, make_tiny_gguf(models / "tiny-chat.gguf", chat_template=CHAT_TEMPLATE), "tinychat:f32")
-        _import(daemon, make_tiny_gguf(models / "tiny-base.gguf", seed=1), "tinybase:f32")
+        import_model(daemon, make_tiny_gguf(models / "tiny-chat.gguf", chat_template=CHAT_TEMPLATE), "tinychat:f32", timeout=60)
+        import_model(daemon, make_tiny_gguf(models / "tiny-base.gguf", seed=1), "tinybase:f32", timeout=60)
         with daemon.admin() as admin:
             assert admin.put("/admin/aliases/writer", json={"target": "tinybase:f32"}).status_code == 200
         yield daemon
