@@ -169,34 +169,34 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Content-Length", "0")
             self.end_headers()
 
+        def _served_repo(self, name: str, mirror_status: int | None) -> HubRepo | None:
+            """The repo this listing endpoint may show, or None once the refusal is answered
+            (the endpoint not served by this mirror, no such repo, or a credential missing)."""
+            repo = hub.repos.get(name)
+            if mirror_status is not None:
+                self._answer(mirror_status, b'{"error": "Not served by this mirror"}')
+                return None
+            if repo is None:
+                self._answer(404, b'{"error": "Repository not found"}')
+                return None
+            return repo if self._allowed(repo) else None
+
         def do_GET(self) -> None:  # noqa: N802
             parts = urlsplit(self.path)
             path = unquote(parts.path)
             hub.requests.append({"path": path, "method": "GET", "authorization": self.headers.get("Authorization")})
             segments = path.strip("/").split("/")
             if segments[:2] == ["api", "models"] and (len(segments) == 4 or (len(segments) == 6 and segments[4] == "revision")):
-                repo = hub.repos.get("/".join(segments[2:4]))
-                if hub.info_status is not None:
-                    self._answer(hub.info_status, b'{"error": "Not served by this mirror"}')
-                    return
+                repo = self._served_repo("/".join(segments[2:4]), hub.info_status)
                 if repo is None:
-                    self._answer(404, b'{"error": "Repository not found"}')
-                    return
-                if not self._allowed(repo):
                     return
                 blobs = parse_qs(parts.query).get("blobs", ["false"])[0] == "true"
                 body = json.dumps(hub.info("/".join(segments[2:4]), repo, blobs)).encode()
                 self._answer(200, body, {"Content-Type": "application/json"})
                 return
             if segments[:2] == ["api", "models"] and len(segments) >= 6 and segments[4] == "tree":
-                repo = hub.repos.get("/".join(segments[2:4]))
-                if hub.tree_status is not None:
-                    self._answer(hub.tree_status, b'{"error": "Not served by this mirror"}')
-                    return
+                repo = self._served_repo("/".join(segments[2:4]), hub.tree_status)
                 if repo is None:
-                    self._answer(404, b'{"error": "Repository not found"}')
-                    return
-                if not self._allowed(repo):
                     return
                 entries = hub.entries(repo)
                 start = int(parse_qs(parts.query).get("cursor", ["0"])[0])
