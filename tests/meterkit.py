@@ -102,7 +102,7 @@ def admit_in_threads(db_path: str, principal: Principal, count: int, tag: str, b
     def one(i: int) -> None:
         barrier.wait()
         try:
-            admitted.append((meters[i], meters[i].admit(principal, request_id=f"{tag}-{i}", endpoint="chat", model="m", estimated_tokens=100)))
+            admitted.append((meters[i], meters[i].admit_now(principal, request_id=f"{tag}-{i}", endpoint="chat", model="m", estimated_tokens=100)))
         except RateLimited:
             pass
 
@@ -136,7 +136,7 @@ def hammer(db_path: str, key_id: int, tasks: int = 32) -> None:
         async def worker() -> None:
             while True:
                 rid = f"h{next(counter)}"
-                admission = meter.admit(principal, request_id=rid, endpoint="chat", model="m", estimated_tokens=50)
+                admission = await meter.admit(principal, request_id=rid, endpoint="chat", model="m", estimated_tokens=50)
                 await meter.settle(admission, model="m", variant=None, backend="x", prompt_tokens=20, completion_tokens=30,
                                    cached_tokens=0, ttft_ms=1.0, latency_ms=2.0, status=200)
                 sys.stdout.write(rid + "\n")

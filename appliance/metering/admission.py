@@ -2,15 +2,19 @@
 
 A principal without quotas costs two dict look-ups: limits are cached per key and
 team for :data:`QUOTA_CACHE_SECONDS` (the "no quota" fact too) and dropped when a
-quota changes. With quotas, one short ``BEGIN IMMEDIATE`` transaction holds one
-conditional UPDATE per counter::
+quota changes. With quotas, the admission is planned on the caller's side
+(:meth:`Admissions.prepare`) and its :class:`Reservation` is made inside a write
+transaction: the group-commit writer's batch for the gateway (the event loop does
+no SQLite work for it), or one of its own. It holds one conditional UPDATE per
+counter::
 
     UPDATE quota_counters SET reserved = reserved + :x
      WHERE <subject, dimension, window> AND spent + reserved + :x <= limit_value
 
-so no interleaving of admissions, in this process or another, can overspend. The
-counters held and the amounts are written to ``reservations`` in the same
-transaction; that row, not memory, says what is still held.
+inside a savepoint, so no interleaving of admissions, in this process or another,
+can overspend, and a refusal undoes only its own partial reservation. The counters
+held and the amounts are written to ``reservations`` in the same transaction; that
+row, not memory, says what is still held.
 """
 
 from __future__ import annotations
@@ -145,9 +149,9 @@ class Admissions:
             self._limits[(subject, subject_id)] = (now + QUOTA_CACHE_SECONDS, limits)
         return limits
 
-    def admit(self, principal: Principal, *, request_id: str, endpoint: str, model: str, estimated_tokens: int,
-              cached: bool, cap: bool, max_tokens: int | None) -> Admission:
-        """See :meth:`appliance.metering.meter.Meter.admit`."""
+    def prepare(self, principal: Principal, *, request_id: str, endpoint: str, model: str, estimated_tokens: int,
+                cached: bool, cap: bool, max_tokens: int | None) -> tuple[Admission, Reservation | None]:
+        """The admission, and the reservation still to make in a transaction (None: no quota applies)."""
         key_id = principal.id if principal.kind == "key" else None
         team_id = principal.team_id
         now = self._clock()
@@ -155,56 +159,37 @@ class Admissions:
         key_limits = self._subject_limits("key", key_id) if key_id is not None else ()
         team_limits = self._subject_limits("team", team_id) if team_id is not None else ()
         if not key_limits and not team_limits:
-            return admission
+            return admission, None
         plans = self._plan(now, model, estimated_tokens, cached, (("key", key_id, key_limits), ("team", team_id, team_limits)))
-        capped: list[int | None] = [None]
+        prompt = max(0, estimated_tokens) if cap and not cached else None
+        per_cost_token = self._prices.highest_rate(model) / PER if prompt is not None else 0.0
+        return admission, Reservation(request_id, now, plans, prompt, max_tokens, per_cost_token)
 
-        def work() -> tuple[tuple[Hold, ...], list[CounterState]]:
-            todo = plans
-            if cap and not cached:
-                todo = self._cap(plans, model, max(0, estimated_tokens), max_tokens, capped)
-            return self._reserve(request_id, now, todo)
-
+    def admit(self, principal: Principal, *, request_id: str, endpoint: str, model: str, estimated_tokens: int,
+              cached: bool, cap: bool, max_tokens: int | None) -> Admission:
+        """See :meth:`appliance.metering.meter.Meter.admit_now`: the reservation in a transaction of its own."""
+        admission, reservation = self.prepare(principal, request_id=request_id, endpoint=endpoint, model=model,
+                                              estimated_tokens=estimated_tokens, cached=cached, cap=cap, max_tokens=max_tokens)
+        if reservation is None:
+            return admission
         try:
-            holds, states = transaction(self._conn, self._lock, work)
-        except Refused as refused:
-            self._refuse(refused.plan, plans, now, model)
-        except sqlite3.IntegrityError:
-            raise Conflict(f"Request id {request_id!r} is already in flight.") from None
+            outcome = transaction(self._conn, self._lock, lambda: reservation.apply(self._conn))
         except sqlite3.OperationalError as exc:
-            log.error("quota admission failed: %s", exc)
-            raise EngineUnavailable("The metering database is busy; retry shortly.", headers={"Retry-After": "1"}) from None
-        admission.holds = holds
-        admission.headers = ratelimit_headers(states, now)
-        if capped[0] is not None:
-            admission.max_tokens = capped[0]
-            admission.estimated_tokens = max(0, estimated_tokens) + capped[0]
+            raise busy(exc) from None
+        return self.conclude(admission, reservation, outcome)
+
+    def conclude(self, admission: Admission, reservation: Reservation, outcome: Granted | Refusal | None) -> Admission:
+        """The admission with what its reservation holds; raises 429 for a refusal, 409 for a request id in flight."""
+        if outcome is None:
+            raise Conflict(f"Request id {reservation.request_id!r} is already in flight.")
+        if isinstance(outcome, Refusal):
+            self._refuse(outcome, reservation.now, admission.model)
+        admission.holds = outcome.holds
+        admission.headers = ratelimit_headers(outcome.states, reservation.now)
+        if outcome.capped is not None:
+            admission.max_tokens = outcome.capped
+            admission.estimated_tokens = max(0, admission.estimated_tokens) + outcome.capped
         return admission
-
-    def _cap(self, plans: list[Plan], model: str, prompt: int, requested: int | None, out: list[int | None]) -> list[Plan]:
-        """Inside the admission transaction: cap the completion to what every token and cost counter has left.
-
-        Returns the plans with token and cost amounts set to prompt + cap; raises
-        :class:`~appliance.metering.errors.Refused` if the prompt alone does not fit."""
-        per_cost_token = self._prices.highest_rate(model) / PER
-        budgets = []
-        for p in plans:
-            if p.dimension.unit not in ("tokens", "cost"):
-                continue
-            limit, spent, reserved = self._peek(p)
-            budgets.append(_Budget(p, limit - spent - reserved, 1.0 if p.dimension.unit == "tokens" else per_cost_token))
-        cap = completion_cap(prompt, requested, [(b.remaining, b.per_token) for b in budgets])
-        if cap is None:
-            return plans
-        if cap < 1:
-            # the tightest counter: the one the prompt plus one token overruns by most
-            worst = max((b for b in budgets if b.per_token > 0),
-                        key=lambda b: ((prompt + 1) * b.per_token - b.remaining) / max(b.per_token, 1e-300))
-            raise Refused(replace(worst.plan, amount=(prompt + 1) * worst.per_token))
-        out[0] = cap
-        total = prompt + cap
-        return [replace(p, amount=float(total) if p.dimension.unit == "tokens" else total * per_cost_token)
-                if p.dimension.unit in ("tokens", "cost") else p for p in plans]
 
     def _plan(self, now: float, model: str, estimated_tokens: int, cached: bool,
               subjects: tuple[tuple[str, int | None, Limits], ...]) -> list[Plan]:
@@ -224,41 +209,125 @@ class Admissions:
                 plans.append(Plan(subject, subject_id, dimension, start, end, limit, amount))
         return plans
 
-    def _reserve(self, request_id: str, now: float, plans: list[Plan]) -> tuple[tuple[Hold, ...], list[CounterState]]:
-        conn = self._conn
-        holds, states = [], []
-        for p in plans:
-            args = (p.amount, p.subject, p.subject_id, p.dimension.name, p.window_start)
-            row = conn.execute(_RESERVE, args).fetchone()
-            if row is None and conn.execute(_CREATE, (p.subject, p.subject_id, p.dimension.name, p.window_start, p.limit)).rowcount:
-                row = conn.execute(_RESERVE, args).fetchone()
-            if row is None:
-                raise Refused(p)
-            holds.append(Hold(row[0], p.dimension, p.amount))
-            states.append(CounterState(p.dimension, p.subject, row[1], row[2], row[3], p.window_end))
-        counters = json.dumps([[h.counter_id, h.amount] for h in holds])
-        conn.execute("INSERT INTO reservations (request_id, counters, created_at) VALUES (?, ?, ?)", (request_id, counters, now))
-        return tuple(holds), states
-
-    def _peek(self, p: Plan) -> tuple[float, float, float]:
-        """(limit, spent, reserved) of a planned counter; a counter not made yet is empty."""
-        row = self._conn.execute(_PEEK, (p.subject, p.subject_id, p.dimension.name, p.window_start)).fetchone()
-        return row if row is not None else (p.limit, 0.0, 0.0)
-
-    def _refuse(self, refused: Plan, plans: list[Plan], now: float, model: str) -> None:
-        states, refused_state = [], None
-        with self._lock:
-            for p in plans:
-                state = CounterState(p.dimension, p.subject, *self._peek(p), p.window_end)
-                states.append(state)
-                if (p.subject, p.subject_id, p.dimension) == (refused.subject, refused.subject_id, refused.dimension):
-                    refused_state = state
-        assert refused_state is not None
-        headers = ratelimit_headers(states, now)
+    def _refuse(self, refusal: Refusal, now: float, model: str) -> None:
+        refused = refusal.plan
+        refused_state = next(state for p, state in zip(refusal.plans, refusal.states)
+                             if (p.subject, p.subject_id, p.dimension) == (refused.subject, refused.subject_id, refused.dimension))
+        headers = ratelimit_headers(refusal.states, now)
         headers["Retry-After"] = retry_after(refused_state, now)
         self._metrics.observe_refusal(model, refused.dimension.name)
         error = QuotaExceeded if refused.dimension.budget else RateLimited
         raise error(refusal_message(refused_state, refused.amount), headers=headers)
+
+
+@dataclass(frozen=True, slots=True)
+class Granted:
+    """A reservation made: what it holds, the counters as it left them, and the completion cap (None: uncapped)."""
+
+    holds: tuple[Hold, ...]
+    states: list[CounterState]
+    capped: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A reservation refused: the counter that cannot take it, and every planned counter as it stands."""
+
+    plan: Plan
+    plans: list[Plan]
+    states: list[CounterState]
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """An admission's work inside a write transaction: reserve on every planned counter, or on none.
+
+    ``prompt`` is set when the completion is to be capped to the budgets left (see
+    :func:`appliance.metering.quotas.completion_cap`). :meth:`apply` runs in the
+    group-commit writer's batch (or a transaction of its own) inside a savepoint,
+    so a refusal undoes its own partial reservation and nothing else.
+    """
+
+    request_id: str
+    now: float
+    plans: list[Plan]
+    prompt: int | None
+    max_tokens: int | None
+    per_cost_token: float
+
+    def apply(self, conn: sqlite3.Connection) -> Granted | Refusal | None:
+        """Reserve; None when the request id is already in flight."""
+        conn.execute("SAVEPOINT admission")
+        try:
+            plans, capped = self.plans, None
+            if self.prompt is not None:
+                plans, capped = _capped(conn, self.plans, self.prompt, self.max_tokens, self.per_cost_token)
+            holds, states = _reserve(conn, self.request_id, self.now, plans)
+        except Refused as refused:
+            conn.execute("ROLLBACK TO admission")
+            conn.execute("RELEASE admission")
+            states = [CounterState(p.dimension, p.subject, *_peek(conn, p), p.window_end) for p in self.plans]
+            return Refusal(refused.plan, self.plans, states)
+        except sqlite3.IntegrityError:
+            conn.execute("ROLLBACK TO admission")
+            conn.execute("RELEASE admission")
+            return None
+        conn.execute("RELEASE admission")
+        return Granted(holds, states, capped)
+
+
+def busy(exc: sqlite3.OperationalError) -> EngineUnavailable:
+    """The 503 for a metering database that stayed locked."""
+    log.error("quota admission failed: %s", exc)
+    return EngineUnavailable("The metering database is busy; retry shortly.", headers={"Retry-After": "1"})
+
+
+def _capped(conn: sqlite3.Connection, plans: list[Plan], prompt: int, requested: int | None,
+            per_cost_token: float) -> tuple[list[Plan], int | None]:
+    """Cap the completion to what every token and cost counter has left.
+
+    Returns the plans with token and cost amounts set to prompt + cap, and the cap;
+    raises :class:`~appliance.metering.errors.Refused` if the prompt alone does not fit."""
+    budgets = []
+    for p in plans:
+        if p.dimension.unit not in ("tokens", "cost"):
+            continue
+        limit, spent, reserved = _peek(conn, p)
+        budgets.append(_Budget(p, limit - spent - reserved, 1.0 if p.dimension.unit == "tokens" else per_cost_token))
+    cap = completion_cap(prompt, requested, [(b.remaining, b.per_token) for b in budgets])
+    if cap is None:
+        return plans, None
+    if cap < 1:
+        # the tightest counter: the one the prompt plus one token overruns by most
+        worst = max((b for b in budgets if b.per_token > 0),
+                    key=lambda b: ((prompt + 1) * b.per_token - b.remaining) / max(b.per_token, 1e-300))
+        raise Refused(replace(worst.plan, amount=(prompt + 1) * worst.per_token))
+    total = prompt + cap
+    return [replace(p, amount=float(total) if p.dimension.unit == "tokens" else total * per_cost_token)
+            if p.dimension.unit in ("tokens", "cost") else p for p in plans], cap
+
+
+def _reserve(conn: sqlite3.Connection, request_id: str, now: float,
+             plans: list[Plan]) -> tuple[tuple[Hold, ...], list[CounterState]]:
+    holds, states = [], []
+    for p in plans:
+        args = (p.amount, p.subject, p.subject_id, p.dimension.name, p.window_start)
+        row = conn.execute(_RESERVE, args).fetchone()
+        if row is None and conn.execute(_CREATE, (p.subject, p.subject_id, p.dimension.name, p.window_start, p.limit)).rowcount:
+            row = conn.execute(_RESERVE, args).fetchone()
+        if row is None:
+            raise Refused(p)
+        holds.append(Hold(row[0], p.dimension, p.amount))
+        states.append(CounterState(p.dimension, p.subject, row[1], row[2], row[3], p.window_end))
+    counters = json.dumps([[h.counter_id, h.amount] for h in holds])
+    conn.execute("INSERT INTO reservations (request_id, counters, created_at) VALUES (?, ?, ?)", (request_id, counters, now))
+    return tuple(holds), states
+
+
+def _peek(conn: sqlite3.Connection, p: Plan) -> tuple[float, float, float]:
+    """(limit, spent, reserved) of a planned counter; a counter not made yet is empty."""
+    row = conn.execute(_PEEK, (p.subject, p.subject_id, p.dimension.name, p.window_start)).fetchone()
+    return row if row is not None else (p.limit, 0.0, 0.0)
 
 
 def release_reservations(conn: sqlite3.Connection, cutoff: float) -> int:

@@ -2,25 +2,27 @@
 
 Request path, as the gateway drives it::
 
-    admission = meter.admit(principal, request_id=..., endpoint=..., model=..., estimated_tokens=...)
+    admission = await meter.admit(principal, request_id=..., endpoint=..., model=..., estimated_tokens=...)
     ...forward...
     cost = await meter.settle(admission, model=..., prompt_tokens=..., ...)   # or meter.release(...)
 
-``admit`` is synchronous and cheap (:mod:`appliance.metering.admission`: limits
-cached per key and team, one short transaction of conditional UPDATEs when there
-are quotas, so nothing can overspend). ``settle``/``release`` write the usage
-row, add the real amounts to ``spent`` and return the held amounts from
-``reserved`` in ONE transaction (:mod:`appliance.metering.settlement`), via the
-group-commit writer (:mod:`appliance.metering.ledger`); they return once it is
-committed.
+``admit`` is cheap (:mod:`appliance.metering.admission`: limits cached per key
+and team; when there are quotas, conditional UPDATEs in a savepoint of the
+group-commit writer's next batch, so nothing can overspend and the event loop
+does no SQLite work). ``settle``/``release`` write the usage row, add the real
+amounts to ``spent`` and return the held amounts from ``reserved`` in ONE
+transaction (:mod:`appliance.metering.settlement`), through the same writer
+(:mod:`appliance.metering.ledger`); each returns once its batch is committed.
+``admit_now`` is the synchronous admission, in a transaction of its own (for
+callers without an event loop).
 
 The meter counts quota refusals in ``metrics`` (it alone knows the dimension);
 the request counters and histograms are the gateway's to feed, through
 ``meter.metrics.observe_request``, once per request whatever its outcome.
 
 All of it uses one dedicated SQLite connection guarded by a lock shared by the
-event loop (admit) and the writer thread (settle): the two never wait on
-SQLite's busy handler for each other.
+writer thread and the synchronous callers: they never wait on SQLite's busy
+handler for each other.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ from sqlalchemy import Engine
 
 from appliance.accounts.keys import Principal
 from appliance.db.engine import _on_connect
-from appliance.metering.admission import Admission, Admissions, prune_counters, release_reservations
+from appliance.metering.admission import (
+    Admission, Admissions, Granted, Refusal, Reservation, busy, prune_counters, release_reservations,
+)
 from appliance.metering.ledger import GroupCommitWriter, WriterStats, transaction
 from appliance.metering.pricing import PriceBook, cost_of
 from appliance.metering.settlement import Settlement, UsageRow, apply_settlement, charges
@@ -78,7 +82,9 @@ class Meter:
         self._lock = threading.RLock()
         self.prices = PriceBook(self._load_prices)
         self._admissions = Admissions(settings, self._conn, self._lock, self.prices, self.metrics, clock)
-        self._writer: GroupCommitWriter[Settlement, float] = GroupCommitWriter(self._conn, self._lock, apply_settlement)
+        self._abandoning: set[asyncio.Task] = set()
+        self._writer: GroupCommitWriter[Settlement | Reservation, float | Granted | Refusal | None] = GroupCommitWriter(
+            self._conn, self._lock, _apply)
 
     # -- lifecycle -----------------------------------------------------------------
     @property
@@ -120,7 +126,7 @@ class Meter:
             return self._conn.execute("SELECT model, input_per_m, output_per_m, cached_per_m FROM prices").fetchall()
 
     # -- admission -----------------------------------------------------------------
-    def admit(
+    async def admit(
         self,
         principal: Principal,
         *,
@@ -139,9 +145,53 @@ class Meter:
         transaction as the reservation, the completion is capped to the allowance left on
         every token and cost counter of the key and its team; the reservation is prompt +
         cap and ``admission.max_tokens`` is the cap to send to the engine. A prompt that
-        alone does not fit is refused (429) before any engine work."""
+        alone does not fit is refused (429) before any engine work.
+
+        The reservation rides in the group-commit writer's next batch. If the caller is
+        cancelled while it waits (the client left), a reservation made meanwhile is
+        released as a 499, so nothing stays held."""
+        admission, reservation = self._admissions.prepare(principal, request_id=request_id, endpoint=endpoint, model=model,
+                                                          estimated_tokens=estimated_tokens, cached=cached, cap=cap,
+                                                          max_tokens=max_tokens)
+        if reservation is None:
+            return admission
+        if not self._writer.running:
+            return self._admissions.conclude(admission, reservation, self._reserve_now(reservation))
+        try:
+            pending = self._writer.submit(reservation)
+        except RuntimeError:  # stopping right now
+            return self._admissions.conclude(admission, reservation, self._reserve_now(reservation))
+        try:
+            outcome = await asyncio.shield(pending)
+        except asyncio.CancelledError:
+            pending.add_done_callback(lambda done: self._abandoned(admission, done))
+            raise
+        except sqlite3.OperationalError as exc:
+            raise busy(exc) from None
+        return self._admissions.conclude(admission, reservation, outcome)
+
+    def admit_now(self, principal: Principal, *, request_id: str, endpoint: str, model: str, estimated_tokens: int,
+                  cached: bool = False, cap: bool = False, max_tokens: int | None = None) -> Admission:
+        """:meth:`admit` in a transaction of its own, for callers without an event loop (any thread)."""
         return self._admissions.admit(principal, request_id=request_id, endpoint=endpoint, model=model,
                                       estimated_tokens=estimated_tokens, cached=cached, cap=cap, max_tokens=max_tokens)
+
+    def _reserve_now(self, reservation: Reservation) -> Granted | Refusal | None:
+        (outcome, error), = self._writer.write_now([reservation])
+        if isinstance(error, sqlite3.OperationalError):
+            raise busy(error)
+        if error is not None:
+            raise error
+        return outcome  # type: ignore[return-value]
+
+    def _abandoned(self, admission: Admission, done: asyncio.Future) -> None:
+        """The admitting request was cancelled: release what its reservation holds, if it was made."""
+        if done.cancelled() or done.exception() is not None or not isinstance(done.result(), Granted):
+            return
+        admission.holds = done.result().holds
+        task = asyncio.get_running_loop().create_task(self.release(admission, status=499, model=admission.model))
+        self._abandoning.add(task)
+        task.add_done_callback(self._abandoning.discard)
 
     # -- settling --------------------------------------------------------------------
     async def settle(
@@ -223,3 +273,10 @@ class Meter:
         """Delete counters of windows long over (the ledger keeps the history). Schedule hourly."""
         now = self._clock()
         return transaction(self._conn, self._lock, lambda: prune_counters(self._conn, now))
+
+
+def _apply(conn: sqlite3.Connection, record: Settlement | Reservation) -> float | Granted | Refusal | None:
+    """The writer's work for one record: a settlement, or an admission's reservation."""
+    if isinstance(record, Reservation):
+        return record.apply(conn)
+    return apply_settlement(conn, record)

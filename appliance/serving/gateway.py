@@ -149,11 +149,11 @@ class Gateway:
         counted = await self.prompts.count(target, endpoint, body) if self.prompts is not None else None
         prompt = counted if counted is not None else prompt_bound(body)
         if isinstance(body, EmbeddingRequest):
-            ctx.admission = self.meter.admit(principal, request_id=ctx.request_id, endpoint=ctx.ledger_endpoint, model=ctx.model,
+            ctx.admission = await self.meter.admit(principal, request_id=ctx.request_id, endpoint=ctx.ledger_endpoint, model=ctx.model,
                                              estimated_tokens=prompt)
         else:
             # reserve the prompt, then cap the completion to what the key's and team's budgets have left
-            ctx.admission = self.meter.admit(principal, request_id=ctx.request_id, endpoint=ctx.ledger_endpoint, model=ctx.model,
+            ctx.admission = await self.meter.admit(principal, request_id=ctx.request_id, endpoint=ctx.ledger_endpoint, model=ctx.model,
                                              estimated_tokens=prompt, cap=True,
                                              max_tokens=requested_tokens(body) or self._context(ctx.model))
             ctx.body = with_cap(body, ctx.admission.max_tokens)
@@ -370,7 +370,7 @@ class Gateway:
 
     # ------------------------------------------------------------------ cache
     async def _serve_cached(self, ctx: RequestContext, hit: Hit) -> Response:
-        ctx.admission = self.meter.admit(ctx.principal, request_id=ctx.request_id, endpoint=ctx.ledger_endpoint, model=ctx.model,
+        ctx.admission = await self.meter.admit(ctx.principal, request_id=ctx.request_id, endpoint=ctx.ledger_endpoint, model=ctx.model,
                                          estimated_tokens=hit.prompt_tokens + hit.completion_tokens, cached=True)
         usage = {"prompt_tokens": hit.prompt_tokens, "completion_tokens": hit.completion_tokens,
                  "prompt_tokens_details": {"cached_tokens": hit.prompt_tokens}}

@@ -29,7 +29,7 @@ SETTLE = dict(model="m", variant=None, backend="llamacpp", prompt_tokens=30, com
 async def run(meter: Meter, principal, n: int, concurrency: int, tag: str) -> dict[str, float]:
     # admit alone (released at once so counters do not grow without bound)
     t = time.perf_counter()
-    admissions = [meter.admit(principal, request_id=f"{tag}a{i}", endpoint="chat", model="m", estimated_tokens=100) for i in range(n)]
+    admissions = [meter.admit_now(principal, request_id=f"{tag}a{i}", endpoint="chat", model="m", estimated_tokens=100) for i in range(n)]
     admit_us = (time.perf_counter() - t) / n * 1e6
     await asyncio.gather(*(meter.release(a, status=499, model="m") for a in admissions))
 
@@ -37,7 +37,7 @@ async def run(meter: Meter, principal, n: int, concurrency: int, tag: str) -> di
     m = max(n // 5, 1)
     t = time.perf_counter()
     for i in range(m):
-        await meter.settle(meter.admit(principal, request_id=f"{tag}s{i}", endpoint="chat", model="m", estimated_tokens=100), **SETTLE)
+        await meter.settle(await meter.admit(principal, request_id=f"{tag}s{i}", endpoint="chat", model="m", estimated_tokens=100), **SETTLE)
     serial_us = (time.perf_counter() - t) / m * 1e6
 
     # admit + settle with `concurrency` requests in flight
@@ -46,7 +46,7 @@ async def run(meter: Meter, principal, n: int, concurrency: int, tag: str) -> di
 
     async def worker() -> None:
         for i in counter:
-            admission = meter.admit(principal, request_id=f"{tag}c{i}", endpoint="chat", model="m", estimated_tokens=100)
+            admission = await meter.admit(principal, request_id=f"{tag}c{i}", endpoint="chat", model="m", estimated_tokens=100)
             await meter.settle(admission, **SETTLE)
 
     t = time.perf_counter()

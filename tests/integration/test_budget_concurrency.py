@@ -81,7 +81,7 @@ async def test_64_concurrent_tasks_on_one_meter_admit_exactly_10(tmp_path, budge
     async def request(i: int) -> bool:
         await asyncio.sleep(0)
         try:
-            admission = meter.admit(key, request_id=f"a{i}", endpoint="chat", model="m", estimated_tokens=100)
+            admission = await meter.admit(key, request_id=f"a{i}", endpoint="chat", model="m", estimated_tokens=100)
         except RateLimited:
             return False
         await asyncio.sleep(0.01)  # all 64 are in flight before any settles
@@ -102,7 +102,7 @@ async def test_group_commit_many_settles_few_transactions_none_lost(tmp_path):
     meter = Meter(settings(tmp_path), db)
     await meter.start()
     n = 400
-    admissions = [meter.admit(key, request_id=f"g{i}", endpoint="chat", model="m", estimated_tokens=10) for i in range(n)]
+    admissions = [meter.admit_now(key, request_id=f"g{i}", endpoint="chat", model="m", estimated_tokens=10) for i in range(n)]
     base = meter.writer_stats.transactions
     await asyncio.gather(*(meter.settle(a, model="m", variant=None, backend="x", prompt_tokens=3, completion_tokens=4, cached_tokens=0,
                                         ttft_ms=1.0, latency_ms=2.0, status=200) for a in admissions))

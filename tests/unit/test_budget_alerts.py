@@ -22,7 +22,7 @@ SECRET = "receiver-shared-secret"
 
 
 async def spend(meter, principal, rid, completion, prompt=0):
-    admission = meter.admit(principal, request_id=rid, endpoint="chat", model="m", estimated_tokens=prompt + completion)
+    admission = await meter.admit(principal, request_id=rid, endpoint="chat", model="m", estimated_tokens=prompt + completion)
     await meter.settle(admission, model="m", prompt_tokens=prompt, completion_tokens=completion, **SETTLE)
 
 

@@ -105,7 +105,7 @@ class MeteringMachine(RuleBasedStateMachine):
         self.n += 1
         rid = f"r{self.n}"
         try:
-            admission = self.meter.admit(principal, request_id=rid, endpoint="chat", model="m", estimated_tokens=estimate)
+            admission = self.meter.admit_now(principal, request_id=rid, endpoint="chat", model="m", estimated_tokens=estimate)
         except RateLimited:
             assert not clear, "refused although every counter had room"
             return None

@@ -20,7 +20,7 @@ SETTLE = dict(variant=None, backend="llamacpp", cached_tokens=0, ttft_ms=5.0, la
 
 
 def admit(meter, principal, rid, tokens=100, **kw):
-    return meter.admit(principal, request_id=rid, endpoint="chat", model="m", estimated_tokens=tokens, **kw)
+    return meter.admit_now(principal, request_id=rid, endpoint="chat", model="m", estimated_tokens=tokens, **kw)
 
 
 async def settle(meter, admission, prompt=10, completion=20, **kw):
@@ -193,7 +193,7 @@ async def test_start_releases_reservations_a_crash_left(tmp_path, db, clock):
     key = add_key(db)
     set_quota(db, "key", key.id, max_concurrent=1, tokens_per_day=500)
     crashed = Meter(settings(tmp_path), db, clock=clock)
-    crashed.admit(key, request_id="lost", endpoint="chat", model="m", estimated_tokens=400)
+    crashed.admit_now(key, request_id="lost", endpoint="chat", model="m", estimated_tokens=400)
     crashed.close()  # never settled: as if killed
     meter = Meter(settings(tmp_path), db, clock=clock)
     await meter.start()
@@ -301,7 +301,7 @@ def test_completion_cap_is_the_largest_that_fits_every_counter(prompt, requested
 
 
 def capped(meter, principal, rid, prompt=10, max_tokens=None, model="m"):
-    return meter.admit(principal, request_id=rid, endpoint="chat", model=model, estimated_tokens=prompt, cap=True, max_tokens=max_tokens)
+    return meter.admit_now(principal, request_id=rid, endpoint="chat", model=model, estimated_tokens=prompt, cap=True, max_tokens=max_tokens)
 
 
 async def test_cap_reserves_prompt_plus_the_allowance_left_and_shares_it_exactly(meter, db):
