@@ -95,6 +95,11 @@ def count(conn: sqlite3.Connection) -> int:
     return conn.execute("SELECT count(*) FROM cache_entries").fetchone()[0]
 
 
+def keys(conn: sqlite3.Connection) -> list[str]:
+    """Every stored cache key."""
+    return [k for (k,) in conn.execute("SELECT cache_key FROM cache_entries")]
+
+
 def upsert(conn: sqlite3.Connection, prep: Prepared, response: str, embedding: bytes | None, prompt_tokens: int,
            completion_tokens: int, size: int, now: float) -> tuple[int, int]:
     """Insert or replace the row of ``prep.key``; returns its id and hits (0 for a new row)."""

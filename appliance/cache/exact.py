@@ -1,7 +1,8 @@
 """The exact tier: an in-memory LRU of hot entries in front of the ``cache_entries`` rows.
 
-A lookup tries the hot LRU, then one indexed SELECT on ``cache_key``; a row read
-from SQLite becomes a hot entry. Hits are not written at once: they are counted
+A lookup tries the hot LRU, then, only when :class:`StoredKeys` says a row may
+exist, one indexed SELECT on ``cache_key``; a row read from SQLite becomes a hot
+entry. A miss, the common case, costs no SQLite read. Hits are not written at once: they are counted
 in :class:`PendingHits`, which the writer folds into one UPDATE per entry at its
 next batch.
 """
@@ -94,6 +95,45 @@ class HotEntries:
             self._bytes -= old.size
 
 
+def fingerprint(key: str) -> int:
+    """The first 64 bits of a cache key (a sha256 in hex): what :class:`StoredKeys` keeps of it."""
+    return int(key[:16], 16)
+
+
+class StoredKeys:
+    """The fingerprints of the keys stored in ``cache_entries``: a row can exist only if its key's is here.
+
+    The cache writer, which owns every change to the rows, adds a key before its
+    insert commits and removes the keys of the rows it deletes, so the set never
+    lacks a stored key; a fingerprint shared by two keys, or one whose insert
+    rolled back, only costs a read that finds nothing. About 60 bytes per entry.
+    """
+
+    def __init__(self) -> None:
+        self._keys: set[int] = set()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def may_hold(self, key: str) -> bool:
+        return fingerprint(key) in self._keys
+
+    def add(self, key: str) -> None:
+        with self._lock:
+            self._keys.add(fingerprint(key))
+
+    def discard(self, keys: Iterable[str]) -> None:
+        with self._lock:
+            self._keys.difference_update(fingerprint(k) for k in keys)
+
+    def replace(self, keys: Iterable[str]) -> None:
+        """Hold exactly ``keys`` (at start, and after a database restore)."""
+        fresh = {fingerprint(k) for k in keys}
+        with self._lock:
+            self._keys = fresh
+
+
 class PendingHits:
     """Hits counted since the writer's last batch: cache key -> (latest hit time, count)."""
 
@@ -124,17 +164,20 @@ class EntryReader(Protocol):
 class ExactTier:
     """Reads of cached answers by exact key or by row id, each counted as a hit."""
 
-    def __init__(self, settings: Settings, rows: EntryReader, hot: HotEntries, hits: PendingHits):
+    def __init__(self, settings: Settings, rows: EntryReader, hot: HotEntries, hits: PendingHits, stored: StoredKeys):
         self._settings = settings
         self._rows = rows
         self._hot = hot
         self._hits = hits
+        self._stored = stored
 
     def lookup(self, key: str) -> Hit | None:
         """The answer stored under ``key``: synchronous, well under a millisecond."""
         now = time.time()
         entry = self._hot.fresh(key, self._settings.cache_ttl_seconds, now)
         if entry is None:
+            if not self._stored.may_hold(key):
+                return None
             entry = self._rows.by_key(key, now)
             if entry is None:
                 return None

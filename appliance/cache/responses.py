@@ -35,7 +35,7 @@ from appliance.accounts.keys import Principal
 from appliance.cache.counters import CacheCounters
 from appliance.cache.embedder import Embedder
 from appliance.cache.entries import EntryStore
-from appliance.cache.exact import ExactTier, HotEntries, HotEntry, PendingHits
+from appliance.cache.exact import ExactTier, HotEntries, HotEntry, PendingHits, StoredKeys
 from appliance.cache.keys import (
     CacheableRequest, Policy, Prepared, cache_control, cache_key, is_deterministic, normalized, partition, scope_key,
     semantic_text,
@@ -62,10 +62,11 @@ class ResponseCache:
         self._hot = HotEntries()
         self._hits = PendingHits()
         self._counters = CacheCounters()
-        self._exact = ExactTier(settings, self._rows, self._hot, self._hits)
+        self._stored = StoredKeys()
+        self._exact = ExactTier(settings, self._rows, self._hot, self._hits, self._stored)
         self._semantic = SemanticTier(embedder, self._rows, self._exact, self._counters) if embedder is not None else None
         self._policies = CachePolicies(settings, self._rows, semantic_available=embedder is not None)
-        self._writer = CacheWriter(settings, self._rows, self._hot, self._hits, self._semantic, self._counters)
+        self._writer = CacheWriter(settings, self._rows, self._hot, self._hits, self._semantic, self._counters, self._stored)
         self._closed = False
 
     # ---------------------------------------------------------------- policy

@@ -25,7 +25,7 @@ import numpy as np
 from appliance.cache import entries
 from appliance.cache.counters import CacheCounters
 from appliance.cache.entries import Deleted, EntryStore
-from appliance.cache.exact import HotEntries, HotEntry, PendingHits
+from appliance.cache.exact import HotEntries, HotEntry, PendingHits, StoredKeys
 from appliance.cache.keys import Prepared
 from appliance.cache.replay import complete_response, from_stream, usage_tokens
 from appliance.cache.semantic_tier import SemanticTier
@@ -67,8 +67,9 @@ class CacheWriter:
     """Owns every change to ``cache_entries`` and to the memory that mirrors it."""
 
     def __init__(self, settings: Settings, rows: EntryStore, hot: HotEntries, hits: PendingHits,
-                 semantic: SemanticTier | None, counters: CacheCounters):
+                 semantic: SemanticTier | None, counters: CacheCounters, stored: StoredKeys):
         self._settings = settings
+        self._stored = stored
         self._rows = rows
         self._hot = hot
         self._hits = hits
@@ -81,12 +82,14 @@ class CacheWriter:
         self._thread.start()
 
     def recount(self) -> None:
-        """Read the number of rows again (after a database restore)."""
+        """Read the number of rows and their keys again (at start, and after a database restore)."""
         conn = self._rows.connect()
         try:
-            self._count = entries.count(conn)
+            keys = entries.keys(conn)
         finally:
             conn.close()
+        self._stored.replace(keys)
+        self._count = len(keys)
 
     # -- what callers queue ----------------------------------------------------------
     def store(self, prep: Prepared, response: JsonObject) -> None:
@@ -206,6 +209,7 @@ class CacheWriter:
         blob = vector.astype(np.float32).tobytes() if vector is not None else None
         size = len(text.encode()) + (len(blob) if blob else 0) + (len(prep.text.encode()) if prep.text and blob else 0)
         now = time.time()
+        self._stored.add(prep.key)  # before the row exists: a reader may find the key and no row, never the reverse
         entry_id, hits = entries.upsert(conn, prep, text, blob, prompt_tokens, completion_tokens, size, now)
         if hits == 0:
             self._count += 1
@@ -222,6 +226,7 @@ class CacheWriter:
         if not rows:
             return 0
         self._hot.drop(key for _, key in rows)
+        self._stored.discard(key for _, key in rows)
         if self._semantic is not None:
             self._semantic.index.remove(r[0] for r in rows)
         self._count = max(0, self._count - len(rows))

@@ -297,3 +297,36 @@ def test_concurrent_lookups_stores_and_purges_stay_consistent(cache):
     cache.purge()
     assert cache.stats()["entries"] == 0
     assert all(cache.lookup(WHO, "chat", MODEL, chat(f"q{i}"), {}) is None for i in range(50))
+
+
+def test_a_miss_reads_nothing_from_sqlite_and_the_stored_keys_follow_every_change(tmp_path, monkeypatch):
+    c = make_cache(tmp_path, cache_max_entries=2)
+    reads = []
+    by_key = c._rows.by_key
+    monkeypatch.setattr(c._rows, "by_key", lambda key, now: reads.append(key) or by_key(key, now))
+    try:
+        for q in ("never stored", "nor this"):
+            assert c.lookup(WHO, "chat", MODEL, chat(q), {}) is None
+        assert reads == []  # a miss costs no SQLite read
+        stored(c, chat("a"))
+        stored(c, chat("b"))
+        c._hot.clear()
+        assert c.lookup(WHO, "chat", MODEL, chat("a"), {}).tier == "exact"  # read from the row
+        assert len(reads) == 1
+        c.flush()
+        stored(c, chat("c"))  # evicts b, the least recently used
+        assert len(c._stored) == 2
+        c._hot.clear()
+        assert c.lookup(WHO, "chat", MODEL, chat("b"), {}) is None and len(reads) == 1
+        assert c.purge(model=MODEL) == 2
+        assert len(c._stored) == 0
+    finally:
+        c.close()
+    stored(again := make_cache(tmp_path), chat("d"))
+    again.close()
+    restarted = make_cache(tmp_path)  # keys are read back from the rows at start
+    try:
+        assert len(restarted._stored) == 1
+        assert restarted.lookup(WHO, "chat", MODEL, chat("d"), {}).tier == "exact"
+    finally:
+        restarted.close()
