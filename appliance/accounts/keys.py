@@ -90,12 +90,25 @@ class KeyRing:
         self._lock = threading.Lock()
 
     # -- request path -------------------------------------------------------
-    def authenticate(self, token: str | None) -> Principal:
+    def remembered(self, token: str | None) -> Principal | None:
+        """The principal of a key held in memory (no database work); None when it is not held.
+
+        Raises what :meth:`authenticate` raises for a missing, malformed or expired key."""
+        principal = self._cache.get(hash_token(self._well_formed(token)))
+        if principal is not None and principal.expires_at is not None and principal.expires_at <= time.time():
+            raise AuthenticationFailed("API key has expired.", code="expired_api_key")
+        return principal
+
+    @staticmethod
+    def _well_formed(token: str | None) -> str:
         if not token:
             raise AuthenticationFailed("Missing API key. Send it as 'Authorization: Bearer <key>' or 'x-api-key'.")
         if len(token) > MAX_TOKEN_LENGTH or not token.startswith(KEY_PREFIX) or not token.isascii():
             raise AuthenticationFailed("Invalid API key.")
-        digest = hash_token(token)
+        return token
+
+    def authenticate(self, token: str | None) -> Principal:
+        digest = hash_token(self._well_formed(token))
         principal = self._cache.get(digest)
         if principal is None:
             with session(self._db) as s:
