@@ -61,14 +61,15 @@ class Settlement:
     """One settle or release, as the writer applies it."""
 
     row: UsageRow
-    charges: tuple[tuple[int, float], ...]  # (counter id, amount to add to spent)
+    charges: tuple[tuple[int, float, bool], ...]  # (counter id, amount to add to spent, a budget counter)
     holds: bool
     cost: float
     alert_percent: float = 0.0  # budget alert threshold of quotas that set none (0: no alerts)
 
 
-def charges(holds: tuple[Hold, ...], tokens: int, cost: float, counts_tokens: bool) -> tuple[tuple[int, float], ...]:
-    """What each held counter is charged: a request, the tokens (unless a cache hit does not count), the cost."""
+def charges(holds: tuple[Hold, ...], tokens: int, cost: float, counts_tokens: bool) -> tuple[tuple[int, float, bool], ...]:
+    """What each held counter is charged: a request, the tokens (unless a cache hit does not count), the cost;
+    and whether it is a budget (daily or monthly, the counters alerts watch)."""
     out = []
     for hold in holds:
         unit = hold.dimension.unit
@@ -80,7 +81,7 @@ def charges(holds: tuple[Hold, ...], tokens: int, cost: float, counts_tokens: bo
             amount = cost
         else:
             amount = 0.0
-        out.append((hold.counter_id, amount))
+        out.append((hold.counter_id, amount, hold.dimension.budget))
     return tuple(out)
 
 
@@ -92,11 +93,11 @@ def apply_settlement(conn: sqlite3.Connection, settlement: Settlement) -> float:
                            (settlement.row.request_id,)).fetchone()
         if row is not None:
             held = {int(cid): float(amount) for cid, amount in json.loads(row[0])}
-    for counter_id, spent in settlement.charges:
+    for counter_id, spent, budget in settlement.charges:
         returned = held.get(counter_id, 0.0)
         if spent or returned:
             conn.execute(_SETTLE, (spent, returned, counter_id))
-        if spent:
+        if spent and budget:
             raise_budget_alert(conn, counter_id, settlement.row.created_at, settlement.alert_percent)
     insert_usage(conn, settlement.row)
     if settlement.row.key_id is not None:
