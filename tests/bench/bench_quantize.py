@@ -14,8 +14,9 @@ inspect, atomic install):
 
 For each variant: file size, bits per weight, quantization time, load time,
 prompt processing (tokens/s over the perplexity text, one batch), generation
-(tokens/s, 64 greedy tokens, one ``llama_decode`` each) and perplexity over the
-text. Speeds are given per wall second and per CPU second of this process: on a
+(tokens/s, 64 greedy tokens, one ``llama_decode`` each), the planner's estimate of
+that generation speed on this box (one stream, the file's own context; no
+calibration from earlier loads) and its error, and perplexity over the text. Speeds are given per wall second and per CPU second of this process: on a
 shared, busy machine the second is the steadier one.
 
     python tests/bench/bench_quantize.py [--model gemma|synthetic|both] [--threads 2]
@@ -121,17 +122,32 @@ def run(model: str, threads: int, work: Path) -> list[dict]:
         source = make_tiny_gguf(work / "synthetic-f32.gguf", n_layer=8, n_embd=512, n_head=8, n_kv_head=4, vocab=8192, ctx=512)
         base = store.import_path(str(source), name="synthetic:f32")
     params = base.facts.get("parameter_count") or 0
-    rows = [{"variant": base.variant, "bytes": base.size_bytes, "quantize_s": None,
+    rows = [{"variant": base.variant, "bytes": base.size_bytes, "quantize_s": None, "path": store.settings.store_dir / base.path,
              **measure(store.settings.store_dir / base.path, threads)}]
     for target in LADDER:
         started = time.perf_counter()
         info = store.quantize(base.name, target)
         quantize_s = time.perf_counter() - started
         rows.append({"variant": info.variant, "bytes": info.size_bytes, "quantize_s": quantize_s,
-                     **measure(store.settings.store_dir / info.path, threads)})
+                     "path": store.settings.store_dir / info.path, **measure(store.settings.store_dir / info.path, threads)})
     for row in rows:
         row["bpw"] = row["bytes"] * 8 / params if params else float("nan")
+        row["predicted_tps"] = predicted_decode_tps(row["path"], threads)
+        row["error"] = row["predicted_tps"] / row["tg_tps"] - 1 if row["predicted_tps"] else float("nan")
     return rows
+
+
+def predicted_decode_tps(path: Path, threads: int) -> float | None:
+    """The planner's one-stream decode estimate for ``path`` on this box (what ``appliancectl plan`` shows)."""
+    from appliance.hardware.detect import detect_hardware
+    from appliance.planner.plan import plan_all
+    from appliance.planner.service import variants_from_path
+    from appliance.planner.types import Preferences
+
+    rows = plan_all(detect_hardware(), variants_from_path(path), Preferences(min_context=512, parallel=1, threads=threads,
+                                                                             backend="llamacpp"))
+    fitting = [r for r in rows if r.fits and r.decode_tps]
+    return float(fitting[0].decode_tps) if fitting else None
 
 
 def table(model: str, rows: list[dict], threads: int) -> str:
@@ -139,13 +155,19 @@ def table(model: str, rows: list[dict], threads: int) -> str:
     ref = rows[0]["ppl"]
     lines = [f"### {model} ({threads} threads, {rows[0]['n_tokens']}-token text)", "",
              "| variant | size MiB | bits/weight | quantize s | load s | prompt tok/s | prompt tok/CPU-s | gen tok/s | "
-             "gen tok/CPU-s | perplexity | vs source |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "gen tok/CPU-s | planner's gen tok/s | error | perplexity | vs source |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         q = "-" if r["quantize_s"] is None else f"{r['quantize_s']:.1f}"
         ppl = "n/a (random weights)" if model == "synthetic" else f"{r['ppl']:.2f}"
         delta = "" if model == "synthetic" else f"{100 * (r['ppl'] / ref - 1):+.1f}%"
         lines.append(f"| {r['variant']} | {r['bytes'] / 2**20:.1f} | {r['bpw']:.2f} | {q} | {r['load_s']:.2f} | "
-                     f"{r['pp_tps']:.0f} | {r['pp_cpu']:.0f} | {r['tg_tps']:.1f} | {r['tg_cpu']:.1f} | {ppl} | {delta} |")
+                     f"{r['pp_tps']:.0f} | {r['pp_cpu']:.0f} | {r['tg_tps']:.1f} | {r['tg_cpu']:.1f} | "
+                     f"{r['predicted_tps'] or 0:.1f} | {100 * r['error']:+.0f}% | {ppl} | {delta} |")
+    errors = sorted(abs(r["error"]) for r in rows if r["predicted_tps"])
+    if errors:
+        lines += ["", f"Planner's generation estimate vs measured: median |error| {100 * errors[len(errors) // 2]:.0f}%, "
+                      f"largest {100 * errors[-1]:.0f}% over {len(errors)} variants."]
     return "\n".join(lines)
 
 

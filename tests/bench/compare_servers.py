@@ -2,7 +2,9 @@
 
   (a) the appliance (gateway + llama.cpp batching worker)
   (b) python -m llama_cpp.server --interrupt_requests False (threads 1 and 2)
-  (c) llama.cpp's C++ llama-server -np 8, when --llama-server points at a build
+  (c) llama.cpp's C++ llama-server -np 8: --llama-server PATH, or --build-llama-server, which builds
+      it from the sources vendored in the installed llama-cpp-python's sdist with the engine's own
+      CPU flags (-DGGML_NATIVE=OFF, as tools/engine_build.sh) into ~/.cache/appliance-bench (once)
 
 Every server gets 2,048 context tokens per sequence (llama-server: -c 16384 over 8 slots).
 
@@ -11,7 +13,10 @@ Each server is started alone, warmed up, measured at 1 and 8 concurrent streams
 stopped before the next starts. Then the appliance's prefix cache: TTFT with a
 shared ~1,000-token system prompt, cold vs warm.
 
-    python tests/bench/compare_servers.py [--llama-server PATH] [--requests 16]
+    python tests/bench/compare_servers.py [--llama-server PATH | --build-llama-server] [--requests 16]
+
+With llama-server measured, the last lines are the appliance's ratios to it: one stream's
+tokens/s, the aggregate at 8 streams, and TTFT p95 at 8 (lower is better).
 """
 
 from __future__ import annotations
@@ -37,6 +42,30 @@ sys.path.insert(0, str(ROOT))
 from appliance.bench import run_bench  # noqa: E402
 from tests.daemon import start_daemon  # noqa: E402
 from tests.fixtures_models import ensure_default_gguf  # noqa: E402
+
+
+def build_llama_server(threads: int = 2) -> Path:
+    """llama-server built from the installed llama-cpp-python's sdist with the engine's CPU flags (cached)."""
+    from importlib.metadata import version
+
+    ver = version("llama_cpp_python")
+    home = Path.home() / ".cache" / "appliance-bench" / f"llama-server-{ver}"
+    binary = home / "src" / "vendor" / "llama.cpp" / "build" / "bin" / "llama-server"
+    if binary.exists():
+        return binary
+    home.mkdir(parents=True, exist_ok=True)
+    print(f"building llama-server {ver} from the llama-cpp-python sdist in {home} (once; minutes)", flush=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", f"llama-cpp-python=={ver}", "--no-binary", ":all:", "--no-deps",
+                    "-d", str(home)], check=True, stdout=subprocess.DEVNULL)
+    sdist = next(home.glob("llama_cpp_python-*.tar.gz"))
+    subprocess.run(["tar", "xzf", str(sdist), "-C", str(home)], check=True)
+    (home / sdist.name.removesuffix(".tar.gz")).rename(home / "src")
+    tree = home / "src" / "vendor" / "llama.cpp"
+    subprocess.run(["cmake", "-B", "build", "-DGGML_NATIVE=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+                    "-DCMAKE_BUILD_TYPE=Release"], cwd=tree, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["cmake", "--build", "build", "-j", str(threads), "--target", "llama-server"], cwd=tree, check=True,
+                   stdout=subprocess.DEVNULL)
+    return binary
 
 
 def free_port() -> int:
@@ -112,11 +141,15 @@ def prefix_cache_ttft(base_url: str, api_key: str, model: str, rounds: int = 5) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--llama-server", type=Path, help="path to a llama-server binary (C++ yardstick)")
+    parser.add_argument("--build-llama-server", action="store_true",
+                        help="build llama-server from the installed llama-cpp-python's sources (cached) and compare")
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--skip-llama-cpp-python", action="store_true")
     args = parser.parse_args()
     model_path = ensure_default_gguf()
+    if args.build_llama_server and not args.llama_server:
+        args.llama_server = build_llama_server()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         daemon = start_daemon(Path(tmp), APPLIANCE_ENGINE_PARALLEL="8", APPLIANCE_ENGINE_CONTEXT="2048", APPLIANCE_CACHE_ENABLED="false")
@@ -151,6 +184,12 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['server']} | {r['single_tps']:.1f} | {r['agg8_tps']:.1f} | {r['per_stream8_tps']:.1f} | {r['ttft8_p50_s']:.2f} s | {r['ttft8_p95_s']:.2f} s | {r['failed']} |")
+    ours = next(r for r in rows if r["server"] == "appliance")
+    yardstick = next((r for r in rows if r["server"] == "llama-server t=2"), None)
+    if yardstick is not None:
+        print(f"\nappliance / llama-server (2 threads): 1 stream {ours['single_tps'] / yardstick['single_tps']:.2f}x "
+              f"(target >= 0.95), 8 streams {ours['agg8_tps'] / yardstick['agg8_tps']:.2f}x (target >= 1.0), "
+              f"TTFT p95 at 8 {ours['ttft8_p95_s'] / yardstick['ttft8_p95_s']:.2f}x (target <= 1.0)")
 
 
 if __name__ == "__main__":
