@@ -11,12 +11,6 @@ keeps but does not use grows in steps for as long as the daemon runs.
 
 Setting the threshold once, at start, fixes it (and stops it moving): a block
 of 256 KiB or more always has its own mapping and leaves no hole behind.
-
-Smaller blocks still leave holes: a periodic job that reads many rows (the usage
-roll-up's SQLite page cache and sorter, in a pool thread with its own arena)
-frees megabytes in the middle of a heap, where ``free`` cannot give them back.
-:func:`release_free_memory` (glibc's ``malloc_trim``) returns every whole free
-page of every arena to the system; the scheduler calls it after each roll-up.
 """
 
 from __future__ import annotations
@@ -31,35 +25,17 @@ M_MMAP_THRESHOLD = -3  # mallopt's parameter number in glibc's malloc.h
 LARGE_BLOCK_BYTES = 256 * 1024
 
 
-def _libc() -> ctypes.CDLL | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None)
-    except OSError:
-        return None
-
-
 def map_large_blocks(threshold: int = LARGE_BLOCK_BYTES) -> bool:
     """Serve blocks of ``threshold`` bytes or more from their own mappings; False where the C library cannot."""
-    libc = _libc()
-    mallopt = getattr(libc, "mallopt", None)
-    if mallopt is None:  # not Linux, or a C library without mallopt (musl)
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # a C library without mallopt (musl)
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
     if mallopt(M_MMAP_THRESHOLD, threshold) != 1:
         log.warning("the C library refused a fixed mmap threshold of %d bytes", threshold)
         return False
-    return True
-
-
-def release_free_memory() -> bool:
-    """Give the free pages inside the C heaps back to the system; False where the C library cannot."""
-    trim = getattr(_libc(), "malloc_trim", None)
-    if trim is None:
-        return False
-    trim.argtypes = (ctypes.c_size_t,)
-    trim.restype = ctypes.c_int
-    trim(0)
     return True

@@ -26,7 +26,6 @@ from appliance.db.audit import AuditTrail
 from appliance.db.engine import make_engine
 from appliance.drivers import get_driver
 from appliance.hardware.energy import EnergyMeter
-from appliance.heap import release_free_memory
 from appliance.metering.admin import QuotaService
 from appliance.metering.alerts import AlertNotifier
 from appliance.metering.meter import Meter
@@ -119,8 +118,10 @@ class Services:
 
     def _start_scheduler(self) -> None:
         from appliance.hardware.telemetry import sample_telemetry
+        from appliance.metering.rollups import rollup
+
         scheduler = AsyncIOScheduler(timezone="UTC")
-        scheduler.add_job(self._roll_up_usage, "interval", minutes=5, id="usage-rollup", coalesce=True, max_instances=1)
+        scheduler.add_job(rollup, "interval", minutes=5, args=[self.db], id="usage-rollup", coalesce=True, max_instances=1)
         scheduler.add_job(self.meter.prune_counters, "interval", hours=1, id="prune-counters", coalesce=True, max_instances=1)
         scheduler.add_job(sample_telemetry, "interval", seconds=5, args=[self.metrics], id="telemetry", coalesce=True, max_instances=1)
         if self.settings.idle_unload_seconds:
@@ -135,13 +136,6 @@ class Services:
                               coalesce=True, max_instances=1)
         scheduler.start()
         self.scheduler = scheduler
-
-    def _roll_up_usage(self) -> None:
-        """The usage roll-up (in a pool thread), then the heap pages its reads freed go back to the system."""
-        from appliance.metering.rollups import rollup
-
-        rollup(self.db)
-        release_free_memory()
 
     async def _backup(self) -> None:
         from appliance.db.backup import scheduled_backup
