@@ -14,10 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import llama_cpp.llama_cpp as ll
+import numpy as np
 
 from .errors import GrammarError
 
 PENALTY_LAST_N = 64
+#: What the first-token ban subtracts from a banned token's logit.
+FIRST_TOKEN_BAN = 1000.0
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,15 @@ def _bias_sampler(n_vocab: int, bias: dict[int, float]):
     return ll.llama_sampler_init_logit_bias(n_vocab, len(bias), arr)
 
 
+def bias_arrays(bias: dict[int, float]) -> tuple[np.ndarray, np.ndarray] | None:
+    """``logit_bias`` as (token ids, values to add), -100 or less meaning never, as libllama's bias sampler does."""
+    if not bias:
+        return None
+    ids = np.fromiter(bias.keys(), dtype=np.int64, count=len(bias))
+    values = np.array([float("-inf") if b <= -100 else b for b in bias.values()], dtype=np.float32)
+    return ids, values
+
+
 def has_penalties(p: SamplingParams) -> bool:
     return p.repeat_penalty != 1.0 or bool(p.presence_penalty) or bool(p.frequency_penalty)
 
@@ -71,7 +83,7 @@ def build_chain(vocab, n_vocab: int, p: SamplingParams, *, ban_first: list[int] 
     chain = ll.llama_sampler_chain_init(cparams)
     add = ll.llama_sampler_chain_add
     if ban_first:
-        add(chain, _bias_sampler(n_vocab, {t: -1000.0 for t in ban_first}))
+        add(chain, _bias_sampler(n_vocab, {t: -FIRST_TOKEN_BAN for t in ban_first}))
     if p.logit_bias:
         add(chain, _bias_sampler(n_vocab, p.logit_bias))
     if has_penalties(p):
@@ -109,5 +121,5 @@ def free_chain(chain) -> None:
         ll.llama_sampler_free(chain)
 
 
-__all__ = ["SamplingParams", "build_chain", "build_grammar", "drop_first_link", "free_chain",
+__all__ = ["FIRST_TOKEN_BAN", "SamplingParams", "bias_arrays", "build_chain", "build_grammar", "drop_first_link", "free_chain",
            "has_penalties"]

@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator
 from concurrent.futures import Future
 from typing import TypeAlias
 
+import numpy as np
+
 from .logprobs import LogprobRecorder
 from .sampling import free_chain
 from .text import TextStream
@@ -33,7 +35,7 @@ class Sequence:
 
     __slots__ = ("prompt", "max_new", "chain", "grammar", "chain_grammar", "ban_first", "text", "cancelled", "n_gen",
                  "cached", "finish", "error", "outbox", "waiter", "t_submit", "t_first", "spec",
-                 "logprobs")
+                 "logprobs", "argmax", "bias", "ban_ids")
 
     def __init__(self, prompt: list[int], max_new: int, chain, stops: list[str], *, ban_first: bool = False,
                  spec: bool = False, lstrip: bool = False) -> None:
@@ -55,6 +57,11 @@ class Sequence:
         self.t_first = 0.0
         self.spec = spec
         self.logprobs: LogprobRecorder | None = None  # only when the request asked for logprobs
+        # Greedy without penalties or grammar: the token is the argmax of the logits row after ``bias``
+        # (token ids, added values) and, for the first token, the ``ban_ids`` ban (see .token_sampler).
+        self.argmax = False
+        self.bias: tuple[np.ndarray, np.ndarray] | None = None
+        self.ban_ids: np.ndarray | None = None
 
     @property
     def scores_prompt(self) -> bool:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject, JsonValue
 
@@ -21,7 +23,7 @@ from .model import LoadedModel
 from .params import GpuPlacement, KvSettings
 from .prompts import PromptBuilder
 from .protocol import GenRequest, Shaper
-from .sampling import build_chain, build_grammar, free_chain, has_penalties
+from .sampling import bias_arrays, build_chain, build_grammar, free_chain, has_penalties
 from .sequence import Sequence
 from .tool_calls import THINK_CLOSE, THINK_OPEN, OutputParser, template_thinks, tool_format
 from .tool_choice import forced_call_grammar, tool_names
@@ -127,6 +129,10 @@ class WorkerEngine:
                        spec=self.cfg.spec_ngram > 0 and sp.grammar is None, lstrip=plain_chat)
         seq.grammar = grammar
         seq.chain_grammar = sp.grammar is not None and not split
+        if sp.greedy and sp.grammar is None and not has_penalties(sp):
+            seq.argmax = True
+            seq.bias = bias_arrays(sp.logit_bias)
+            seq.ban_ids = np.array(ban, dtype=np.int64) if ban else None
         if req.logprobs is not None:
             seq.logprobs = LogprobRecorder(req.logprobs, prompt=req.echo)
         return seq
