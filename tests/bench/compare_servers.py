@@ -15,6 +15,9 @@ shared ~1,000-token system prompt, cold vs warm.
 
     python tests/bench/compare_servers.py [--llama-server PATH | --build-llama-server] [--requests 16]
 
+``python -m llama_cpp.server`` needs its web stack beside the engine's wheel (``pip install fastapi
+sse-starlette starlette-context pydantic-settings``), or pass ``--skip-llama-cpp-python``.
+
 With llama-server measured, the last lines are the appliance's ratios to it: one stream's
 tokens/s, the aggregate at 8 streams, and TTFT p95 at 8 (lower is better).
 """

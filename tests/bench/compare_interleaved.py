@@ -1,0 +1,146 @@
+"""The appliance, its llama.cpp worker alone, and llama.cpp's llama-server, in interleaved rounds.
+
+All three serve the default model at once (2 threads, 8 slots of 2,048 tokens each);
+each round measures one stream and then 8 concurrent streams on each of them in
+turn (streaming ``/v1/completions``, greedy, 128 new tokens with ``ignore_eos``,
+the same 8 prompts), so a drift of the box's speed during the run touches all three
+alike. The client is a few lines of asyncio on raw sockets (TCP, or the worker's
+Unix socket), the same for all. Medians over the rounds, then the ratios to
+llama-server.
+
+    python tests/bench/compare_interleaved.py [--rounds 5] [--llama-server PATH]
+
+Without ``--llama-server`` it is built as ``compare_servers.py --build-llama-server`` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.bench.compare_servers import build_llama_server, free_port, start_process, stop_process  # noqa: E402
+from tests.daemon import start_daemon  # noqa: E402
+from tests.fixtures_models import ensure_default_gguf  # noqa: E402
+
+PROMPTS = ["Write a short story about a lighthouse keeper.", "Explain how a bicycle stays upright.",
+           "List some facts about the planet Mars.", "Describe the water cycle for a child.",
+           "What makes bread rise when it bakes?", "Tell me about the history of the printing press.",
+           "Describe a walk through a busy market.", "How do bees make honey?"]
+MAX_TOKENS = 128
+
+
+class Target:
+    """Where one contender listens, and what it needs in each request."""
+
+    def __init__(self, name: str, *, port: int | None = None, socket: str | None = None, model: str = "m",
+                 key: str | None = None):
+        self.name, self.port, self.socket, self.model, self.key = name, port, socket, model, key
+
+    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self.socket:
+            return await asyncio.open_unix_connection(self.socket)
+        return await asyncio.open_connection("127.0.0.1", self.port)
+
+
+async def one(target: Target, prompt: str) -> tuple[int, float, float]:
+    """(text events, seconds to the first, seconds in all) of one streamed completion."""
+    reader, writer = await target.connect()
+    body = json.dumps({"model": target.model, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0,
+                       "stream": True, "ignore_eos": True}).encode()
+    auth = f"authorization: Bearer {target.key}\r\n".encode() if target.key else b""
+    writer.write(b"POST /v1/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n" + auth +
+                 b"connection: close\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+    await writer.drain()
+    started, first, received = time.perf_counter(), None, b""
+    while b"data: [DONE]" not in received:
+        chunk = await reader.read(65536)
+        if not chunk:
+            break
+        if first is None and b'"text"' in chunk:
+            first = time.perf_counter() - started
+        received += chunk
+    writer.close()
+    events = received.count(b'"text"')
+    if b"data: [DONE]" not in received or events < MAX_TOKENS // 2:
+        raise RuntimeError(f"{target.name} answered badly: {received[:300]!r}")
+    return events, first or 0.0, time.perf_counter() - started
+
+
+async def measure(target: Target, streams: int) -> dict[str, float]:
+    started = time.perf_counter()
+    results = await asyncio.gather(*(one(target, PROMPTS[i % len(PROMPTS)]) for i in range(streams)))
+    wall = time.perf_counter() - started
+    return {"aggregate": sum(n for n, _, _ in results) / wall,
+            "per_stream": statistics.median(n / total for n, _, total in results),
+            "ttft_max": max(first for _, first, _ in results)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--llama-server", type=Path)
+    args = parser.parse_args()
+    model = str(ensure_default_gguf())
+    binary = args.llama_server or build_llama_server()
+    with tempfile.TemporaryDirectory() as tmp:
+        socket = os.path.join(tmp, "worker.sock")
+        worker = subprocess.Popen([sys.executable, "-m", "appliance.drivers.llamacpp.worker", "--model", model, "--socket", socket,
+                                   "--served-name", "m", "--ctx", "2048", "--parallel", "8", "--threads", "2"],
+                                  env={**os.environ, "OMP_NUM_THREADS": "2"}, start_new_session=True)
+        port = free_port()
+        server = daemon = None
+        try:
+            server = start_process([str(binary), "-m", model, "--port", str(port), "-np", "8", "-c", "16384", "-t", "2",
+                                    "--no-webui"], f"http://127.0.0.1:{port}/health",
+                                   env={**os.environ, "LD_LIBRARY_PATH": str(binary.parent)})
+            daemon = start_daemon(Path(tmp), APPLIANCE_ENGINE_PARALLEL="8", APPLIANCE_ENGINE_CONTEXT="2048",
+                                  APPLIANCE_ENGINE_THREADS="2", APPLIANCE_CACHE_ENABLED="false")
+            while not os.path.exists(socket):
+                time.sleep(0.2)
+            targets = [Target("appliance", port=int(daemon.url.rsplit(":", 1)[1]), model="default", key=daemon.create_key("bench")),
+                       Target("worker alone", socket=socket), Target("llama-server", port=port)]
+            for t in targets:  # loads the model on demand, warms every server up
+                asyncio.run(measure(t, 2))
+            runs: dict[str, dict[int, list[dict[str, float]]]] = {t.name: {1: [], 8: []} for t in targets}
+            for r in range(args.rounds):
+                for streams in (1, 8):
+                    for t in targets:
+                        runs[t.name][streams].append(asyncio.run(measure(t, streams)))
+                print(f"round {r + 1}/{args.rounds} done", flush=True)
+        finally:
+            if daemon is not None:
+                daemon.stop()
+            if server is not None:
+                stop_process(server)
+            worker.terminate()
+            worker.wait()
+
+    def med(name: str, streams: int, field: str) -> float:
+        return statistics.median(run[field] for run in runs[name][streams])
+
+    print(f"\n{args.rounds} interleaved rounds, medians; 128 greedy tokens per stream, 2 threads\n")
+    print("| server | 1 stream tok/s | 8 streams aggregate tok/s | per stream at 8 | slowest TTFT at 8 |")
+    print("|---|---|---|---|---|")
+    for t in targets:
+        print(f"| {t.name} | {med(t.name, 1, 'per_stream'):.1f} | {med(t.name, 8, 'aggregate'):.1f} | "
+              f"{med(t.name, 8, 'per_stream'):.1f} | {med(t.name, 8, 'ttft_max'):.2f} s |")
+    print()
+    for name in ("appliance", "worker alone"):
+        print(f"{name} / llama-server: 1 stream {med(name, 1, 'per_stream') / med('llama-server', 1, 'per_stream'):.2f}x, "
+              f"8 streams {med(name, 8, 'aggregate') / med('llama-server', 8, 'aggregate'):.2f}x, "
+              f"slowest TTFT at 8 {med(name, 8, 'ttft_max') / med('llama-server', 8, 'ttft_max'):.2f}x")
+
+
+if __name__ == "__main__":
+    main()
