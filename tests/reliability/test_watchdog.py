@@ -9,12 +9,15 @@ kill and restart it after WatchdogSec; after SIGCONT they resume; SIGTERM
 sends ``STOPPING=1``.
 
 A stalled event loop while the process runs: another SQLite writer holds the
-database (an admin's ``sqlite3`` shell, a restore) while a request with a
-quota is admitted; the quota admission waits for the lock on the event loop,
-for up to the database's 10 s busy timeout. The test keeps the lock until a
-``/healthz`` probe has gone unanswered for :data:`STALL_SEC` (well over
-WatchdogSec), so every run proves the stall, and then asserts that no ping was
-sent while the probe waited and that the pings come back after the lock goes.
+database (an admin's ``sqlite3`` shell, a restore) while a request with a quota
+is admitted. Its reservation waits in the ledger's writer thread, which holds
+the meter's connection while SQLite's busy handler waits for the lock (up to
+10 s at a time); a second key's request, whose limits are not cached yet, reads
+them on the event loop through that connection and so stalls the loop behind
+it. The test keeps the lock until a ``/healthz`` probe has gone unanswered for
+:data:`STALL_SEC` (well over WatchdogSec), so every run proves the stall, and
+then asserts that no ping was sent while the probe waited and that the pings
+come back after the lock goes.
 """
 
 from __future__ import annotations
@@ -128,17 +131,22 @@ def test_no_ping_while_the_event_loop_is_stalled(tmp_path, tiny_gguf):
     try:
         daemon.start()
         import_model(daemon, tiny_gguf, TINY)
-        key = daemon.create_key("stall")
+        first, second = daemon.create_key("stall-1"), daemon.create_key("stall-2")
         with daemon.admin() as admin:
-            assert admin.put(f"/admin/quotas/key:{key[:12]}", json={"tokens_per_day": 1_000_000}).status_code == 200
+            for key in (first, second):  # each change drops the cached limits
+                assert admin.put(f"/admin/quotas/key:{key[:12]}", json={"tokens_per_day": 1_000_000}).status_code == 200
         lock = sqlite3.connect(daemon.data_dir / "appliance.db", isolation_level=None, timeout=30)
         lock.execute("BEGIN EXCLUSIVE")  # another writer holds the database
-        asker = threading.Thread(target=lambda: daemon.client(key, timeout=60).post("/v1/chat/completions", json=chat_body()))
-        asker.start()
+        askers = [threading.Thread(target=lambda k=k: daemon.client(k, timeout=60).post("/v1/chat/completions", json=chat_body()))
+                  for k in (first, second)]
+        askers[0].start()  # its reservation now waits in the ledger's writer, on the meter's connection
+        time.sleep(0.5)
+        askers[1].start()  # its limits are read on the event loop, through that connection
         probe_sent = wait_until(lambda: _unanswered_probe(daemon.url), 6.0, 0.05, "a health probe left unanswered")
         lock.execute("COMMIT")
         lock.close()
-        asker.join(60)
+        for asker in askers:
+            asker.join(60)
         time.sleep(1.5)
         during = listener.times("WATCHDOG=1", since=probe_sent + 0.6, until=probe_sent + STALL_SEC)
         assert during == [], f"pings while the loop could not answer for {STALL_SEC} s"
