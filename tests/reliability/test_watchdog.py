@@ -132,6 +132,7 @@ def test_no_ping_while_the_event_loop_is_stalled(tmp_path, tiny_gguf):
         daemon.start()
         import_model(daemon, tiny_gguf, TINY)
         first, second = daemon.create_key("stall-1"), daemon.create_key("stall-2")
+        assert daemon.client(first, timeout=60).post("/v1/chat/completions", json=chat_body()).status_code == 200  # warm
         with daemon.admin() as admin:
             for key in (first, second):  # each change drops the cached limits
                 assert admin.put(f"/admin/quotas/key:{key[:12]}", json={"tokens_per_day": 1_000_000}).status_code == 200
@@ -140,7 +141,7 @@ def test_no_ping_while_the_event_loop_is_stalled(tmp_path, tiny_gguf):
         askers = [threading.Thread(target=lambda k=k: daemon.client(k, timeout=60).post("/v1/chat/completions", json=chat_body()))
                   for k in (first, second)]
         askers[0].start()  # its reservation now waits in the ledger's writer, on the meter's connection
-        time.sleep(0.5)
+        time.sleep(1.0)
         askers[1].start()  # its limits are read on the event loop, through that connection
         probe_sent = wait_until(lambda: _unanswered_probe(daemon.url), 6.0, 0.05, "a health probe left unanswered")
         lock.execute("COMMIT")
