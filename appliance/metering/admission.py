@@ -30,7 +30,6 @@ from dataclasses import dataclass, field, replace
 from appliance.accounts.keys import Principal
 from appliance.errors import Conflict, EngineUnavailable, QuotaExceeded, RateLimited
 from appliance.metering.errors import Refused
-from appliance.metering.ledger import transaction
 from appliance.metering.pricing import PER, PriceBook
 from appliance.metering.quotas import (
     DAY, DIMENSIONS, CounterState, Dimension, Windows, completion_cap, ratelimit_headers, refusal_message, retry_after,
@@ -164,19 +163,6 @@ class Admissions:
         prompt = max(0, estimated_tokens) if cap and not cached else None
         per_cost_token = self._prices.highest_rate(model) / PER if prompt is not None else 0.0
         return admission, Reservation(request_id, now, plans, prompt, max_tokens, per_cost_token)
-
-    def admit(self, principal: Principal, *, request_id: str, endpoint: str, model: str, estimated_tokens: int,
-              cached: bool, cap: bool, max_tokens: int | None) -> Admission:
-        """See :meth:`appliance.metering.meter.Meter.admit_now`: the reservation in a transaction of its own."""
-        admission, reservation = self.prepare(principal, request_id=request_id, endpoint=endpoint, model=model,
-                                              estimated_tokens=estimated_tokens, cached=cached, cap=cap, max_tokens=max_tokens)
-        if reservation is None:
-            return admission
-        try:
-            outcome = transaction(self._conn, self._lock, lambda: reservation.apply(self._conn))
-        except sqlite3.OperationalError as exc:
-            raise busy(exc) from None
-        return self.conclude(admission, reservation, outcome)
 
     def conclude(self, admission: Admission, reservation: Reservation, outcome: Granted | Refusal | None) -> Admission:
         """The admission with what its reservation holds; raises 429 for a refusal, 409 for a request id in flight."""

@@ -173,16 +173,19 @@ class Meter:
     def admit_now(self, principal: Principal, *, request_id: str, endpoint: str, model: str, estimated_tokens: int,
                   cached: bool = False, cap: bool = False, max_tokens: int | None = None) -> Admission:
         """:meth:`admit` in a transaction of its own, for callers without an event loop (any thread)."""
-        return self._admissions.admit(principal, request_id=request_id, endpoint=endpoint, model=model,
-                                      estimated_tokens=estimated_tokens, cached=cached, cap=cap, max_tokens=max_tokens)
+        admission, reservation = self._admissions.prepare(principal, request_id=request_id, endpoint=endpoint, model=model,
+                                                          estimated_tokens=estimated_tokens, cached=cached, cap=cap,
+                                                          max_tokens=max_tokens)
+        if reservation is None:
+            return admission
+        return self._admissions.conclude(admission, reservation, self._reserve_now(reservation))
 
     def _reserve_now(self, reservation: Reservation) -> Granted | Refusal | None:
-        (outcome, error), = self._writer.write_now([reservation])
-        if isinstance(error, sqlite3.OperationalError):
-            raise busy(error)
-        if error is not None:
-            raise error
-        return outcome  # type: ignore[return-value]
+        """The reservation in a transaction of its own; 503 when the database stays locked past its busy timeout."""
+        try:
+            return transaction(self._conn, self._lock, lambda: reservation.apply(self._conn))
+        except sqlite3.OperationalError as exc:
+            raise busy(exc) from None
 
     def _abandoned(self, admission: Admission, done: asyncio.Future) -> None:
         """The admitting request was cancelled: release what its reservation holds, if it was made."""
