@@ -80,6 +80,13 @@ def _principal(row: ApiKey) -> Principal:
     )
 
 
+def _unexpired(principal: Principal) -> Principal:
+    """``principal``, unless its key has expired (401 ``expired_api_key``)."""
+    if principal.expires_at is not None and principal.expires_at <= time.time():
+        raise AuthenticationFailed("API key has expired.", code="expired_api_key")
+    return principal
+
+
 class KeyRing:
     """Creates, finds and revokes API keys; caches principals by secret hash."""
 
@@ -95,9 +102,7 @@ class KeyRing:
 
         Raises what :meth:`authenticate` raises for a missing, malformed or expired key."""
         principal = self._cache.get(hash_token(self._well_formed(token)))
-        if principal is not None and principal.expires_at is not None and principal.expires_at <= time.time():
-            raise AuthenticationFailed("API key has expired.", code="expired_api_key")
-        return principal
+        return _unexpired(principal) if principal is not None else None
 
     @staticmethod
     def _well_formed(token: str | None) -> str:
@@ -120,9 +125,7 @@ class KeyRing:
                 self._cache[digest] = principal
                 if len(self._cache) > self._cache_size:
                     self._cache.popitem(last=False)
-        if principal.expires_at is not None and principal.expires_at <= time.time():
-            raise AuthenticationFailed("API key has expired.", code="expired_api_key")
-        return principal
+        return _unexpired(principal)
 
     def forget_all(self) -> None:
         with self._lock:
