@@ -1,9 +1,11 @@
 """How fast a placement will decode and read prompts: a roofline of memory bandwidth and compute. Pure.
 
 Decoding one step reads every offloaded weight once and, per stream, the KV cache written so
-far; it also does ~2 FLOPs per active parameter per stream. Each device the layers pass
-through takes ``max(bytes / bandwidth, flops / compute) + per-layer overhead``; llama.cpp's
-layers run one device after the other, vLLM's tensor-parallel ranks side by side. A stream
+far; it also does ~2 FLOPs per active parameter per stream. A GPU overlaps the two: it takes
+``max(bytes / bandwidth, flops / compute) + per-layer overhead``. CPU cores do not: the same
+threads dequantize, multiply and wait for memory, op after op with a barrier between them, so a
+CPU takes ``bytes / bandwidth + flops / compute``. llama.cpp's layers run one device after the
+other, vLLM's tensor-parallel ranks side by side. A stream
 then decodes ``1 / step`` tokens/s, all streams ``streams / step``. Prompts are compute-bound:
 ``1 / Σ flops / compute`` tokens/s.
 
@@ -50,14 +52,16 @@ GPU_LAYER_OVERHEAD_S = {"llamacpp": 50e-6, "vllm": 20e-6}
 """Kernel launches and synchronisation per layer and step: llama.cpp decodes a 7B Q4_0 at ~160 tok/s on
 an RTX 4090 and ~180 on an H100 PCIe, which bandwidth alone would put at ~200 and ~440; vLLM's CUDA
 graphs cut it."""
-CPU_BANDWIDTH_PER_CORE = 10 * GB
-"""Memory read rate one core's decode threads reach: Gemma 3 270M (253 MB) at 85 tok/s on 2 cores of
-the reference box (FIELD notes: the raw low-level loop, one sequence)."""
+CPU_BANDWIDTH_PER_CORE = 15 * GB
+"""Memory read rate one core's decode threads reach, fitted with :data:`CPU_FLOPS_PER_CORE` to the
+default model's quantization ladder on 2 cores of the reference box (``tests/bench/bench_quantize.py
+--model gemma``: F16, 543 MB, decodes at 42 tok/s and Q2_K, 237 MB, at 67; one stream each)."""
 CPU_BANDWIDTH_PER_NUMA_NODE = 150 * GB
 """Ceiling per socket: ~1/3 of a 12-channel DDR5 socket's 460 GB/s, as llama.cpp reaches it across NUMA."""
 CPU_FLOPS_PER_CORE = {"avx512": 50e9, "avx2": 30e9, "other": 10e9}
-"""Quantized dot products per core: 8 streams of Gemma 3 270M decode at 189 tok/s in all on 2 AVX-512
-cores of the reference box, ~0.54 GFLOP per token: ~51 GFLOP/s per core."""
+"""Quantized dot products per core: ~0.54 GFLOP per token of Gemma 3 270M. With the read time added,
+8 streams of its Q4_K_M on 2 AVX-512 cores of the reference box come out at ~155 tok/s in all; llama.cpp's
+server measured 150 there, the raw decode loop 189."""
 KV_FILL = 0.5
 """The average stream is half way through its context when it decodes."""
 
@@ -82,6 +86,8 @@ class _Device:
     bandwidth: float
     flops: float
     overhead_s: float
+    overlaps: bool = True
+    """Memory reads hide behind compute (a GPU) or add to it (CPU cores)."""
 
 
 def gpu_spec(gpu: GpuInfo) -> tuple[float, float]:
@@ -137,7 +143,7 @@ def kv_read_per_token(f: ModelFacts, context: int, kv_dtype: str) -> float:
 
 def _device(device_id: str, snapshot: HardwareSnapshot, prefs: Preferences, threads: int, backend: str) -> _Device:
     if device_id == "cpu":
-        return _Device(cpu_bandwidth(snapshot.cpu, threads), cpu_flops(snapshot.cpu, threads), 0.0)
+        return _Device(cpu_bandwidth(snapshot.cpu, threads), cpu_flops(snapshot.cpu, threads), 0.0, overlaps=False)
     host, _, local = device_id.rpartition("/")
     nodes = [snapshot, *prefs.cluster]
     pool = [g for n in nodes if not host or n.hostname == host for g in n.gpus]
@@ -185,7 +191,8 @@ def estimate_speed(a: Attempt, snapshot: HardwareSnapshot, prefs: Preferences, c
         mem = (read + streams * kv_token * part) / d.bandwidth
         comp = streams * flops * part / d.flops
         layers = f.n_layer / pp if a.backend == "vllm" else f.n_layer * part
-        return max(mem, comp) + d.overhead_s * layers, "memory bandwidth" if mem >= comp else "compute"
+        busy = max(mem, comp) if d.overlaps else mem + comp
+        return busy + d.overhead_s * layers, "memory bandwidth" if mem >= comp else "compute"
 
     timed = [device_time(dev, read) for dev, read in reads]
     slowest = max(timed, key=lambda t: t[0])
