@@ -88,6 +88,26 @@ if [[ -z "$python" || $need_build_tools -eq 1 ]]; then
   "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || die "this system's python3 is older than 3.11"
 fi
 
+# jemalloc, the daemon's C allocator (the `allocator` setting): glibc's heaps grow under a long mixed load.
+jemalloc_found() {
+  local d
+  for d in /usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu /usr/lib64 /usr/lib /usr/local/lib; do
+    [[ -e $d/libjemalloc.so.2 ]] && return 0
+  done
+  return 1
+}
+if ! jemalloc_found; then
+  if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
+    say "Installing jemalloc (libjemalloc2), the daemon's memory allocator"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq libjemalloc2 >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq libjemalloc2 >/dev/null; } ||
+      echo "    libjemalloc2 could not be installed: the daemon uses glibc's malloc, whose heaps grow slowly under load."
+  else
+    echo "    libjemalloc2 is not installed: the daemon uses glibc's malloc, whose heaps grow slowly under load"
+    echo "    (as root: apt-get install libjemalloc2, then restart the daemon)."
+  fi
+fi
+
 # 2. The virtual environment, and llama.cpp built for this host's accelerator first (the appliance's
 #    own install then finds it in place). The CPU build is kept in pip's cache, so it is built once
 #    per machine; GPU builds bypass the cache (tools/engine_build.sh).

@@ -15,13 +15,15 @@ done
 [[ -n "$python" ]] || { echo "test.sh: needs Python 3.11+" >&2; exit 1; }
 
 # System packages the tests drive for real: systemd-analyze, headless Chromium,
-# and a Debian root booted with systemd-nspawn for the system-mode install.
+# a Debian root booted with systemd-nspawn for the system-mode install, and
+# jemalloc, the daemon's allocator.
 missing=()
 command -v systemd-analyze >/dev/null || missing+=(systemd)
 command -v systemd-nspawn >/dev/null || missing+=(systemd-container)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
 command -v chromium >/dev/null || missing+=(chromium)
 command -v cmake >/dev/null || missing+=(cmake)
+compgen -G "/usr/lib/*/libjemalloc.so.2" >/dev/null || [[ -e /usr/lib64/libjemalloc.so.2 ]] || missing+=(libjemalloc2)
 if ((${#missing[@]})); then
   if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
     echo "==> apt-get install ${missing[*]}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -23,7 +24,8 @@ import uvicorn
 from appliance.db import engine as dbmod
 from appliance.app import create_app, wrap
 from appliance.errors import ApplianceError, ConfigError
-from appliance.heap import map_large_blocks
+from appliance.allocator import use_jemalloc
+from appliance.heap import freeze_startup_objects, map_large_blocks
 from appliance.api.http_protocol import header_deadline_protocol
 from appliance.lockfile import DataDirLock
 from appliance.logs import setup_logging
@@ -98,6 +100,7 @@ async def serve(settings: Settings) -> None:
     if interval:
         services = app.state.services
         watchdog = asyncio.create_task(watchdog_loop(interval, lambda: dbmod.ping(services.db)), name="watchdog")
+    freeze_startup_objects()
     notify("READY=1")
     log.info("appliance ready", extra={"fields": {"url": f"http://{settings.host}:{settings.port}/", "data_dir": str(settings.data_dir)}})
     cluster_view(settings)  # with ray_address: the Ray cluster is read in a thread; the log says what it found
@@ -129,13 +132,16 @@ def run_loop(main: Coroutine[object, object, None]) -> None:
 def run(settings: Settings) -> int:
     """Run the daemon in the foreground until SIGTERM. Returns the exit code."""
     setup_logging(settings.log_level, settings.log_format, settings.log_dir if settings.data_dir.exists() else None)
+    allocator = use_jemalloc(settings.allocator, given_settings(settings))
     lock = DataDirLock(settings.lock_path)
     try:
         check_data_dir(settings)
         setup_logging(settings.log_level, settings.log_format, settings.log_dir)
         lock.acquire()
         dbmod.migrate(settings.db_path)
-        map_large_blocks()
+        if allocator == "system":
+            map_large_blocks()
+        log.info("C allocator: %s", allocator)
         run_loop(serve(settings))
     except ApplianceError as exc:
         print(f"applianced: error: {exc.message}", file=sys.stderr)
@@ -143,6 +149,16 @@ def run(settings: Settings) -> int:
     finally:
         lock.release()
     return 0
+
+
+def given_settings(settings: Settings) -> dict[str, str]:
+    """The settings given on the command line, as the ``APPLIANCE_*`` variables that carry them across a re-exec."""
+    out = {}
+    for name in type(settings).model_fields:
+        if settings.origin(name).source == "command line":
+            value = getattr(settings, name)
+            out[f"APPLIANCE_{name.upper()}"] = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

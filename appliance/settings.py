@@ -99,6 +99,10 @@ class Settings(BaseSettings):
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="Least severe log level written.")
     log_format: Literal["json", "text"] = Field(default="json", description="`json` writes one JSON object per line; `text` is for people.")
+    allocator: Literal["jemalloc", "system"] = Field(
+        default="jemalloc",
+        description="C allocator of the daemon: `jemalloc` (re-executes once at start with libjemalloc2 preloaded, when installed) keeps its memory flat under a long mixed load; `system` keeps glibc's malloc, whose heaps grow. Engines keep the system's.",
+    )
     default_model: str = Field(
         default="gemma-3-270m:q4_k_m",
         description="Model served under the alias `default`, and seeded into an empty store from its registry package.",

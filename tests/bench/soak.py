@@ -141,11 +141,16 @@ def thirds(samples: list[dict], field: str) -> tuple[list[float], list[float]]:
 
 
 def per_minute(samples: list[dict], field: str, started: float) -> list[tuple[float, float]]:
-    """(minute, mean of ``field`` in MiB) for each whole minute sampled, in order."""
+    """(minute, mean of ``field`` in MiB) for each whole minute sampled, in order.
+
+    A minute with fewer than half of its samples is left out: the sample taken at the deadline
+    opens a minute of its own, and one reading (taken during a roll-up, say) is not a minute's mean.
+    """
     buckets: dict[int, list[float]] = {}
     for s in samples:
         buckets.setdefault(int((s["t"] - started) // 60), []).append(s[field] / MIB)
-    return [(m, statistics.mean(v)) for m, v in sorted(buckets.items())]
+    least = 60 / SAMPLE_EVERY_S / 2
+    return [(m, statistics.mean(v)) for m, v in sorted(buckets.items()) if len(v) >= least]
 
 
 def slope_with_interval(points: list[tuple[float, float]]) -> tuple[float, float, float]:
