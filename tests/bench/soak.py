@@ -1,6 +1,6 @@
 """Soak: a real daemon under mixed load for minutes, checked for leaks and lost requests.
 
-    python tests/bench/soak.py --minutes 10 [--threads 4] [--json soak.json] [--heap-log heap.txt]
+    python tests/bench/soak.py --minutes 10 [--threads 4] [--json soak.json] [--allocator system --heap-log heap.txt]
 
 Load, all at once, for ``--minutes``:
 
@@ -184,9 +184,10 @@ def run(args: argparse.Namespace) -> int:
         probe = {"SOAK_HEAP_LOG": str(Path(args.heap_log).resolve()),
                  "PYTHONPATH": os.pathsep.join(filter(None, [folder, os.environ.get("PYTHONPATH")]))}
     daemon = start_daemon(base, APPLIANCE_ENGINE_PARALLEL="4", APPLIANCE_QUEUE_SIZE="256",
-                          APPLIANCE_CACHE_MAX_ENTRIES=str(args.cache_entries), **probe)
+                          APPLIANCE_CACHE_MAX_ENTRIES=str(args.cache_entries),
+                          APPLIANCE_ALLOCATOR=args.allocator, **probe)
     checks: dict[str, tuple[bool, str]] = {}
-    report: dict = {"minutes": args.minutes, "threads": args.threads, "cache_max_entries": args.cache_entries,
+    report: dict = {"minutes": args.minutes, "threads": args.threads, "cache_max_entries": args.cache_entries, "allocator": args.allocator,
                     "load_avg_start": os.getloadavg()}
     try:
         import_model(daemon, make_tiny_gguf(base / "tiny.gguf"), TINY)
@@ -301,7 +302,9 @@ def main(argv: list[str] | None = None) -> int:
                              "memory, is full within the first minutes, so growth after that is a leak, not the cache filling)")
     parser.add_argument("--dir", help="folder for the daemon's data (default: a new temporary folder)")
     parser.add_argument("--json", help="also write the report and checks to this file")
-    parser.add_argument("--heap-log", help="the daemon appends its RSS and glibc heap figures (mallinfo2) to this file each minute")
+    parser.add_argument("--heap-log", help="the daemon appends its RSS and glibc heap figures (mallinfo2) to this file each minute "
+                                           "(glibc's figures mean something with --allocator system only)")
+    parser.add_argument("--allocator", choices=("jemalloc", "system"), default="jemalloc", help="the daemon's allocator setting")
     return run(parser.parse_args(argv))
 
 
