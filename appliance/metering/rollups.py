@@ -7,6 +7,10 @@ recomputes the touched days from their hours. Running it twice changes nothing.
 
 The aggregation reads happen outside the write transaction; the write holds the
 database's write lock only for the few DELETE/INSERTs of the rolled-up rows.
+Reading an hour of the ledger fills the page cache of the pooled connection it
+runs on (SQLite keeps up to 2 MiB per connection until it closes); each run
+frees it again (``PRAGMA shrink_memory``), so the pool's connections, taken in
+turn by successive runs, do not each keep 2 MiB of ledger pages.
 Rows committed while a run is reading land above its watermark and are picked up
 by the next run. Schedule ``rollup(db, time.time())`` every 5 minutes.
 """
@@ -57,6 +61,7 @@ def rollup(db: Engine, now: float | None = None, *, full: bool = False) -> int:
                 {"s": hour, "e": hour + HOUR},
             ).all()
             hourly += [(hour, *row) for row in rows]
+        conn.exec_driver_sql("PRAGMA shrink_memory")
     days = sorted({h - h % DAY for h in hours})
     with db.begin() as conn:
         if full:

@@ -197,3 +197,23 @@ def test_cli_talks_to_the_admin_api(app, db, monkeypatch):
     assert run("usage", "--by", "model")[0] == 0
     code, out = run("quota", "show", "team:nobody")
     assert code != 0 and "No team" in out
+
+
+def test_a_rollup_gives_back_the_page_cache_its_reads_filled(db):
+    import ctypes
+
+    sqlite_lib = ctypes.CDLL("libsqlite3.so.0")  # the library Python's sqlite3 module runs on
+    sqlite_lib.sqlite3_memory_used.restype = ctypes.c_int64
+    with sqlite3.connect(db.url.database) as conn:  # an hour of ledger rows: ~6 MiB of pages
+        conn.executemany(
+            "INSERT INTO usage (request_id, created_at, key_id, team_id, endpoint, model, prompt_tokens, completion_tokens,"
+            " cached_tokens, status, cache_tier, cost) VALUES (?, ?, NULL, NULL, 'chat', 'm', 10, 20, 0, 200, 'miss', 0.5)",
+            [(f"r{i:06d}-" + "x" * 24, T0 + i % HOUR) for i in range(60_000)])
+    db.dispose()
+    with db.connect() as conn:  # the pool holds one connection, as the daemon's holds several
+        conn.exec_driver_sql("SELECT 1")
+    idle = sqlite_lib.sqlite3_memory_used()
+    assert rollup(db, T0 + HOUR) == 1
+    assert rollups(db, "hour") == [(T0, None, "m", 60_000, 600_000, 1_200_000, 30_000.0)]
+    # Without the shrink, the connection keeps its 2 MiB page cache full of ledger pages for as long as it lives.
+    assert sqlite_lib.sqlite3_memory_used() - idle < 512 * 1024
