@@ -3,6 +3,12 @@
 WAL with ``synchronous=NORMAL`` keeps every committed transaction across a
 process crash (kill -9); ``busy_timeout`` makes writers wait for each other
 instead of failing, and foreign keys are enforced.
+
+Every connection keeps a page cache of up to 2 MiB; the pool holds up to 16 of
+them, and a long-running daemon reads the ledger on each in turn, so without a
+cap the pages SQLite keeps grow in 2 MiB steps to 32 MiB. ``soft_heap_limit``
+caps SQLite's memory for the whole process: past it, connections recycle their
+own cached pages instead of allocating more.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from sqlmodel import Session
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 BUSY_TIMEOUT_MS = 10_000
+SQLITE_HEAP_LIMIT_BYTES = 8 * 1024 * 1024  # all connections' page caches and statements together
 
 
 def _on_connect(dbapi_conn: sqlite3.Connection, _record: object) -> None:
@@ -25,6 +32,7 @@ def _on_connect(dbapi_conn: sqlite3.Connection, _record: object) -> None:
     cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute(f"PRAGMA soft_heap_limit={SQLITE_HEAP_LIMIT_BYTES}")  # process-wide
     cur.close()
 
 
