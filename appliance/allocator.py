@@ -7,15 +7,20 @@ come and go, pin the pages, and the free space kept inside the heaps grows for
 as long as the daemon runs (measured with ``tests/bench/soak.py --heap-log``; in
 use memory flat, free space rising at every roll-up). jemalloc sorts blocks by
 size class into separate runs and gives pages nobody uses back to the system
-after a few seconds, so the same load holds its memory flat.
+after a few seconds, so the same load holds its memory flat. It does so from a
+background thread (``background_thread:true`` in ``MALLOC_CONF``): without one,
+pages freed by a thread that then sits idle (a scheduler thread after a usage
+roll-up) wait in that thread's arena for its next allocation, and the daemon's
+memory rises by a few MiB each time another thread takes a turn at the work.
 
 A library cannot be swapped in after the process started, so the daemon
 re-executes itself once, at start, as ``python -m appliance.daemon`` with
-jemalloc in ``LD_PRELOAD`` and the settings given on its command line as
-``APPLIANCE_*`` variables (same PID, so systemd's notify socket and watchdog
-are unaffected). The
-re-executed daemon puts ``LD_PRELOAD`` back as it was, so the engines it starts
-run on the allocator they would have had. ``allocator = "system"`` keeps glibc.
+jemalloc in ``LD_PRELOAD``, its options in ``MALLOC_CONF`` (an operator's own
+``MALLOC_CONF`` follows them and wins) and the settings given on its command line
+as ``APPLIANCE_*`` variables (same PID, so systemd's notify socket and watchdog
+are unaffected). The re-executed daemon puts ``LD_PRELOAD`` and ``MALLOC_CONF``
+back as they were, so the engines it starts run on the allocator they would have
+had. ``allocator = "system"`` keeps glibc.
 """
 
 from __future__ import annotations
@@ -32,6 +37,10 @@ LIBRARY = "libjemalloc.so.2"
 SEARCH_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")
 #: Set across the re-exec: what ``LD_PRELOAD`` was before, to be restored (empty: it was unset).
 SAVED_PRELOAD = "APPLIANCE_PRELOAD_BEFORE"
+#: The same for ``MALLOC_CONF``, jemalloc's options.
+SAVED_CONF = "APPLIANCE_MALLOC_CONF_BEFORE"
+#: jemalloc's options for the daemon: a background thread returns freed pages whichever thread freed them.
+JEMALLOC_OPTIONS = "background_thread:true"
 
 
 def find_jemalloc(dirs: tuple[str, ...] = SEARCH_DIRS) -> Path | None:
@@ -48,20 +57,24 @@ def jemalloc_loaded(maps: Path = Path("/proc/self/maps")) -> bool:
 
 
 def restore_preload(environ: os._Environ[str] | dict[str, str] = os.environ) -> None:
-    """After the re-exec: ``LD_PRELOAD`` as it was before it, for every process this one starts."""
-    if SAVED_PRELOAD not in environ:
-        return
-    before = environ.pop(SAVED_PRELOAD)
-    if before:
-        environ["LD_PRELOAD"] = before
-    else:
-        environ.pop("LD_PRELOAD", None)
+    """After the re-exec: ``LD_PRELOAD`` and ``MALLOC_CONF`` as they were before it, for every process this one starts."""
+    for saved, name in ((SAVED_PRELOAD, "LD_PRELOAD"), (SAVED_CONF, "MALLOC_CONF")):
+        if saved not in environ:
+            continue
+        before = environ.pop(saved)
+        if before:
+            environ[name] = before
+        else:
+            environ.pop(name, None)
 
 
 def preload_environment(library: Path, environ: dict[str, str]) -> dict[str, str]:
-    """The environment to re-execute with: jemalloc first in ``LD_PRELOAD``, the old value saved."""
+    """The environment to re-execute with: jemalloc first in ``LD_PRELOAD``, its options first in
+    ``MALLOC_CONF`` (later options override earlier ones), the old values saved."""
     before = environ.get("LD_PRELOAD", "")
-    return {**environ, SAVED_PRELOAD: before, "LD_PRELOAD": f"{library}:{before}" if before else str(library)}
+    conf = environ.get("MALLOC_CONF", "")
+    return {**environ, SAVED_PRELOAD: before, "LD_PRELOAD": f"{library}:{before}" if before else str(library),
+            SAVED_CONF: conf, "MALLOC_CONF": f"{JEMALLOC_OPTIONS},{conf}" if conf else JEMALLOC_OPTIONS}
 
 
 def use_jemalloc(choice: str, given: dict[str, str]) -> str:

@@ -23,6 +23,10 @@ def environment(pid: int) -> dict[str, str]:
     return dict(p.decode().split("=", 1) for p in pairs if b"=" in p)
 
 
+def thread_names(pid: int) -> list[str]:
+    return [(task / "comm").read_text().strip() for task in Path(f"/proc/{pid}/task").iterdir()]
+
+
 def test_the_daemon_runs_on_jemalloc_and_its_engines_on_the_system_allocator(tmp_path: Path) -> None:
     assert find_jemalloc() is not None, f"{LIBRARY} is not installed (Debian/Ubuntu: apt-get install libjemalloc2; test.sh does)"
     daemon = start_daemon(tmp_path)
@@ -30,12 +34,15 @@ def test_the_daemon_runs_on_jemalloc_and_its_engines_on_the_system_allocator(tmp
         assert daemon.proc is not None
         pid = daemon.proc.pid  # the re-exec keeps the PID systemd and this test started
         assert mapped(pid) and SAVED_PRELOAD in environment(pid)  # its environment as the re-exec set it
+        # jemalloc's background thread, which returns the pages idle threads freed, runs in the daemon.
+        assert "jemalloc_bg_thd" in thread_names(pid), thread_names(pid)
         assert "C allocator: jemalloc" in daemon.log()
         import_model(daemon, make_tiny_gguf(tmp_path / "tiny.gguf"), TINY)
         load(daemon)
         engine = engine_pid(daemon)
         engine_env = environment(engine)  # LD_PRELOAD put back as it was (unset) before the engine started
         assert not mapped(engine) and "LD_PRELOAD" not in engine_env and SAVED_PRELOAD not in engine_env
+        assert "MALLOC_CONF" not in engine_env
         with daemon.client(daemon.create_key()) as client:
             answer = client.post("/v1/chat/completions", json={"model": TINY, "messages": [{"role": "user", "content": "hi"}],
                                                               "max_tokens": 4})

@@ -4,20 +4,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from appliance.allocator import LIBRARY, SAVED_PRELOAD, find_jemalloc, jemalloc_loaded, preload_environment, restore_preload
+from appliance.allocator import (
+    JEMALLOC_OPTIONS, LIBRARY, SAVED_CONF, SAVED_PRELOAD, find_jemalloc, jemalloc_loaded, preload_environment, restore_preload,
+)
 
 
 def test_the_preload_is_put_first_and_given_back_as_it_was() -> None:
     lib = Path("/usr/lib/x86_64-linux-gnu") / LIBRARY
     env = preload_environment(lib, {"PATH": "/bin"})
     assert env["LD_PRELOAD"] == str(lib) and env[SAVED_PRELOAD] == "" and env["PATH"] == "/bin"
+    assert env["MALLOC_CONF"] == JEMALLOC_OPTIONS == "background_thread:true"
     restore_preload(env)
-    assert "LD_PRELOAD" not in env and SAVED_PRELOAD not in env  # it was unset: the engines get none
+    assert env == {"PATH": "/bin"}  # both were unset: the engines get neither
 
-    env = preload_environment(lib, {"LD_PRELOAD": "/opt/trace.so"})
+    env = preload_environment(lib, {"LD_PRELOAD": "/opt/trace.so", "MALLOC_CONF": "background_thread:false,narenas:2"})
     assert env["LD_PRELOAD"] == f"{lib}:/opt/trace.so"
+    # The operator's options come after the daemon's: jemalloc reads them in order, so theirs win.
+    assert env["MALLOC_CONF"] == "background_thread:true,background_thread:false,narenas:2"
     restore_preload(env)
-    assert env == {"LD_PRELOAD": "/opt/trace.so"}  # the operator's own preload is kept for the engines
+    # The operator's own preload and options are kept for the engines.
+    assert env == {"LD_PRELOAD": "/opt/trace.so", "MALLOC_CONF": "background_thread:false,narenas:2"}
+    assert SAVED_CONF not in env
 
 
 def test_restoring_without_a_re_exec_changes_nothing() -> None:
