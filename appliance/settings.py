@@ -101,7 +101,7 @@ class Settings(BaseSettings):
     log_format: Literal["json", "text"] = Field(default="json", description="`json` writes one JSON object per line; `text` is for people.")
     allocator: Literal["jemalloc", "system"] = Field(
         default="jemalloc",
-        description="C allocator of the daemon: `jemalloc` (re-executes once at start with libjemalloc2 preloaded, when installed) keeps its memory flat under a long mixed load; `system` keeps glibc's malloc, whose heaps grow. Engines keep the system's.",
+        description="C allocator of the daemon: `jemalloc` (re-executes once at start with libjemalloc2 preloaded, when installed, and `MALLOC_CONF=background_thread:true` before any `MALLOC_CONF` of yours) keeps its memory flat under a long mixed load; `system` keeps glibc's malloc, whose heaps grow. Engines keep the system's.",
     )
     default_model: str = Field(
         default="gemma-3-270m:q4_k_m",
