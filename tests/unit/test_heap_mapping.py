@@ -50,7 +50,7 @@ def test_objects_alive_at_start_leave_the_collectors_generations() -> None:
     try:
         assert any(o is startup for o in gc.get_objects())
         frozen = freeze_startup_objects()
-        assert frozen >= 1 and gc.get_freeze_count() == frozen
+        assert frozen >= 1  # not compared with get_freeze_count() later: a frozen object that dies leaves the count
         assert not any(o is startup for o in gc.get_objects())  # a full collection no longer walks it
         later = [object()]
         assert any(o is later for o in gc.get_objects())  # what comes after is collected as before
