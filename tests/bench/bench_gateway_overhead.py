@@ -17,7 +17,10 @@ answers at once (tests/bench/echo_daemon.py).
   process's CPU time (user + system, its own process only) over the tokens
   relayed.
 
-    python tests/bench/bench_gateway_overhead.py [--seconds 5] [--rounds 3]
+    python tests/bench/bench_gateway_overhead.py [--seconds 5] [--rounds 3] [--allocator jemalloc|system]
+
+The daemon runs on the C allocator the real one uses by default (jemalloc, with
+the same ``LD_PRELOAD`` and ``MALLOC_CONF``); ``--allocator system`` keeps glibc.
 
 Needs ``wrk`` (Debian: ``apt-get install wrk``).
 """
@@ -43,6 +46,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+from appliance.allocator import LIBRARY, find_jemalloc, preload_environment  # noqa: E402
 from tests.daemon import daemon_env, free_port  # noqa: E402
 
 WRK_SCRIPT = """
@@ -128,9 +132,14 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 100])
     parser.add_argument("--cache", choices=("on", "off"), default="on",
                         help="the response cache (on: looked up and stored on every request; off: to see its share)")
+    parser.add_argument("--allocator", choices=("jemalloc", "system"), default="jemalloc",
+                        help="the daemon's C allocator, as the allocator setting (default jemalloc)")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed (Debian: apt-get install wrk)")
+    jemalloc = find_jemalloc() if args.allocator == "jemalloc" else None
+    if args.allocator == "jemalloc" and jemalloc is None:
+        sys.exit("libjemalloc2 is not installed (Debian: apt-get install libjemalloc2), or pass --allocator system")
     cores = sorted(os.sched_getaffinity(0))
     daemon_cpus = {cores[-1]} if len(cores) > 1 else None
     other_cpus = set(cores[:-1]) if len(cores) > 1 else None
@@ -141,6 +150,8 @@ def main() -> None:
         script.write_text(WRK_SCRIPT)
         env = daemon_env(data_dir, port, APPLIANCE_SEED_DEFAULT_MODEL="false", APPLIANCE_LOG_LEVEL="warning",
                          APPLIANCE_QUEUE_SIZE="1024", APPLIANCE_CACHE_ENABLED=str(args.cache == "on").lower(), ECHO_ENGINE_TCP_PORT=str(engine_port))
+        if jemalloc is not None:
+            env = preload_environment(jemalloc, env)
         proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("echo_daemon.py"))], env=env, start_new_session=True,
                                 stdout=subprocess.DEVNULL, stderr=open(Path(tmp) / "daemon.log", "wb"),
                                 preexec_fn=(lambda: os.sched_setaffinity(0, daemon_cpus)) if daemon_cpus else None)
@@ -151,6 +162,8 @@ def main() -> None:
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise RuntimeError((Path(tmp) / "daemon.log").read_text()[-2000:])
                 time.sleep(0.2)
+            if (LIBRARY in Path(f"/proc/{proc.pid}/maps").read_text()) != (jemalloc is not None):
+                raise RuntimeError(f"the daemon is not running on the allocator asked for ({args.allocator})")
             with httpx.Client(transport=httpx.HTTPTransport(uds=str(admin_sock)), base_url="http://appliance", timeout=60) as admin:
                 key = admin.post("/admin/keys/", json={"name": "bench"}).json()
                 admin.put(f"/admin/quotas/key:{key['prefix']}", json={"requests_per_minute": 10_000_000, "tokens_per_day": 10**12,
@@ -182,7 +195,7 @@ def main() -> None:
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(30)
-    print(f"\nresponse cache {args.cache}; cores: daemon on {sorted(daemon_cpus) if daemon_cpus else 'all'}, wrk and engine on "
+    print(f"\nresponse cache {args.cache}; allocator {args.allocator}; cores: daemon on {sorted(daemon_cpus) if daemon_cpus else 'all'}, wrk and engine on "
           f"{sorted(other_cpus) if other_cpus else 'all'}; {args.rounds} rounds of {args.seconds:g} s, medians")
     print("\n| in flight | gateway req/s | engine alone req/s | gateway p50 | gateway p99 | added p50 | added p99 |")
     print("|---|---|---|---|---|---|---|")

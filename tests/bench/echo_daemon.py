@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
+from appliance.allocator import jemalloc_loaded, restore_preload
 from appliance.db import engine as dbmod
+from appliance.heap import map_large_blocks
 from appliance.daemon import check_data_dir
 from appliance.serving.engines import EngineProcess
 from appliance.lockfile import DataDirLock
@@ -61,6 +63,9 @@ def main() -> None:
     import appliance.serving.names as names_mod
     import appliance.services as services_mod
 
+    restore_preload()  # started with jemalloc preloaded, as the daemon re-executes itself: the engine gets neither
+    if not jemalloc_loaded():
+        map_large_blocks()
     settings = load_settings()
     check_data_dir(settings)
     setup_logging("warning", "json", settings.log_dir)
