@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import shutil
 import sqlite3
 import tempfile
@@ -63,6 +64,13 @@ def set_price(db: Engine, model: str, input_per_m: float = 0.0, output_per_m: fl
     with session(db) as s:
         s.merge(Price(model=model, input_per_m=input_per_m, output_per_m=output_per_m, cached_per_m=cached_per_m))
         s.commit()
+
+
+def sqlite_memory_used() -> int:
+    """Bytes SQLite holds in this process now (every connection's page cache, statements, sorters)."""
+    lib = ctypes.CDLL("libsqlite3.so.0")  # the library Python's sqlite3 module runs on
+    lib.sqlite3_memory_used.restype = ctypes.c_int64
+    return int(lib.sqlite3_memory_used())
 
 
 def rows(db: Engine, sql: str, *args: object) -> list[tuple]:

@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import ctypes
 import sqlite3
 from contextlib import ExitStack
 
 from sqlalchemy import text
 
 from appliance.db.engine import SQLITE_HEAP_LIMIT_BYTES, make_engine
+from tests.meterkit import sqlite_memory_used
 
 MIB = 1024 * 1024
-
-
-def _memory_used() -> int:
-    lib = ctypes.CDLL("libsqlite3.so.0")  # the library Python's sqlite3 module runs on
-    lib.sqlite3_memory_used.restype = ctypes.c_int64
-    return int(lib.sqlite3_memory_used())
 
 
 def test_the_pool_s_page_caches_stay_under_the_heap_limit(tmp_path):
@@ -29,13 +23,13 @@ def test_the_pool_s_page_caches_stay_under_the_heap_limit(tmp_path):
     try:
         with engine.connect() as first:
             assert first.execute(text("PRAGMA soft_heap_limit")).scalar() == SQLITE_HEAP_LIMIT_BYTES
-        before = _memory_used()
+        before = sqlite_memory_used()
         with ExitStack() as held:  # all 16 of the pool's connections at once, each reading the whole table
             for _ in range(16):
                 conn = held.enter_context(engine.connect())
                 rows = conn.execute(text("SELECT key, model, SUM(tokens), COUNT(*) FROM usage GROUP BY key, model")).all()
                 assert len(rows) == 150
-            grown = _memory_used() - before
+            grown = sqlite_memory_used() - before
         # Uncapped, each connection keeps 2 MiB of the table's pages: 16 of them hold 32 MiB.
         assert grown <= SQLITE_HEAP_LIMIT_BYTES + 2 * MIB, f"SQLite grew by {grown / MIB:.1f} MiB"
     finally:

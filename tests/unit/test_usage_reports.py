@@ -23,7 +23,7 @@ from appliance.metering.rollups import rollup
 from appliance.api.usage import CONTROLLERS
 from appliance.metering.reports import parse_time, query_usage
 from tests.appkit import local_admin_app
-from tests.meterkit import T0, Clock, add_key, add_team, new_db, rows, settings
+from tests.meterkit import T0, Clock, add_key, add_team, new_db, rows, settings, sqlite_memory_used
 
 HOUR, DAY = 3600, 86400
 
@@ -200,10 +200,6 @@ def test_cli_talks_to_the_admin_api(app, db, monkeypatch):
 
 
 def test_a_rollup_gives_back_the_page_cache_its_reads_filled(db):
-    import ctypes
-
-    sqlite_lib = ctypes.CDLL("libsqlite3.so.0")  # the library Python's sqlite3 module runs on
-    sqlite_lib.sqlite3_memory_used.restype = ctypes.c_int64
     with sqlite3.connect(db.url.database) as conn:  # an hour of ledger rows: ~6 MiB of pages
         conn.executemany(
             "INSERT INTO usage (request_id, created_at, key_id, team_id, endpoint, model, prompt_tokens, completion_tokens,"
@@ -212,8 +208,8 @@ def test_a_rollup_gives_back_the_page_cache_its_reads_filled(db):
     db.dispose()
     with db.connect() as conn:  # the pool holds one connection, as the daemon's holds several
         conn.exec_driver_sql("SELECT 1")
-    idle = sqlite_lib.sqlite3_memory_used()
+    idle = sqlite_memory_used()
     assert rollup(db, T0 + HOUR) == 1
     assert rollups(db, "hour") == [(T0, None, "m", 60_000, 600_000, 1_200_000, 30_000.0)]
     # Without the shrink, the connection keeps its 2 MiB page cache full of ledger pages for as long as it lives.
-    assert sqlite_lib.sqlite3_memory_used() - idle < 512 * 1024
+    assert sqlite_memory_used() - idle < 512 * 1024
