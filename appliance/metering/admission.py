@@ -89,6 +89,7 @@ class Admission:
     finished: bool = False
     cost: float | None = None
     max_tokens: int | None = None  # the completion cap the engine must be given (None: no budget bounds it)
+    in_flight: bool = False  # admitted and not yet settled or released: counted in the meter's requests in flight
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,12 @@ committed (durable across a process crash: WAL). Under load batches simply grow;
 nothing is ever dropped. If a batch fails, its records are retried one per
 transaction so that one bad record cannot take the others with it, and a locked
 database is waited for, not given up on.
+
+A caller whose request is the only one in flight, finding the thread idle,
+writes its record at once in a transaction of its own instead: a batch would
+hold that one record anyway, and the two thread hand-offs cost more than the
+write. It never waits there: a database locked by another connection sends
+the record to the thread.
 """
 
 from __future__ import annotations
@@ -83,6 +89,8 @@ class GroupCommitWriter(Generic[Record, Result]):
         self._pending: list[tuple[Record, asyncio.AbstractEventLoop, asyncio.Future[Result]]] = []
         self._cond = threading.Condition()
         self._stopping = False
+        self._writing = False
+        self._busy_timeout_ms = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
         self._thread: threading.Thread | None = None
         self.stats = WriterStats()
 
@@ -97,16 +105,59 @@ class GroupCommitWriter(Generic[Record, Result]):
         self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
         self._thread.start()
 
-    def submit(self, record: Record) -> asyncio.Future[Result]:
-        """Queue ``record``; the future resolves to ``apply``'s result once committed."""
+    def submit(self, record: Record, *, alone: bool = False) -> asyncio.Future[Result]:
+        """Queue ``record``; the future resolves to ``apply``'s result once committed.
+
+        With ``alone`` (the caller's request is the only one in flight) and the thread idle, the record is
+        written at once in a transaction of its own on the caller's thread: at low load a batch would hold
+        this one record anyway, and the two thread hand-offs cost more than the write. The write never waits
+        for another connection: if the database is busy, the record goes to the thread as usual."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         with self._cond:
             if self._stopping or self._thread is None:
                 raise RuntimeError("the ledger writer is not running")
-            self._pending.append((record, loop, future))
-            self._cond.notify()
+            idle = alone and not self._pending and not self._writing and self._lock.acquire(blocking=False)
+            if not idle:
+                self._pending.append((record, loop, future))
+                self._cond.notify()
+                return future
+        try:
+            outcome = self._write_alone(record)
+        finally:
+            self._lock.release()
+        if outcome is None:  # the database is busy with another connection: the thread waits for it
+            with self._cond:
+                self._pending.append((record, loop, future))
+                self._cond.notify()
+        else:
+            _resolve(future, *outcome)
         return future
+
+    def _write_alone(self, record: Record) -> Outcome[Result] | None:
+        conn = self._conn
+        conn.execute("PRAGMA busy_timeout=0")
+        try:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if _is_locked(exc):
+                    return None
+                raise
+            try:
+                result = self._apply(conn, record)
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                if isinstance(exc, Exception):
+                    self.stats.failed += 1
+                    return None, exc
+                raise
+            self._count(1)
+            return result, None
+        finally:
+            conn.execute(f"PRAGMA busy_timeout={self._busy_timeout_ms}")
 
     def stop(self) -> None:
         """Write everything pending, then end the thread (blocking: call it from a worker thread)."""
@@ -132,11 +183,15 @@ class GroupCommitWriter(Generic[Record, Result]):
                 batch, self._pending = self._pending, []
                 if not batch and self._stopping:
                     return
+                self._writing = True
             try:
                 outcomes = self._write([record for record, _, _ in batch])
             except BaseException as exc:  # pragma: no cover - _write reports per record
                 log.exception("ledger writer failed")
                 outcomes = [(None, exc)] * len(batch)
+            finally:
+                with self._cond:
+                    self._writing = False
             for (_, loop, future), (result, error) in zip(batch, outcomes):
                 try:
                     loop.call_soon_threadsafe(_resolve, future, result, error)

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from sqlalchemy import Engine
 
 from appliance.accounts.keys import Principal
+from appliance.db.checkpoint import DEFAULT_AUTOCHECKPOINT_PAGES, WalCheckpointer
 from appliance.db.engine import _on_connect
 from appliance.metering.admission import (
     Admission, Admissions, Granted, Refusal, Reservation, busy, prune_counters, release_reservations,
@@ -83,8 +84,11 @@ class Meter:
         self.prices = PriceBook(self._load_prices)
         self._admissions = Admissions(settings, self._conn, self._lock, self.prices, self.metrics, clock)
         self._abandoning: set[asyncio.Task] = set()
+        self._in_flight = 0  # requests between the start of their admission and their settle or release
         self._writer: GroupCommitWriter[Settlement | Reservation, float | Granted | Refusal | None] = GroupCommitWriter(
             self._conn, self._lock, _apply)
+        self.checkpointer = WalCheckpointer(db.url.database or "")
+        self._closed = False
 
     # -- lifecycle -----------------------------------------------------------------
     @property
@@ -97,7 +101,10 @@ class Meter:
         return self._writer.stats
 
     async def start(self, *, release_reservations: bool = True) -> None:
-        """Start the group-commit writer; release every reservation a crashed daemon left.
+        """Start the group-commit writer and the WAL checkpointer; release every reservation a crashed daemon left.
+
+        While they run, the meter's commits never checkpoint the WAL themselves
+        (:mod:`appliance.db.checkpoint`).
 
         Only one daemon runs per data dir (lock file), so at start every reservation is
         a leftover. Pass ``release_reservations=False`` when several meters share a
@@ -106,15 +113,29 @@ class Meter:
             released = self._release(math.inf)
             if released:
                 log.info("released %d reservations left by an earlier run", released)
+        self._autocheckpoint(0)
+        self.checkpointer.start()
         self._writer.start()
 
     async def stop(self) -> None:
         """Write everything pending and stop the writer. Later settles write synchronously."""
-        await asyncio.to_thread(self._writer.stop)
+        await asyncio.to_thread(self._stop_threads)
 
     def close(self) -> None:
-        self._writer.stop()
+        if self._closed:
+            return
+        self._closed = True
+        self._stop_threads()
         self._conn.close()
+
+    def _stop_threads(self) -> None:
+        self._writer.stop()
+        self.checkpointer.stop()
+        self._autocheckpoint(DEFAULT_AUTOCHECKPOINT_PAGES)
+
+    def _autocheckpoint(self, pages: int) -> None:
+        with self._lock:
+            self._conn.execute(f"PRAGMA wal_autocheckpoint={pages}")
 
     # -- quotas and prices -------------------------------------------------------------
     def invalidate_quotas(self) -> None:
@@ -147,9 +168,22 @@ class Meter:
         cap and ``admission.max_tokens`` is the cap to send to the engine. A prompt that
         alone does not fit is refused (429) before any engine work.
 
-        The reservation rides in the group-commit writer's next batch. If the caller is
-        cancelled while it waits (the client left), a reservation made meanwhile is
-        released as a 499, so nothing stays held."""
+        The reservation rides in the group-commit writer's next batch; when this request is
+        the only one in flight it is written at once instead (see :meth:`GroupCommitWriter.submit`).
+        If the caller is cancelled while it waits (the client left), a reservation made
+        meanwhile is released as a 499, so nothing stays held."""
+        self._in_flight += 1
+        try:
+            admission = await self._admit(principal, request_id=request_id, endpoint=endpoint, model=model,
+                                          estimated_tokens=estimated_tokens, cached=cached, cap=cap, max_tokens=max_tokens)
+        except BaseException:
+            self._in_flight -= 1
+            raise
+        admission.in_flight = True
+        return admission
+
+    async def _admit(self, principal: Principal, *, request_id: str, endpoint: str, model: str, estimated_tokens: int,
+                     cached: bool, cap: bool, max_tokens: int | None) -> Admission:
         admission, reservation = self._admissions.prepare(principal, request_id=request_id, endpoint=endpoint, model=model,
                                                           estimated_tokens=estimated_tokens, cached=cached, cap=cap,
                                                           max_tokens=max_tokens)
@@ -158,7 +192,7 @@ class Meter:
         if not self._writer.running:
             return self._admissions.conclude(admission, reservation, self._reserve_now(reservation))
         try:
-            pending = self._writer.submit(reservation)
+            pending = self._writer.submit(reservation, alone=self._in_flight == 1)
         except RuntimeError:  # stopping right now
             return self._admissions.conclude(admission, reservation, self._reserve_now(reservation))
         try:
@@ -214,6 +248,7 @@ class Meter:
         energy_joules: float | None = None,
     ) -> float:
         """Record the usage row and settle the quota in one committed transaction; return the cost."""
+        self._leave(admission)
         if admission.finished:
             return admission.cost or 0.0
         admission.finished = True
@@ -236,6 +271,7 @@ class Meter:
         completion_tokens: int = 0,
     ) -> None:
         """A failed or abandoned request: record what it produced, charge that, free the rest."""
+        self._leave(admission)
         if admission.finished:
             return
         admission.finished = True
@@ -246,13 +282,23 @@ class Meter:
         admission.cost = cost
         await self._commit(admission, row, prompt_tokens + completion_tokens, False, cost)
 
+    @property
+    def in_flight(self) -> int:
+        """Requests admitted (or being admitted) and not yet settled or released."""
+        return self._in_flight
+
+    def _leave(self, admission: Admission) -> None:
+        if admission.in_flight:
+            admission.in_flight = False
+            self._in_flight -= 1
+
     async def _commit(self, admission: Admission, row: UsageRow, tokens: int, hit: bool, cost: float) -> float:
         counts_tokens = not hit or self.settings.cache_counts_against_quota
         settlement = Settlement(row, charges(admission.holds, tokens, cost, counts_tokens), bool(admission.holds), cost,
                                 self.settings.budget_alert_percent)
         if self._writer.running:
             try:
-                return await self._writer.submit(settlement)
+                return await self._writer.submit(settlement, alone=self._in_flight == 0)
             except RuntimeError:  # stopping right now: write it ourselves
                 pass
         (result, error), = self._writer.write_now([settlement])
