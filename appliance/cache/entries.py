@@ -48,6 +48,7 @@ class EntryStore:
         """A new connection in autocommit mode (the caller closes it)."""
         conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None, timeout=10.0)
         conn.execute("PRAGMA busy_timeout=10000")
+        conn.execute("PRAGMA synchronous=NORMAL")  # as every connection: a commit does not wait for the disk
         return conn
 
     def reader(self) -> sqlite3.Connection:

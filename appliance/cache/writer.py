@@ -45,12 +45,28 @@ LINGER_S = 0.02
 
 @dataclass(slots=True)
 class _Store:
-    """An answer to cache: a plain ``response``, or a stream's ``events`` and ``usage`` to fold."""
+    """An answer to cache: a plain ``response`` (and its JSON text, as the engine sent it), or a stream's
+    ``events`` and ``usage`` to fold."""
 
     prep: Prepared
     response: JsonObject | None = None
+    text: str | None = None
     events: list[bytes] = field(default_factory=list)
     usage: JsonObject | None = None
+
+
+@dataclass(slots=True)
+class _Row:
+    """A store made ready for its row before the transaction: folded, encoded, embedded."""
+
+    prep: Prepared
+    response: JsonObject
+    text: str
+    vector: np.ndarray | None
+    blob: bytes | None
+    prompt_tokens: int
+    completion_tokens: int
+    size: int
 
 
 @dataclass(slots=True)
@@ -92,8 +108,8 @@ class CacheWriter:
         self._count = len(keys)
 
     # -- what callers queue ----------------------------------------------------------
-    def store(self, prep: Prepared, response: JsonObject) -> None:
-        self._offer(_Store(prep, response=response))
+    def store(self, prep: Prepared, response: JsonObject, text: str | None = None) -> None:
+        self._offer(_Store(prep, response=response, text=text))
 
     def store_stream(self, prep: Prepared, events: list[bytes], usage: JsonObject) -> None:
         self._offer(_Store(prep, events=events, usage=usage))
@@ -157,15 +173,30 @@ class CacheWriter:
         conn.close()
 
     def _write(self, conn: sqlite3.Connection, batch: list[_Store | _Command]) -> bool:
+        """One transaction for the batch. Folding, encoding and embedding happen before it begins,
+        so the database's write lock is held for the statements alone (the ledger's writes wait for it)."""
         hits = self._hits.take()
         if not batch and not hits:
             return True
+        work: list[_Row | _Command] = []
+        for item in batch:
+            if isinstance(item, _Command):
+                work.append(item)
+                continue
+            try:
+                row = self._row(item)
+            except Exception:
+                log.exception("caching a response failed")
+                self._hot.drop([item.prep.key])
+                continue
+            if row is not None:
+                work.append(row)
         waiters: list[tuple[concurrent.futures.Future[int], int]] = []
         running = True
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for item in batch:
-                if isinstance(item, _Store):
+            for item in work:
+                if isinstance(item, _Row):
                     try:
                         self._insert(conn, item)
                     except Exception:
@@ -196,28 +227,33 @@ class CacheWriter:
             future.set_result(value)
         return running
 
-    def _insert(self, conn: sqlite3.Connection, item: _Store) -> None:
+    def _row(self, item: _Store) -> _Row | None:
+        """The row a store becomes, or None for an answer not worth caching (unfinished, an error)."""
         prep = item.prep
         response = item.response if item.response is not None else from_stream(prep.endpoint, item.events, item.usage)
         if response is None or not complete_response(prep.endpoint, response):
-            return
+            return None
         prompt_tokens, completion_tokens = usage_tokens(response)
         vector: np.ndarray | None = None
         if prep.text is not None and self._semantic is not None:
             vector = self._semantic.vector_for(prep.key, prep.text)
-        text = json.dumps(response, separators=(",", ":"), ensure_ascii=False)
+        text = item.text if item.text is not None else json.dumps(response, separators=(",", ":"), ensure_ascii=False)
         blob = vector.astype(np.float32).tobytes() if vector is not None else None
         size = len(text.encode()) + (len(blob) if blob else 0) + (len(prep.text.encode()) if prep.text and blob else 0)
+        return _Row(prep, response, text, vector, blob, prompt_tokens, completion_tokens, size)
+
+    def _insert(self, conn: sqlite3.Connection, row: _Row) -> None:
+        prep = row.prep
         now = time.time()
         self._stored.add(prep.key)  # before the row exists: a reader may find the key and no row, never the reverse
-        entry_id, hits = entries.upsert(conn, prep, text, blob, prompt_tokens, completion_tokens, size, now)
+        entry_id, hits = entries.upsert(conn, prep, row.text, row.blob, row.prompt_tokens, row.completion_tokens, row.size, now)
         if hits == 0:
             self._count += 1
-        self._hot.put(prep.key, HotEntry(entry_id, prep.endpoint, prep.model, prep.key_id, response, prompt_tokens,
-                                         completion_tokens, now, len(text)))
+        self._hot.put(prep.key, HotEntry(entry_id, prep.endpoint, prep.model, prep.key_id, row.response, row.prompt_tokens,
+                                         row.completion_tokens, now, len(row.text)))
         if self._semantic is not None:
-            if vector is not None and prep.scope is not None:
-                self._semantic.index.add(prep.scope, entry_id, vector, prep.text or "")
+            if row.vector is not None and prep.scope is not None:
+                self._semantic.index.add(prep.scope, entry_id, row.vector, prep.text or "")
             else:
                 self._semantic.index.remove([entry_id])
         self._counters.add("stores")

@@ -180,3 +180,29 @@ async def test_semantic_lookups_are_skipped_when_the_embedding_thread_is_busy(ca
     assert results == [None] * len(questions)
     s = cache.stats()
     assert s["semantic"]["skipped_busy"] == 3 and s["misses"] == len(questions)
+
+
+async def test_the_database_is_free_for_other_writers_while_a_stored_prompt_is_embedded(cache, embedder, monkeypatch):
+    """The writer embeds, folds and encodes before its transaction: the ledger never waits for an embedding."""
+    import sqlite3
+
+    free_during_embedding: list[bool] = []
+    real_embed = embedder.embed
+
+    def embed_and_try_the_lock(texts):
+        other = sqlite3.connect(cache._rows._path, isolation_level=None, timeout=0)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("ROLLBACK")
+            free_during_embedding.append(True)
+        except sqlite3.OperationalError:
+            free_during_embedding.append(False)
+        finally:
+            other.close()
+        return real_embed(texts)
+
+    monkeypatch.setattr(embedder, "embed", embed_and_try_the_lock)
+    store(cache, chat("What is the capital of France?"), chat_result("Paris."))
+    assert free_during_embedding == [True]
+    hit = await cache.lookup_async(WHO, "chat", MODEL, chat("What's the capital of France?"), {})
+    assert hit is not None and hit.tier == "semantic"  # the embedding made in the writer was stored with the row
