@@ -85,6 +85,7 @@ class Meter:
         self._admissions = Admissions(settings, self._conn, self._lock, self.prices, self.metrics, clock)
         self._abandoning: set[asyncio.Task] = set()
         self._in_flight = 0  # requests between the start of their admission and their settle or release
+        self._in_flight_lock = threading.Lock()  # admit_now counts from other threads
         self._writer: GroupCommitWriter[Settlement | Reservation, float | Granted | Refusal | None] = GroupCommitWriter(
             self._conn, self._lock, _apply)
         self.checkpointer = WalCheckpointer(db.url.database or "")
@@ -172,12 +173,12 @@ class Meter:
         the only one in flight it is written at once instead (see :meth:`GroupCommitWriter.submit`).
         If the caller is cancelled while it waits (the client left), a reservation made
         meanwhile is released as a 499, so nothing stays held."""
-        self._in_flight += 1
+        self._count_in_flight(1)
         try:
             admission = await self._admit(principal, request_id=request_id, endpoint=endpoint, model=model,
                                           estimated_tokens=estimated_tokens, cached=cached, cap=cap, max_tokens=max_tokens)
         except BaseException:
-            self._in_flight -= 1
+            self._count_in_flight(-1)
             raise
         admission.in_flight = True
         return admission
@@ -210,9 +211,11 @@ class Meter:
         admission, reservation = self._admissions.prepare(principal, request_id=request_id, endpoint=endpoint, model=model,
                                                           estimated_tokens=estimated_tokens, cached=cached, cap=cap,
                                                           max_tokens=max_tokens)
-        if reservation is None:
-            return admission
-        return self._admissions.conclude(admission, reservation, self._reserve_now(reservation))
+        if reservation is not None:
+            admission = self._admissions.conclude(admission, reservation, self._reserve_now(reservation))
+        self._count_in_flight(1)
+        admission.in_flight = True
+        return admission
 
     def _reserve_now(self, reservation: Reservation) -> Granted | Refusal | None:
         """The reservation in a transaction of its own; 503 when the database stays locked past its busy timeout."""
@@ -287,10 +290,14 @@ class Meter:
         """Requests admitted (or being admitted) and not yet settled or released."""
         return self._in_flight
 
+    def _count_in_flight(self, change: int) -> None:
+        with self._in_flight_lock:
+            self._in_flight += change
+
     def _leave(self, admission: Admission) -> None:
         if admission.in_flight:
             admission.in_flight = False
-            self._in_flight -= 1
+            self._count_in_flight(-1)
 
     async def _commit(self, admission: Admission, row: UsageRow, tokens: int, hit: bool, cost: float) -> float:
         counts_tokens = not hit or self.settings.cache_counts_against_quota
