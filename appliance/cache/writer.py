@@ -45,12 +45,10 @@ LINGER_S = 0.02
 
 @dataclass(slots=True)
 class _Store:
-    """An answer to cache: a plain ``response`` (and its JSON text, as the engine sent it), or a stream's
-    ``events`` and ``usage`` to fold."""
+    """An answer to cache: a plain ``response``, or a stream's ``events`` and ``usage`` to fold."""
 
     prep: Prepared
     response: JsonObject | None = None
-    text: str | None = None
     events: list[bytes] = field(default_factory=list)
     usage: JsonObject | None = None
 
@@ -108,8 +106,8 @@ class CacheWriter:
         self._count = len(keys)
 
     # -- what callers queue ----------------------------------------------------------
-    def store(self, prep: Prepared, response: JsonObject, text: str | None = None) -> None:
-        self._offer(_Store(prep, response=response, text=text))
+    def store(self, prep: Prepared, response: JsonObject) -> None:
+        self._offer(_Store(prep, response=response))
 
     def store_stream(self, prep: Prepared, events: list[bytes], usage: JsonObject) -> None:
         self._offer(_Store(prep, events=events, usage=usage))
@@ -237,7 +235,7 @@ class CacheWriter:
         vector: np.ndarray | None = None
         if prep.text is not None and self._semantic is not None:
             vector = self._semantic.vector_for(prep.key, prep.text)
-        text = item.text if item.text is not None else json.dumps(response, separators=(",", ":"), ensure_ascii=False)
+        text = json.dumps(response, separators=(",", ":"), ensure_ascii=False)
         blob = vector.astype(np.float32).tobytes() if vector is not None else None
         size = len(text.encode()) + (len(blob) if blob else 0) + (len(prep.text.encode()) if prep.text and blob else 0)
         return _Row(prep, response, text, vector, blob, prompt_tokens, completion_tokens, size)
