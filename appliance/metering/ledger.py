@@ -64,15 +64,20 @@ def _is_locked(exc: sqlite3.OperationalError) -> bool:
 def transaction(conn: sqlite3.Connection, lock: threading.Lock | threading.RLock, work: Callable[[], T]) -> T:
     """Run ``work`` in one ``BEGIN IMMEDIATE`` transaction on ``conn`` under ``lock``."""
     with lock:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            result = work()
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        return result
+        return _committed(conn, work)
+
+
+def _committed(conn: sqlite3.Connection, work: Callable[[], T]) -> T:
+    """``work`` in one ``BEGIN IMMEDIATE`` transaction on ``conn`` (whose lock the caller holds), rolled back if it fails."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = work()
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return result
 
 
 class GroupCommitWriter(Generic[Record, Result]):
@@ -135,29 +140,23 @@ class GroupCommitWriter(Generic[Record, Result]):
         return future
 
     def _write_alone(self, record: Record) -> Outcome[Result] | None:
+        """``record`` in a transaction of its own, never waiting for a lock; None when another connection holds it."""
         conn = self._conn
         conn.execute("PRAGMA busy_timeout=0")
         try:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                if _is_locked(exc):
-                    return None
-                raise
-            try:
-                result = self._apply(conn, record)
-                conn.execute("COMMIT")
-            except BaseException as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                if isinstance(exc, Exception):
-                    self.stats.failed += 1
-                    return None, exc
-                raise
-            self._count(1)
-            return result, None
+            result = _committed(conn, lambda: self._apply(conn, record))
+        except sqlite3.OperationalError as exc:
+            if _is_locked(exc):  # rolled back: the thread writes it, waiting for the lock
+                return None
+            self.stats.failed += 1
+            return None, exc
+        except Exception as exc:
+            self.stats.failed += 1
+            return None, exc
         finally:
             conn.execute(f"PRAGMA busy_timeout={self._busy_timeout_ms}")
+        self._count(1)
+        return result, None
 
     def stop(self) -> None:
         """Write everything pending, then end the thread (blocking: call it from a worker thread)."""
