@@ -16,6 +16,7 @@ import time
 from sqlalchemy import Engine
 
 from appliance.cache.exact import HotEntry, expired
+from appliance.db.engine import _on_connect
 from appliance.cache.keys import Prepared
 from appliance.settings import Settings
 
@@ -47,8 +48,7 @@ class EntryStore:
     def connect(self) -> sqlite3.Connection:
         """A new connection in autocommit mode (the caller closes it)."""
         conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None, timeout=10.0)
-        conn.execute("PRAGMA busy_timeout=10000")
-        conn.execute("PRAGMA synchronous=NORMAL")  # as every connection: a commit does not wait for the disk
+        _on_connect(conn, None)  # the pragmas of every connection to the database
         return conn
 
     def reader(self) -> sqlite3.Connection:

@@ -20,6 +20,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from appliance.db.engine import _on_connect
+
 log = logging.getLogger("appliance.db.checkpoint")
 
 INTERVAL_S = 0.1
@@ -75,7 +77,7 @@ class WalCheckpointer:
     def _run(self) -> None:
         conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False, timeout=10.0)
         try:
-            conn.execute("PRAGMA synchronous=NORMAL")
+            _on_connect(conn, None)
             while True:
                 stopping = self._stop.wait(self._interval)
                 try:
