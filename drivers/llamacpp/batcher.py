@@ -25,8 +25,10 @@ Fairness: no request holds the decode thread for long.
   runs, embedding gets at most as much of the thread's time as decoding does.
 
 Thread ownership: slots, the context, the batch and samplers belong to the
-decode thread. The asyncio side only appends to the incoming queues (under
-the condition's lock) and sets ``Sequence.cancelled``.
+decode thread, and it alone computes graphs (the warm-up too: :mod:`.context`
+says why a second computing thread slows every decode). The asyncio side only
+appends to the incoming queues (under the condition's lock) and sets
+``Sequence.cancelled``.
 """
 
 from __future__ import annotations
@@ -91,9 +93,12 @@ class Batcher:
             self._prefix = PrefixCache(self.context, self.slots, model.info.n_swa)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the decode thread; returns once it has warmed the context up (blocks: call it off the loop)."""
         self._loop = loop
-        self._thread = threading.Thread(target=self._run, name="llama-decode", daemon=True)
+        warm: Future[None] = Future()
+        self._thread = threading.Thread(target=self._run, args=(warm,), name="llama-decode", daemon=True)
         self._thread.start()
+        warm.result()  # a warm-up that raised ends the thread and is raised here
 
     def stop(self) -> None:
         with self._cv:
@@ -159,7 +164,14 @@ class Batcher:
     def _runnable(active: list[Slot]) -> bool:
         return any(s.job is None for s in active)
 
-    def _run(self) -> None:
+    def _run(self, warm: Future[None]) -> None:
+        try:
+            if self.context is not None:
+                self.context.warm_up()  # here, not on the loading thread: see .context
+        except BaseException as exc:
+            warm.set_exception(exc)
+            return
+        warm.set_result(None)
         active: list[Slot] = []
         embeds = self._embeds
         while True:

@@ -393,7 +393,7 @@ async def serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, server.request_exit)
-    serve_task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
+    serve_task = loop.create_task(server.serve(sockets=[sock]))
     cfg = WorkerConfig(model_path=args.model, served_name=args.served_name, ctx=args.ctx, parallel=args.parallel,
                        threads=args.threads, n_gpu_layers=args.n_gpu_layers, batch_size=args.batch_size,
                        spec_ngram=args.spec_ngram, embedding=args.embedding,
@@ -401,14 +401,18 @@ async def serve(args: argparse.Namespace) -> int:
                                         tensor_split=args.tensor_split),
                        kv=KvSettings(kv_type=args.kv_type, flash_attn=args.flash_attn, swa_full=args.swa_full))
     try:
-        engine = await asyncio.get_running_loop().run_in_executor(None, WorkerEngine, cfg)
+        engine = await loop.run_in_executor(None, WorkerEngine, cfg)
+        try:  # the decode thread warms the context up: it alone computes graphs (see .context)
+            await loop.run_in_executor(None, engine.start, loop)
+        except BaseException:
+            engine.close()
+            raise
     except (ModelLoadError, DecodeFailure) as exc:
         print(f"llamacpp_worker: cannot load the model: {exc}", file=sys.stderr, flush=True)
         server.should_exit = True
         await serve_task
         _unlink(args.socket)
         return 2
-    engine.start(asyncio.get_running_loop())
     app.engine = engine
     try:
         await serve_task
