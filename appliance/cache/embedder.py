@@ -13,7 +13,7 @@ per text) can stand in for it; tests and other deployments inject their own.
 
 from __future__ import annotations
 
-import threading
+import concurrent.futures
 from pathlib import Path
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
@@ -55,42 +55,64 @@ def file_sha256(path: Path) -> str:
 class LlamaCppEmbedder:
     """A BERT-family GGUF embedding model run in-process by libllama.
 
-    libllama releases the GIL while it computes, so callers run ``embed`` on a
-    worker thread and the event loop keeps serving. One context serves one
-    call at a time (a lock); the model is small enough that one thread is the
-    right size on a box whose cores belong to the LLM engines.
+    Every call computes on the embedder's own thread, whichever thread asks (the
+    semantic tier's lookups and the cache writer both do), and the caller waits
+    for it. libllama releases the GIL while it computes, so callers run ``embed``
+    off the event loop and the loop keeps serving. One thread computing also
+    keeps libgomp to one team of threads when ``threads`` > 1 (a second computing
+    thread makes every graph's threads sleep at its barriers; see
+    ``appliance.drivers.llamacpp.context``). The model is small enough that one
+    compute thread is the right size on a box whose cores belong to the LLM engines.
     """
 
     def __init__(self, path: Path = DEFAULT_MODEL, *, threads: int = 1, context: int = 512, name: str | None = None):
-        import llama_cpp
-
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"embedding model not found: {path}")
         self.path = path
         self.name = name or path.stem
         self.context = context
-        self._lock = threading.Lock()
-        self._model: llama_cpp.Llama | None = llama_cpp.Llama(
-            model_path=str(path), embedding=True, n_ctx=context, n_batch=context, n_ubatch=context,
-            n_threads=threads, n_threads_batch=threads, verbose=False,
-        )
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cache-embedder")
+        try:
+            self._model = self._thread.submit(self._load, threads).result()
+        except BaseException:
+            self._thread.shutdown()
+            raise
         self.dim = int(self._model.n_embd())
+
+    def _load(self, threads: int) -> llama_cpp.Llama:
+        import llama_cpp
+
+        return llama_cpp.Llama(model_path=str(self.path), embedding=True, n_ctx=self.context, n_batch=self.context,
+                               n_ubatch=self.context, n_threads=threads, n_threads_batch=threads, verbose=False)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        with self._lock:
-            if self._model is None:
-                raise RuntimeError("the embedding model is closed")
-            rows = [self._model.embed(t, truncate=True) for t in texts]
+        try:
+            rows = self._thread.submit(self._embed, list(texts)).result()
+        except RuntimeError as exc:
+            if self._model is None:  # closed (the executor refuses new work once shut down)
+                raise RuntimeError("the embedding model is closed") from exc
+            raise
         return normalize(np.asarray(rows, dtype=np.float32))
 
+    def _embed(self, texts: list[str]) -> list[list[float]]:
+        if self._model is None:
+            raise RuntimeError("the embedding model is closed")
+        return [self._model.embed(t, truncate=True) for t in texts]
+
     def close(self) -> None:
-        with self._lock:
-            model, self._model = self._model, None
-            if model is not None:
-                model.close()
+        try:
+            self._thread.submit(self._close).result()
+        except RuntimeError:  # already closed
+            return
+        self._thread.shutdown()
+
+    def _close(self) -> None:
+        model, self._model = self._model, None
+        if model is not None:
+            model.close()
 
 
 def make_embedder(settings: Settings) -> Embedder | None:

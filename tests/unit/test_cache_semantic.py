@@ -206,3 +206,34 @@ async def test_the_database_is_free_for_other_writers_while_a_stored_prompt_is_e
     assert free_during_embedding == [True]
     hit = await cache.lookup_async(WHO, "chat", MODEL, chat("What's the capital of France?"), {})
     assert hit is not None and hit.tier == "semantic"  # the embedding made in the writer was stored with the row
+
+
+def test_every_embedding_is_computed_on_the_embedders_own_thread(monkeypatch):
+    """The lookups' thread and the cache writer both embed; libllama computes on one thread only (see
+    ``drivers/llamacpp/context.py`` for what a second computing thread costs)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import llama_cpp.llama_cpp as ll
+
+    callers: list[str] = []
+
+    def recording(real):
+        def call(ctx, batch):
+            callers.append(threading.current_thread().name)
+            return real(ctx, batch)
+        return call
+
+    monkeypatch.setattr(ll, "llama_decode", recording(ll.llama_decode))
+    monkeypatch.setattr(ll, "llama_encode", recording(ll.llama_encode))
+    e = LlamaCppEmbedder(threads=2)
+    try:
+        with ThreadPoolExecutor(2, thread_name_prefix="caller") as callers_pool:
+            rows = list(callers_pool.map(lambda t: e.embed([t]), ["first text", "second text", "third", "fourth"]))
+    finally:
+        e.close()
+    assert all(r.shape == (1, 384) for r in rows)
+    assert len(callers) >= 4
+    assert {name.split("_")[0] for name in callers} == {"cache-embedder"}
+    with pytest.raises(RuntimeError, match="closed"):
+        e.embed(["after close"])
