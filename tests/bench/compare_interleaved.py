@@ -11,6 +11,12 @@ llama-server.
     python tests/bench/compare_interleaved.py [--rounds 5] [--llama-server PATH]
 
 Without ``--llama-server`` it is built as ``compare_servers.py --build-llama-server`` does.
+
+It also prints how busy each server's compute threads were during the 8-stream
+runs: the CPU time of the process's two busiest threads (ggml's two, at 2 threads)
+per second of wall time, out of 2.0, and the box's idle time per second. Compute
+threads that leave the box idle while a decode runs are waiting on something
+(a sleeping barrier, a lock), not computing.
 """
 
 from __future__ import annotations
@@ -44,8 +50,9 @@ class Target:
     """Where one contender listens, and what it needs in each request."""
 
     def __init__(self, name: str, *, port: int | None = None, socket: str | None = None, model: str = "m",
-                 key: str | None = None):
+                 key: str | None = None, pid: int | None = None):
         self.name, self.port, self.socket, self.model, self.key = name, port, socket, model, key
+        self.pid = pid  # the process that decodes, whose threads are accounted
 
     async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         if self.socket:
@@ -77,13 +84,56 @@ async def one(target: Target, prompt: str) -> tuple[int, float, float]:
     return events, first or 0.0, time.perf_counter() - started
 
 
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds (user + system) of each thread of process ``pid``."""
+    tick, out = os.sysconf("SC_CLK_TCK"), {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # the thread ended
+            continue
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def idle_cpu() -> float:
+    """CPU seconds the whole box has been idle."""
+    with open("/proc/stat") as f:
+        return int(f.readline().split()[4]) / os.sysconf("SC_CLK_TCK")
+
+
 async def measure(target: Target, streams: int) -> dict[str, float]:
+    before, idle = (thread_cpu(target.pid) if target.pid else {}), idle_cpu()
     started = time.perf_counter()
     results = await asyncio.gather(*(one(target, PROMPTS[i % len(PROMPTS)]) for i in range(streams)))
     wall = time.perf_counter() - started
-    return {"aggregate": sum(n for n, _, _ in results) / wall,
-            "per_stream": statistics.median(n / total for n, _, total in results),
-            "ttft_max": max(first for _, first, _ in results)}
+    run = {"aggregate": sum(n for n, _, _ in results) / wall,
+           "per_stream": statistics.median(n / total for n, _, total in results),
+           "ttft_max": max(first for _, first, _ in results),
+           "idle": (idle_cpu() - idle) / wall}
+    if target.pid:
+        after = thread_cpu(target.pid)
+        busiest = sorted((cpu - before.get(tid, 0.0) for tid, cpu in after.items()), reverse=True)[:2]
+        run["compute_busy"] = sum(busiest) / wall
+    return run
+
+
+def worker_of(daemon_pid: int) -> int:
+    """The pid of the llama.cpp worker the daemon started."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if ppid == daemon_pid and b"llamacpp.worker" in cmdline:
+            return int(entry)
+    raise RuntimeError("the daemon has no llama.cpp worker")
 
 
 def main() -> None:
@@ -109,9 +159,10 @@ def main() -> None:
             while not os.path.exists(socket):
                 time.sleep(0.2)
             targets = [Target("appliance", port=int(daemon.url.rsplit(":", 1)[1]), model="default", key=daemon.create_key("bench")),
-                       Target("worker alone", socket=socket), Target("llama-server", port=port)]
+                       Target("worker alone", socket=socket, pid=worker.pid), Target("llama-server", port=port, pid=server.pid)]
             for t in targets:  # loads the model on demand, warms every server up
                 asyncio.run(measure(t, 2))
+            targets[0].pid = worker_of(daemon.proc.pid)
             runs: dict[str, dict[int, list[dict[str, float]]]] = {t.name: {1: [], 8: []} for t in targets}
             for r in range(args.rounds):
                 for streams in (1, 8):
@@ -130,11 +181,13 @@ def main() -> None:
         return statistics.median(run[field] for run in runs[name][streams])
 
     print(f"\n{args.rounds} interleaved rounds, medians; 128 greedy tokens per stream, 2 threads\n")
-    print("| server | 1 stream tok/s | 8 streams aggregate tok/s | per stream at 8 | slowest TTFT at 8 |")
-    print("|---|---|---|---|---|")
+    print("| server | 1 stream tok/s | 8 streams aggregate tok/s | per stream at 8 | slowest TTFT at 8 "
+          "| compute threads busy at 8 (of 2) | box idle at 8 (cores) |")
+    print("|---|---|---|---|---|---|---|")
     for t in targets:
         print(f"| {t.name} | {med(t.name, 1, 'per_stream'):.1f} | {med(t.name, 8, 'aggregate'):.1f} | "
-              f"{med(t.name, 8, 'per_stream'):.1f} | {med(t.name, 8, 'ttft_max'):.2f} s |")
+              f"{med(t.name, 8, 'per_stream'):.1f} | {med(t.name, 8, 'ttft_max'):.2f} s | "
+              f"{med(t.name, 8, 'compute_busy'):.2f} | {med(t.name, 8, 'idle'):.2f} |")
     print()
     for name in ("appliance", "worker alone"):
         print(f"{name} / llama-server: 1 stream {med(name, 1, 'per_stream') / med('llama-server', 1, 'per_stream'):.2f}x, "
