@@ -11,7 +11,7 @@ has CPUs, libgomp stops spinning at its barriers after about a hundred rounds an
 sleeps instead; a decode passes a barrier at every node of its graph, so its
 threads then sleep and wake hundreds of times per token. Measured on two cores
 with two threads: a warm-up decode on the loading thread left both compute threads
-idle 13-16% of the time and cost the worker 10-17% of its tokens per second.
+idle 13-16% of the time and cost the worker 9-17% of its tokens per second.
 """
 
 from __future__ import annotations

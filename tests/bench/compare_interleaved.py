@@ -11,6 +11,8 @@ llama-server.
     python tests/bench/compare_interleaved.py [--rounds 5] [--llama-server PATH]
 
 Without ``--llama-server`` it is built as ``compare_servers.py --build-llama-server`` does.
+The worker alone and llama-server read a copy of the model written at the start of the run,
+as the daemon reads the copy it installs (see ``compare_servers.fresh_model_copy``).
 
 It also prints how busy each server's compute threads were during the 8-stream
 runs: the CPU time of the process's two busiest threads (ggml's two, at 2 threads)
@@ -35,9 +37,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.compare_servers import build_llama_server, free_port, start_process, stop_process  # noqa: E402
+from tests.bench.compare_servers import (build_llama_server, free_port, fresh_model_copy, start_process,  # noqa: E402
+                                        stop_process)
 from tests.daemon import start_daemon  # noqa: E402
-from tests.fixtures_models import ensure_default_gguf  # noqa: E402
 
 PROMPTS = ["Write a short story about a lighthouse keeper.", "Explain how a bicycle stays upright.",
            "List some facts about the planet Mars.", "Describe the water cycle for a child.",
@@ -141,9 +143,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--llama-server", type=Path)
     args = parser.parse_args()
-    model = str(ensure_default_gguf())
     binary = args.llama_server or build_llama_server()
     with tempfile.TemporaryDirectory() as tmp:
+        model = str(fresh_model_copy(Path(tmp)))  # as fresh in the page cache as the daemon's own copy
         socket = os.path.join(tmp, "worker.sock")
         worker = subprocess.Popen([sys.executable, "-m", "appliance.drivers.llamacpp.worker", "--model", model, "--socket", socket,
                                    "--served-name", "m", "--ctx", "2048", "--parallel", "8", "--threads", "2"],
