@@ -76,11 +76,9 @@ def fresh_model_copy(directory: Path) -> Path:
     """A new copy of the default model in ``directory``, for the servers that do not install their own.
 
     The daemon installs the model into its data directory, a file just written. The shared test
-    copy may have sat in the page cache for hours, and on this box the same bytes decoded about 15%
-    slower at one stream from such an aged page cache (62–64 tokens/s against 71–77 from a fresh
-    copy, alternating single requests to two workers; dropping the file's cache with
-    ``posix_fadvise(DONTNEED)`` and reading it again gave 74–76). So every contender gets a file
-    written moments before the run.
+    copy may have sat in the page cache for hours, and on this box the same bytes once decoded about
+    15% slower at one stream from such an aged page cache (``bench_page_cache.py`` compares the
+    two). So every contender gets a file written moments before the run.
     """
     target = directory / "default-model-copy.gguf"
     shutil.copyfile(ensure_default_gguf(), target)
