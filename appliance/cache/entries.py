@@ -16,8 +16,8 @@ import time
 from sqlalchemy import Engine
 
 from appliance.cache.exact import HotEntry, expired
-from appliance.db.engine import _on_connect
 from appliance.cache.keys import Prepared
+from appliance.db.engine import configure_connection
 from appliance.settings import Settings
 
 _COLUMNS = "id, endpoint, model, key_id, response, prompt_tokens, completion_tokens, created_at, cache_key"
@@ -48,7 +48,7 @@ class EntryStore:
     def connect(self) -> sqlite3.Connection:
         """A new connection in autocommit mode (the caller closes it)."""
         conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None, timeout=10.0)
-        _on_connect(conn, None)  # the pragmas of every connection to the database
+        configure_connection(conn)  # the pragmas of every connection to the database
         return conn
 
     def reader(self) -> sqlite3.Connection:

@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from appliance.db.engine import _on_connect
+from appliance.db.engine import configure_connection
 
 log = logging.getLogger("appliance.db.checkpoint")
 
@@ -77,7 +77,7 @@ class WalCheckpointer:
     def _run(self) -> None:
         conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False, timeout=10.0)
         try:
-            _on_connect(conn, None)
+            configure_connection(conn)
             while True:
                 stopping = self._stop.wait(self._interval)
                 try:

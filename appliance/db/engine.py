@@ -26,7 +26,8 @@ BUSY_TIMEOUT_MS = 10_000
 SQLITE_HEAP_LIMIT_BYTES = 8 * 1024 * 1024  # all connections' page caches and statements together
 
 
-def _on_connect(dbapi_conn: sqlite3.Connection, _record: object) -> None:
+def configure_connection(dbapi_conn: sqlite3.Connection) -> None:
+    """The pragmas every connection to the appliance's database gets, pooled or opened by hand."""
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
@@ -34,6 +35,10 @@ def _on_connect(dbapi_conn: sqlite3.Connection, _record: object) -> None:
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute(f"PRAGMA soft_heap_limit={SQLITE_HEAP_LIMIT_BYTES}")  # process-wide
     cur.close()
+
+
+def _on_connect(dbapi_conn: sqlite3.Connection, _record: object) -> None:
+    configure_connection(dbapi_conn)
 
 
 def make_engine(db_path: Path) -> Engine:

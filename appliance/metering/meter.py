@@ -39,7 +39,7 @@ from sqlalchemy import Engine
 
 from appliance.accounts.keys import Principal
 from appliance.db.checkpoint import DEFAULT_AUTOCHECKPOINT_PAGES, WalCheckpointer
-from appliance.db.engine import _on_connect
+from appliance.db.engine import configure_connection
 from appliance.metering.admission import (
     Admission, Admissions, Granted, Refusal, Reservation, busy, prune_counters, release_reservations,
 )
@@ -60,7 +60,7 @@ def connect(db: Engine) -> sqlite3.Connection:
     if not path or path == ":memory:":
         raise ValueError("the meter needs a database file")
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
-    _on_connect(conn, None)
+    configure_connection(conn)
     return conn
 
 
