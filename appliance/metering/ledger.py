@@ -145,12 +145,9 @@ class GroupCommitWriter(Generic[Record, Result]):
         conn.execute("PRAGMA busy_timeout=0")
         try:
             result = _committed(conn, lambda: self._apply(conn, record))
-        except sqlite3.OperationalError as exc:
-            if _is_locked(exc):  # rolled back: the thread writes it, waiting for the lock
-                return None
-            self.stats.failed += 1
-            return None, exc
         except Exception as exc:
+            if isinstance(exc, sqlite3.OperationalError) and _is_locked(exc):
+                return None  # rolled back: the thread writes it, waiting for the lock
             self.stats.failed += 1
             return None, exc
         finally:
