@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.compare_interleaved import PROMPTS, Target, one  # noqa: E402
+from tests.bench.compare_interleaved import PROMPTS, Target, one, start_worker  # noqa: E402
 from tests.fixtures_models import ensure_default_gguf  # noqa: E402
 
 
@@ -45,13 +45,6 @@ def reread(path: Path) -> None:
     with open(path, "rb") as f:
         while f.read(1 << 24):
             pass
-
-
-def start_worker(model: Path, sock: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "appliance.drivers.llamacpp.worker", "--model", str(model),
-                             "--socket", sock, "--served-name", "m", "--ctx", "2048", "--parallel", "8", "--threads", "2"],
-                            env={**os.environ, "OMP_NUM_THREADS": "2"}, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 async def ready(target: Target, deadline: float) -> None:
@@ -81,7 +74,7 @@ def main() -> None:
         targets, procs = [], []
         for name, path in (("as cached", model), ("fresh copy", copy)):
             sock = os.path.join(tmp, f"{len(procs)}.sock")
-            procs.append(start_worker(path, sock))
+            procs.append(start_worker(path, sock, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             targets.append(Target(name, socket=sock))
         try:
             for t in targets:

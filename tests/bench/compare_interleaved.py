@@ -86,6 +86,13 @@ async def one(target: Target, prompt: str) -> tuple[int, float, float]:
     return events, first or 0.0, time.perf_counter() - started
 
 
+def start_worker(model: str | Path, socket: str, **popen: object) -> subprocess.Popen:
+    """The llama.cpp worker alone on ``socket``, set up as the daemon starts it here (2 threads, 8 slots of 2,048)."""
+    return subprocess.Popen([sys.executable, "-m", "appliance.drivers.llamacpp.worker", "--model", str(model),
+                             "--socket", socket, "--served-name", "m", "--ctx", "2048", "--parallel", "8", "--threads", "2"],
+                            env={**os.environ, "OMP_NUM_THREADS": "2"}, start_new_session=True, **popen)
+
+
 def thread_cpu(pid: int) -> dict[int, float]:
     """CPU seconds (user + system) of each thread of process ``pid``."""
     tick, out = os.sysconf("SC_CLK_TCK"), {}
@@ -147,9 +154,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = str(fresh_model_copy(Path(tmp)))  # as fresh in the page cache as the daemon's own copy
         socket = os.path.join(tmp, "worker.sock")
-        worker = subprocess.Popen([sys.executable, "-m", "appliance.drivers.llamacpp.worker", "--model", model, "--socket", socket,
-                                   "--served-name", "m", "--ctx", "2048", "--parallel", "8", "--threads", "2"],
-                                  env={**os.environ, "OMP_NUM_THREADS": "2"}, start_new_session=True)
+        worker = start_worker(model, socket)
         port = free_port()
         server = daemon = None
         try:

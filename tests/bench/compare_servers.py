@@ -32,8 +32,8 @@ import signal
 import socket
 import statistics
 import subprocess
-import sys
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -169,41 +169,43 @@ def main() -> None:
     rows = []
     copies = tempfile.TemporaryDirectory()
     model_path = fresh_model_copy(Path(copies.name))  # see fresh_model_copy: the daemon's own copy is as fresh
-    with tempfile.TemporaryDirectory() as tmp:
-        daemon = start_daemon(Path(tmp), APPLIANCE_ENGINE_PARALLEL="8", APPLIANCE_ENGINE_CONTEXT="2048", APPLIANCE_CACHE_ENABLED="false")
-        try:
-            key = daemon.create_key("bench")
-            rows.append(measure("appliance", daemon.url + "/v1", "default", key, args.requests, args.max_tokens))
-            cold, warm = prefix_cache_ttft(daemon.url + "/v1", key, "default")
-            print(json.dumps({"prefix_cache": {"cold_ttft_s": round(cold, 3), "warm_ttft_s": round(warm, 3), "ratio": round(warm / cold, 3)}}), flush=True)
-        finally:
-            daemon.stop()
-    if not args.skip_llama_cpp_python:
-        for threads in (1, 2):
-            port = free_port()
-            proc = start_process([sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--port", str(port),
-                                  "--interrupt_requests", "False", "--n_threads", str(threads), "--n_ctx", "2048"],
-                                 f"http://127.0.0.1:{port}/v1/models")
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            daemon = start_daemon(Path(tmp), APPLIANCE_ENGINE_PARALLEL="8", APPLIANCE_ENGINE_CONTEXT="2048", APPLIANCE_CACHE_ENABLED="false")
             try:
-                rows.append(measure(f"llama_cpp.server t={threads}", f"http://127.0.0.1:{port}/v1", "x", None, args.requests, args.max_tokens))
+                key = daemon.create_key("bench")
+                rows.append(measure("appliance", daemon.url + "/v1", "default", key, args.requests, args.max_tokens))
+                cold, warm = prefix_cache_ttft(daemon.url + "/v1", key, "default")
+                print(json.dumps({"prefix_cache": {"cold_ttft_s": round(cold, 3), "warm_ttft_s": round(warm, 3), "ratio": round(warm / cold, 3)}}), flush=True)
             finally:
-                stop_process(proc)
-    if args.llama_server:
-        for threads in (2, 1):
-            port = free_port()
-            env = {**os.environ, "LD_LIBRARY_PATH": str(args.llama_server.parent)}
-            proc = start_process([str(args.llama_server), "-m", str(model_path), "--port", str(port), "-np", "8", "-c", "16384",
-                                  "-t", str(threads), "--no-webui"], f"http://127.0.0.1:{port}/health", env=env)
-            try:
-                rows.append(measure(f"llama-server t={threads}", f"http://127.0.0.1:{port}/v1", "x", None, args.requests, args.max_tokens))
-            finally:
-                stop_process(proc)
+                daemon.stop()
+        if not args.skip_llama_cpp_python:
+            for threads in (1, 2):
+                port = free_port()
+                proc = start_process([sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--port", str(port),
+                                      "--interrupt_requests", "False", "--n_threads", str(threads), "--n_ctx", "2048"],
+                                     f"http://127.0.0.1:{port}/v1/models")
+                try:
+                    rows.append(measure(f"llama_cpp.server t={threads}", f"http://127.0.0.1:{port}/v1", "x", None, args.requests, args.max_tokens))
+                finally:
+                    stop_process(proc)
+        if args.llama_server:
+            for threads in (2, 1):
+                port = free_port()
+                env = {**os.environ, "LD_LIBRARY_PATH": str(args.llama_server.parent)}
+                proc = start_process([str(args.llama_server), "-m", str(model_path), "--port", str(port), "-np", "8", "-c", "16384",
+                                      "-t", str(threads), "--no-webui"], f"http://127.0.0.1:{port}/health", env=env)
+                try:
+                    rows.append(measure(f"llama-server t={threads}", f"http://127.0.0.1:{port}/v1", "x", None, args.requests, args.max_tokens))
+                finally:
+                    stop_process(proc)
+    finally:
+        copies.cleanup()
     print("\n| server | 1 stream tok/s | 8 streams aggregate tok/s | per stream at 8 | TTFT p50 at 8 | TTFT p95 at 8 | failed |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['server']} | {r['single_tps']:.1f} | {r['agg8_tps']:.1f} | {r['per_stream8_tps']:.1f} | {r['ttft8_p50_s']:.2f} s | {r['ttft8_p95_s']:.2f} s | {r['failed']} |")
     ours = next(r for r in rows if r["server"] == "appliance")
-    copies.cleanup()
     yardstick = next((r for r in rows if r["server"] == "llama-server t=2"), None)
     if yardstick is not None:
         print(f"\nappliance / llama-server (2 threads): 1 stream {ours['single_tps'] / yardstick['single_tps']:.2f}x "
