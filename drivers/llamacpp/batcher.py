@@ -43,6 +43,7 @@ from .context import DecodeContext
 from .embed import EmbedQueue
 from .logprobs import PROMPT_ROWS_PER_STEP, LogprobRecorder, logits_row
 from .model import LoadedModel
+from .output_parity import calibrate
 from .params import KvSettings
 from .scheduling import BUSY_STEP_S, LONE_STEP_S, PrefixCache, StepPacer, fair_shares
 from .sampling import drop_first_link
@@ -59,13 +60,15 @@ class Batcher:
 
     def __init__(self, model: LoadedModel, *, ctx: int, parallel: int, threads: int, batch_size: int = 256,
                  spec_ngram: int = 0, spec_draft: int = 8, embedding_only: bool = False,
-                 kv: KvSettings = KvSettings()) -> None:
+                 kv: KvSettings = KvSettings(), even_outputs: str = "auto") -> None:
         self.model = model
         self.n_ctx_slot = ctx
         self.parallel = parallel
         self.n_batch = max(batch_size, parallel * (1 + (spec_draft if spec_ngram else 0)))
         self.spec_ngram = spec_ngram
         self.spec_draft = spec_draft
+        self.even_outputs = even_outputs  # auto, on or off (see .output_parity)
+        self.parity_us = (0, 0)  # the calibration's decode times of odd and even output rows
         self.slots = [Slot(i) for i in range(parallel)]
         self._incoming: collections.deque[Sequence] = collections.deque()
         self._embeds = EmbedQueue(model, ctx=max(512, ctx), n_seq=min(parallel, 16), threads=threads)
@@ -151,9 +154,23 @@ class Batcher:
             "decode_only_tokens_total": self._decode_only["tokens"],
             "decode_only_ms_total": int(self._decode_only["seconds"] * 1000),
             "decode_only_stream_ms_total": int(self._decode_only["stream_seconds"] * 1000),
+            "even_outputs": int(self.context is not None and self.context.even_outputs),
+            "even_outputs_odd_rows_us": self.parity_us[0],
+            "even_outputs_even_rows_us": self.parity_us[1],
+            "even_outputs_padded_steps_total": self.context.padded_steps if self.context is not None else 0,
         }
 
     # -- decode thread ----------------------------------------------------------
+    def _calibrate_parity(self) -> None:
+        """Decide whether decodes pad their output rows to an even count (``--even-outputs``)."""
+        context = self.context
+        if self.even_outputs == "off":
+            return
+        result = calibrate(context)
+        if result is not None:
+            self.parity_us = (int(result.odd_s * 1e6), int(result.even_s * 1e6))
+        context.even_outputs = self.even_outputs == "on" or (result is not None and result.pays)
+
     def _sampled_ready(self, slot: Slot, fut: Future[int]) -> None:
         """A token sampled in the helper thread is back (runs in that thread)."""
         with self._cv:
@@ -168,6 +185,7 @@ class Batcher:
         try:
             if self.context is not None:
                 self.context.warm_up()  # here, not on the loading thread: see .context
+                self._calibrate_parity()
         except BaseException as exc:
             warm.set_exception(exc)
             return

@@ -20,6 +20,8 @@ import time
 
 import llama_cpp.llama_cpp as ll
 
+from . import output_parity
+
 from .errors import DecodeFailure
 from .model import LoadedModel
 from .params import KvSettings
@@ -35,7 +37,7 @@ class DecodeContext:
         p.n_ctx = ctx_per_slot * parallel
         p.n_batch = n_batch
         p.n_ubatch = n_batch
-        p.n_seq_max = parallel
+        p.n_seq_max = parallel + 1  # the slots, and the padding sequence
         p.n_threads = threads
         p.n_threads_batch = threads
         p.kv_unified = True
@@ -52,21 +54,33 @@ class DecodeContext:
         for i in range(n_batch):
             b.n_seq_id[i] = 1
         self.decode_s = 0.0  # time inside llama_decode
-        self._bos = model.info.bos
+        self.pad_token = model.info.bos if model.info.bos >= 0 else 0  # what the warm-up and padding decode
+        self.n_batch = n_batch
+        self.pad_sid = parallel  # the padding sequence: never a slot's
+        self.even_outputs = False  # pad odd output counts (set from a calibration, see .output_parity)
+        self.padded_steps = 0
 
     def warm_up(self) -> None:
         """One tiny decode so the first request does not pay for page-in; on the thread that will decode."""
-        bos = self._bos
-        self.tok[0], self.pos[0], self.sid[0][0], self.lg[0] = bos if bos >= 0 else 0, 0, 0, 1
+        self.tok[0], self.pos[0], self.sid[0][0], self.lg[0] = self.pad_token, 0, 0, 1
         self.batch.n_tokens = 1
         ll.llama_decode(self.ctx, self.batch)
         ll.llama_memory_clear(self.mem, True)
 
     def decode(self, n_tokens: int) -> None:
-        """Decode the first ``n_tokens`` entries of the batch."""
-        self.batch.n_tokens = n_tokens
+        """Decode the first ``n_tokens`` entries of the batch (with even output rows, when that is faster)."""
+        padded = n_tokens
+        if self.even_outputs:
+            padded, changed = output_parity.even_up(self, n_tokens)
+            self.padded_steps += changed
+        self.batch.n_tokens = padded
         t0 = time.perf_counter()
         rc = ll.llama_decode(self.ctx, self.batch)
+        if padded != n_tokens:
+            ll.llama_memory_seq_rm(self.mem, self.pad_sid, -1, -1)
+            if rc == 1:  # no KV cell left for the padding token: decode without it
+                self.batch.n_tokens = n_tokens
+                rc = ll.llama_decode(self.ctx, self.batch)
         self.decode_s += time.perf_counter() - t0
         if rc != 0:
             raise DecodeFailure(f"llama_decode failed ({rc}): the KV cache is full or the batch was rejected")

@@ -48,6 +48,7 @@ class WorkerConfig:
     embedding: bool = False
     gpu: GpuPlacement = GpuPlacement()
     kv: KvSettings = KvSettings()
+    even_outputs: str = "auto"
 
 
 class WorkerEngine:
@@ -68,7 +69,7 @@ class WorkerEngine:
             self._eog = self.model.eog_tokens() if not cfg.embedding else []
             self.batcher = Batcher(self.model, ctx=cfg.ctx, parallel=cfg.parallel, threads=cfg.threads,
                                    batch_size=cfg.batch_size, spec_ngram=cfg.spec_ngram,
-                                   embedding_only=cfg.embedding, kv=cfg.kv)
+                                   embedding_only=cfg.embedding, kv=cfg.kv, even_outputs=cfg.even_outputs)
         except BaseException:
             self.model.close()
             raise

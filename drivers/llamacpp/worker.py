@@ -35,6 +35,7 @@ from appliance.jsontypes import JsonObject, JsonValue
 from .chat_output import ChatOutput
 from .errors import DecodeFailure, EmbeddingError, MethodNotAllowed, ModelLoadError, PayloadTooLarge, WorkerError
 from .logprobs import LogprobView, joined
+from .output_parity import MODES as EVEN_OUTPUT_MODES
 from .params import SPLIT_MODES, GpuPlacement, KvSettings
 from .placement import FLASH_ATTN_MODES, KV_CACHE_TYPES, is_quantized_kv
 from .protocol import DONE, GenRequest, Shaper, parse_chat, parse_completion, sse, usage_dict
@@ -312,6 +313,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--flash-attn", choices=FLASH_ATTN_MODES, default="auto", help="flash attention kernel")
     ap.add_argument("--swa-full", action=argparse.BooleanOptionalAction, default=True,
                     help="full-size KV cache for sliding-window layers")
+    ap.add_argument("--even-outputs", choices=EVEN_OUTPUT_MODES, default="auto",
+                    help="pad decodes keeping an odd number (3+) of logits rows to even: auto measures at load")
     args = ap.parse_args(argv)
     for name in ("ctx", "parallel", "threads", "batch_size"):
         if getattr(args, name) < 1:
@@ -399,7 +402,8 @@ async def serve(args: argparse.Namespace) -> int:
                        spec_ngram=args.spec_ngram, embedding=args.embedding,
                        gpu=GpuPlacement(split_mode=args.split_mode, main_gpu=args.main_gpu,
                                         tensor_split=args.tensor_split),
-                       kv=KvSettings(kv_type=args.kv_type, flash_attn=args.flash_attn, swa_full=args.swa_full))
+                       kv=KvSettings(kv_type=args.kv_type, flash_attn=args.flash_attn, swa_full=args.swa_full),
+                       even_outputs=args.even_outputs)
     try:
         engine = await loop.run_in_executor(None, WorkerEngine, cfg)
         try:  # the decode thread warms the context up: it alone computes graphs (see .context)

@@ -62,10 +62,10 @@ class Target:
         return await asyncio.open_connection("127.0.0.1", self.port)
 
 
-async def one(target: Target, prompt: str) -> tuple[int, float, float]:
+async def one(target: Target, prompt: str, max_tokens: int = MAX_TOKENS) -> tuple[int, float, float]:
     """(text events, seconds to the first, seconds in all) of one streamed completion."""
     reader, writer = await target.connect()
-    body = json.dumps({"model": target.model, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0,
+    body = json.dumps({"model": target.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
                        "stream": True, "ignore_eos": True}).encode()
     auth = f"authorization: Bearer {target.key}\r\n".encode() if target.key else b""
     writer.write(b"POST /v1/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n" + auth +
@@ -81,15 +81,16 @@ async def one(target: Target, prompt: str) -> tuple[int, float, float]:
         received += chunk
     writer.close()
     events = received.count(b'"text"')
-    if b"data: [DONE]" not in received or events < MAX_TOKENS // 2:
+    if b"data: [DONE]" not in received or events < max_tokens // 2:
         raise RuntimeError(f"{target.name} answered badly: {received[:300]!r}")
     return events, first or 0.0, time.perf_counter() - started
 
 
-def start_worker(model: str | Path, socket: str, **popen: object) -> subprocess.Popen:
+def start_worker(model: str | Path, socket: str, *extra: str, **popen: object) -> subprocess.Popen:
     """The llama.cpp worker alone on ``socket``, set up as the daemon starts it here (2 threads, 8 slots of 2,048)."""
     return subprocess.Popen([sys.executable, "-m", "appliance.drivers.llamacpp.worker", "--model", str(model),
-                             "--socket", socket, "--served-name", "m", "--ctx", "2048", "--parallel", "8", "--threads", "2"],
+                             "--socket", socket, "--served-name", "m", "--ctx", "2048", "--parallel", "8", "--threads", "2",
+                             *extra],
                             env={**os.environ, "OMP_NUM_THREADS": "2"}, start_new_session=True, **popen)
 
 

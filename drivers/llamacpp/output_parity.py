@@ -1,0 +1,103 @@
+"""Even output rows: a decode keeping an odd number (three or more) of logits rows is padded to even.
+
+A decode step computes the output layer (hidden size × vocabulary) for every token
+whose logits it keeps: one row per generating sequence, plus the last prompt token
+of each prompt read to its end. llama.cpp's CPU matrix kernels (tinyBLAS for
+``Q8_0``/``Q4_0``/``Q5_0`` weights, and the two-row int8 kernels on ARM) work on
+pairs of columns and fall back to a slower path when the count is odd. Measured on
+the two-core test box with Gemma 3 270M (a 262k-token vocabulary, ``Q8_0`` output
+layer), one sequence, all rows kept: 3 rows 39.5 ms, 4 rows 33.3 ms; 7 rows 55.4
+ms, 8 rows 49.6 ms; 8 tokens keeping 7 rows 59.9 ms, keeping 8 rows 49.6 ms. One row
+(a lone stream) is not padded: two rows cost nearly twice one.
+
+:func:`even_up` pads a batch before its decode: it keeps the logits of one prompt
+token the step reads anyway (they are never looked at), or, in a step of generating
+sequences only, adds one token of the padding sequence (:attr:`.context.DecodeContext.pad_sid`),
+whose KV the context drops right after. Whether this box gains is measured once, on
+the decode thread after the warm-up (:func:`calibrate`): GPU kernels and other CPUs
+may not care, and then nothing is padded.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import llama_cpp.llama_cpp as ll
+
+if TYPE_CHECKING:
+    from .context import DecodeContext
+
+#: The worker's ``--even-outputs`` choices: measure at load, always, never.
+MODES = ("auto", "on", "off")
+#: Fewest output rows worth padding (one row becomes two: nearly twice the work).
+MIN_ROWS = 3
+#: The row counts the calibration compares (the odd one, then the even one).
+ODD_ROWS, EVEN_ROWS = 7, 8
+#: Even rows must be at least this much faster than odd ones for ``auto`` to pad.
+MARGIN = 0.98
+#: The calibration stops after this many seconds once it has one measurement of each.
+CALIBRATION_BUDGET_S = 2.0
+CALIBRATION_ROUNDS = 3
+
+
+def even_up(context: DecodeContext, n: int) -> tuple[int, bool]:
+    """Make the kept rows of the batch's first ``n`` entries even; returns (entries to decode, whether padded)."""
+    lg = context.lg
+    rows, spare = 0, -1
+    for i in range(n):
+        if lg[i]:
+            rows += 1
+        else:
+            spare = i
+    if rows < MIN_ROWS or rows % 2 == 0:
+        return n, False
+    if spare >= 0:  # a prompt token the step reads anyway: keep its logits too
+        lg[spare] = 1
+        return n, True
+    if n >= context.n_batch:
+        return n, False
+    context.tok[n], context.pos[n], context.lg[n] = context.pad_token, 0, 1
+    context.sid[n][0] = context.pad_sid
+    return n + 1, True
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Median decode time of :data:`ODD_ROWS` and of :data:`EVEN_ROWS` kept rows on this box."""
+
+    odd_s: float
+    even_s: float
+
+    @property
+    def pays(self) -> bool:
+        return self.even_s < MARGIN * self.odd_s
+
+
+def calibrate(context: DecodeContext) -> Calibration | None:
+    """Time decodes of the padding sequence keeping odd and even rows, alternating; None if the batch is too small.
+
+    Runs on the decode thread before any slot is used. A large model on a small CPU
+    takes seconds per decode, so the rounds stop at :data:`CALIBRATION_BUDGET_S`.
+    """
+    if context.n_batch < EVEN_ROWS:
+        return None
+    times: dict[int, list[float]] = {ODD_ROWS: [], EVEN_ROWS: []}
+    start = time.perf_counter()
+    for r in range(CALIBRATION_ROUNDS):
+        for rows in (ODD_ROWS, EVEN_ROWS) if r % 2 == 0 else (EVEN_ROWS, ODD_ROWS):
+            for i in range(rows):
+                context.tok[i], context.pos[i], context.lg[i] = context.pad_token, i, 1
+                context.sid[i][0] = context.pad_sid
+            context.batch.n_tokens = rows
+            t0 = time.perf_counter()
+            rc = ll.llama_decode(context.ctx, context.batch)
+            times[rows].append(time.perf_counter() - t0)
+            ll.llama_memory_seq_rm(context.mem, context.pad_sid, -1, -1)
+            if rc != 0:
+                return None
+        if time.perf_counter() - start > CALIBRATION_BUDGET_S:
+            break
+    return Calibration(statistics.median(times[ODD_ROWS]), statistics.median(times[EVEN_ROWS]))
