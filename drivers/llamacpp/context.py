@@ -31,7 +31,8 @@ class DecodeContext:
     """``parallel`` sequences of ``ctx_per_slot`` tokens each in one KV cache, decoded ``n_batch`` tokens at a time."""
 
     def __init__(self, model: LoadedModel, *, ctx_per_slot: int, parallel: int, threads: int, n_batch: int,
-                 kv: KvSettings = KvSettings()) -> None:
+                 kv: KvSettings = KvSettings(), unified: bool = True) -> None:
+        """``unified=False`` gives each sequence a KV stream of its own; only ``bench_decode_shapes.py`` asks for it."""
         p = ll.llama_context_default_params()
         kv.apply(p)
         p.n_ctx = ctx_per_slot * parallel
@@ -40,7 +41,7 @@ class DecodeContext:
         p.n_seq_max = parallel + 1  # the slots, and the padding sequence
         p.n_threads = threads
         p.n_threads_batch = threads
-        p.kv_unified = True
+        p.kv_unified = unified
         p.no_perf = True
         self.ctx = ll.llama_init_from_model(model.ptr, p)
         if not self.ctx:
