@@ -7,7 +7,11 @@ The page closes the connection on ``done`` (``sse-close``); the server then
 waits briefly so the browser closes first and EventSource does not reconnect.
 Cancelling asks the job to stop (the registry's ``cancel``: the work checks for it
 between chunks, a child process is terminated); the stream then shows it
-``cancelled``. Clearing forgets finished jobs from the live list only: their rows
+``cancelled``, without a Cancel button from the moment the cancel was asked. The
+answer to Cancel ("Cancelling the pull of X…") goes into the job card's own
+feedback region (``#job-<id>-feedback``, a live region outside the parts the
+stream replaces), so a progress update arriving before or just after the answer
+cannot wipe it. Clearing forgets finished jobs from the live list only: their rows
 in the ``jobs`` table stay.
 """
 
@@ -54,10 +58,16 @@ def jobs_fragment(request: Request, jobs: JobRegistry, message: str | None = Non
     return partial(request, "_jobs.html", jobs=console_jobs(jobs), message=message)
 
 
+def _progress(job: Job, can_cancel: bool) -> ServerSentEventMessage:
+    """The card's body; no Cancel once a cancel was asked (the job may run on until its next check)."""
+    may_cancel = can_cancel and not job.cancel_event.is_set()
+    return ServerSentEventMessage(data=render("_job_body.html", job=job.view(), can_cancel=may_cancel), event="progress")
+
+
 async def _events(jobs: JobRegistry, job: Job, can_cancel: bool) -> AsyncIterator[ServerSentEventMessage]:
-    yield ServerSentEventMessage(data=render("_job_body.html", job=job.view(), can_cancel=can_cancel), event="progress")
+    yield _progress(job, can_cancel)
     async for _event in jobs.follow(job.id, 0):
-        yield ServerSentEventMessage(data=render("_job_body.html", job=job.view(), can_cancel=can_cancel), event="progress")
+        yield _progress(job, can_cancel)
     yield ServerSentEventMessage(data=render("_job_done.html", job=job.view()), event="done")
     await asyncio.sleep(LINGER_S)
 
@@ -72,11 +82,12 @@ def job_handlers() -> list[HTTPRouteHandler]:
     async def job_cancel(request: Request, job_id: int, jobs: JobRegistry, audit: AuditTrail, user: ConsoleUser) -> Response:
         job = jobs.get(job_id)
         was_running = not job.finished
+        asked_before = job.cancel_event.is_set()  # a second click before the card lost its Cancel button
         jobs.cancel(job_id)
-        if was_running:
+        if was_running and not asked_before:
             audit.record(user.actor, "job.cancel", job.target or job.kind, f"job={job.id} kind={job.kind}")
         message = f"Cancelling the {job.kind} of {job.target}…" if was_running else f"The {job.kind} of {job.target} had already ended."
-        return partial(request, "_job_body.html", job=job.view(), can_cancel=False, message=message)
+        return partial(request, "_job_feedback.html", message=message)
 
     @post("/jobs/clear", guards=[needs("admin")], include_in_schema=False)
     async def jobs_clear(request: Request, jobs: JobRegistry) -> Response:

@@ -223,20 +223,37 @@ def test_each_disruptive_action_asks_first_and_does_nothing_when_dismissed(tabs,
     assert d.page.locator(f"#installed tr[data-model='{unloaded_name}']").count() == 1
 
 
-def test_cancel_a_running_pull_and_clear_finished_jobs(signed_in, console_daemon, slow_model_server):
-    s = signed_in("alice")
+def _start_slow_pull(s, url: str, name: str):
+    """Start pulling ``url`` as ``name`` from the models page; return its job card once bytes are arriving."""
     s.goto("/models")
-    s.page.fill("[data-testid=pull-url]", slow_model_server)
-    s.page.fill("[data-testid=pull-name]", "tiny-slow:q8_0")
+    s.page.fill("[data-testid=pull-url]", url)
+    s.page.fill("[data-testid=pull-name]", name)
     s.page.click("[data-testid=pull-submit]")
     job = s.page.locator("#jobs .job-wrap").first
-    cancel = job.locator("button", has_text="Cancel")
-    cancel.wait_for(timeout=30_000)
+    job.locator("button", has_text="Cancel").wait_for(timeout=30_000)
     s.page.wait_for_function("() => { const p = document.querySelector('#jobs [data-testid=job-progress]');"
                              " return p && Number(p.value) > 0 }", timeout=60_000)
+    return job
+
+
+def _acknowledgement(s, job):
+    """The job card's own live region for the answer to Cancel, outside the parts the progress stream replaces."""
+    ack = s.page.locator(f"#job-{job.get_attribute('data-job')}-feedback")
+    assert ack.get_attribute("role") == "status" and ack.get_attribute("aria-live") == "polite"
+    return ack
+
+
+def test_cancel_a_running_pull_and_clear_finished_jobs(signed_in, console_daemon, slow_model_server):
+    s = signed_in("alice")
+    job = _start_slow_pull(s, slow_model_server, "tiny-slow:q8_0")
+    ack = _acknowledgement(s, job)
+    cancel = job.locator("button", has_text="Cancel")
     cancel.click()
     job.locator(".badge.state-cancelled").wait_for(timeout=30_000)
+    # the acknowledgement stays in the card after the live update has shown the job cancelled
+    ack.filter(has_text="Cancelling the pull of tiny-slow:q8_0").wait_for(timeout=30_000)
     assert "Cancelling the pull of tiny-slow:q8_0" in job.inner_text()
+    assert cancel.count() == 0
     assert _active_element(s.page)["tag"] != "BODY"
     s.goto("/models")
     assert s.page.locator("#installed tr[data-model='tiny-slow:q8_0'] .badge.state-ready").count() == 0  # never installed
@@ -248,6 +265,25 @@ def test_cancel_a_running_pull_and_clear_finished_jobs(signed_in, console_daemon
     assert s.page.locator("#jobs .job").count() == 0
     s.goto("/models")
     assert s.page.locator("#jobs .job").count() == 0
+
+
+def test_a_cancel_answered_after_the_live_update_ended_the_job_is_still_acknowledged(signed_in, console_daemon,
+                                                                                    slow_model_server):
+    """The race that made the acknowledgement vanish: the answer to Cancel is held back until the progress
+    stream has shown the job cancelled (a slow network), and still shows in the card."""
+    s = signed_in("alice")
+    job = _start_slow_pull(s, slow_model_server, "tiny-late:q8_0")
+    ack = _acknowledgement(s, job)
+    held = []
+    s.page.route("**/jobs/*/cancel", lambda route: held.append((route, route.fetch())))  # the daemon cancels now
+    job.locator("button", has_text="Cancel").click()
+    job.locator(".badge.state-cancelled").wait_for(timeout=30_000)
+    assert len(held) == 1 and ack.inner_text().strip() == ""
+    route, answer = held[0]
+    route.fulfill(response=answer)
+    ack.filter(has_text="Cancelling the pull of tiny-late:q8_0").wait_for(timeout=30_000)
+    assert _active_element(s.page)["tag"] != "BODY"
+    assert _count(console_daemon, "SELECT count(*) FROM audit_log WHERE action = 'job.cancel' AND target = 'tiny-late:q8_0'") == 1
 
 
 def test_delete_a_team_and_a_user_but_never_oneself(tabs, console_daemon):

@@ -117,12 +117,13 @@ def test_a_team_with_keys_is_refused_with_a_reason_then_deleted(services, consol
 
 def test_a_running_job_is_cancelled_and_finished_ones_are_cleared(services, console):
     alice = console("alice")
-    started = threading.Event()
+    started, honour = threading.Event(), threading.Event()
 
     def slow(ctx):
         started.set()
         while True:
-            ctx.check_cancelled()
+            if honour.is_set():  # the work notices the cancel only when the test says so
+                ctx.check_cancelled()
             time.sleep(0.05)
 
     running = services.jobs.submit("pull", "slow:q4", slow)
@@ -133,7 +134,14 @@ def test_a_running_job_is_cancelled_and_finished_ones_are_cleared(services, cons
     assert console("otto").post(f"/jobs/{running.id}/cancel").status_code == 403  # operators do not start pulls either
     answer = alice.post(f"/jobs/{running.id}/cancel")
     assert answer.status_code == 200 and "Cancelling the pull of slow:q4" in answer.text
+    assert "data-feedback" not in answer.text and "<form" not in answer.text  # only the acknowledgement, for the card's live region
+    page = alice.client.get("/models").text
+    assert f'id="job-{running.id}-feedback" role="status" aria-live="polite"' in page
+    again = alice.post(f"/jobs/{running.id}/cancel")  # a second click while the job still runs: same answer, audited once
+    assert again.status_code == 200 and "Cancelling the pull of slow:q4" in again.text and not running.finished
+    honour.set()
     assert running.wait(5) and running.state == "cancelled"
+    assert "The pull of slow:q4 had already ended." in alice.post(f"/jobs/{running.id}/cancel").text
     assert [r[:2] for r in _audit(services, "job.cancel")] == [("user:alice", "slow:q4")]
     cleared = alice.post("/jobs/clear")
     assert cleared.status_code == 200 and "Cleared 2 finished jobs from the list." in cleared.text
