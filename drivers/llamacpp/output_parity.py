@@ -2,9 +2,10 @@
 
 A decode step computes the output layer (hidden size × vocabulary) for every token
 whose logits it keeps: one row per generating sequence, plus the last prompt token
-of each prompt read to its end. llama.cpp's CPU matrix kernels (tinyBLAS for
-``Q8_0``/``Q4_0``/``Q5_0`` weights, and the two-row int8 kernels on ARM) work on
-pairs of columns and fall back to a slower path when the count is odd. Measured on
+of each prompt read to its end. llama.cpp's CPU matrix kernels work on pairs of
+columns (tinyBLAS for ``Q8_0``/``Q4_0``/``Q5_0`` weights when built for AVX2's 16
+vector registers; the two-row int8 kernels on ARM) and leave an odd column to a
+slower pass of its own. Measured on
 the two-core test box with Gemma 3 270M (a 262k-token vocabulary, ``Q8_0`` output
 layer), one sequence, all rows kept: 3 rows 39.5 ms, 4 rows 33.3 ms; 7 rows 55.4
 ms, 8 rows 49.6 ms; 8 tokens keeping 7 rows 59.9 ms, keeping 8 rows 49.6 ms. One row
