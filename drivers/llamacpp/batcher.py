@@ -67,7 +67,7 @@ class Batcher:
         self.n_batch = max(batch_size, parallel * (1 + (spec_draft if spec_ngram else 0)))
         self.spec_ngram = spec_ngram
         self.spec_draft = spec_draft
-        self.even_outputs = even_outputs  # auto, on or off (see .output_parity)
+        self.even_outputs_mode = even_outputs  # auto, on or off (see .output_parity)
         self.parity_us = (0, 0)  # the calibration's decode times of odd and even output rows
         self.slots = [Slot(i) for i in range(parallel)]
         self._incoming: collections.deque[Sequence] = collections.deque()
@@ -164,12 +164,12 @@ class Batcher:
     def _calibrate_parity(self) -> None:
         """Decide whether decodes pad their output rows to an even count (``--even-outputs``)."""
         context = self.context
-        if self.even_outputs == "off":
+        if self.even_outputs_mode == "off":
             return
         result = calibrate(context)
         if result is not None:
             self.parity_us = (int(result.odd_s * 1e6), int(result.even_s * 1e6))
-        context.even_outputs = self.even_outputs == "on" or (result is not None and result.pays)
+        context.even_outputs = self.even_outputs_mode == "on" or (result is not None and result.pays)
 
     def _sampled_ready(self, slot: Slot, fut: Future[int]) -> None:
         """A token sampled in the helper thread is back (runs in that thread)."""

@@ -21,7 +21,6 @@ import time
 import llama_cpp.llama_cpp as ll
 
 from . import output_parity
-
 from .errors import DecodeFailure
 from .model import LoadedModel
 from .params import KvSettings
@@ -70,18 +69,17 @@ class DecodeContext:
 
     def decode(self, n_tokens: int) -> None:
         """Decode the first ``n_tokens`` entries of the batch (with even output rows, when that is faster)."""
-        padded = n_tokens
-        if self.even_outputs:
-            padded, changed = output_parity.even_up(self, n_tokens)
-            self.padded_steps += changed
+        padded, changed = output_parity.even_up(self, n_tokens) if self.even_outputs else (n_tokens, False)
         self.batch.n_tokens = padded
         t0 = time.perf_counter()
         rc = ll.llama_decode(self.ctx, self.batch)
         if padded != n_tokens:
             ll.llama_memory_seq_rm(self.mem, self.pad_sid, -1, -1)
             if rc == 1:  # no KV cell left for the padding token: decode without it
+                changed = False
                 self.batch.n_tokens = n_tokens
                 rc = ll.llama_decode(self.ctx, self.batch)
+        self.padded_steps += changed
         self.decode_s += time.perf_counter() - t0
         if rc != 0:
             raise DecodeFailure(f"llama_decode failed ({rc}): the KV cache is full or the batch was rejected")

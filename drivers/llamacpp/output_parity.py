@@ -5,11 +5,11 @@ whose logits it keeps: one row per generating sequence, plus the last prompt tok
 of each prompt read to its end. llama.cpp's CPU matrix kernels work on pairs of
 columns (tinyBLAS for ``Q8_0``/``Q4_0``/``Q5_0`` weights when built for AVX2's 16
 vector registers; the two-row int8 kernels on ARM) and leave an odd column to a
-slower pass of its own. Measured on
-the two-core test box with Gemma 3 270M (a 262k-token vocabulary, ``Q8_0`` output
-layer), one sequence, all rows kept: 3 rows 39.5 ms, 4 rows 33.3 ms; 7 rows 55.4
-ms, 8 rows 49.6 ms; 8 tokens keeping 7 rows 59.9 ms, keeping 8 rows 49.6 ms. One row
-(a lone stream) is not padded: two rows cost nearly twice one.
+slower pass of its own. Measured on the two-core test box with Gemma 3 270M (a
+262k-token vocabulary, ``Q8_0`` output layer; ``tests/bench/bench_decode_shapes.py``):
+3, 5, 7 generating sequences 43.2, 53.0, 63.1 ms a decode, 4, 6, 8 of them 35.1,
+44.7, 54.0 ms; one sequence reading 8 tokens 62.2 ms keeping 7 rows, 51.5 ms keeping
+8. One row (a lone stream) is not padded: two rows cost nearly twice one.
 
 :func:`even_up` pads a batch before its decode: it keeps the logits of one prompt
 token the step reads anyway (they are never looked at), or, in a step of generating

@@ -154,6 +154,7 @@ def test_a_padding_token_without_a_free_cell_is_dropped(model, monkeypatch):
         monkeypatch.setattr(ll, "llama_decode", recording)
         step(c, [(11, 63, 0, 1), (12, 63, 1, 1), (13, 63, 2, 1)])  # no cell for a fourth token
         assert codes == [(4, 1), (3, 0)]  # padded: no KV slot; then decoded without the padding token
+        assert c.padded_steps == 0  # the step ran unpadded
         assert [kv_of(c, sid) for sid in range(4)] == [63, 63, 63, 63]
         assert kv_of(c, c.pad_sid) == -1
     finally:
