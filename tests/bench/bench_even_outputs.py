@@ -60,13 +60,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = fresh_model_copy(Path(tmp))
         targets, procs = [], []
-        for i, mode in enumerate(("off", "auto") * 2):  # one at a time: a calibration under load is noise
-            sock = os.path.join(tmp, f"{i}.sock")
-            procs.append(start_worker(model, sock, "--even-outputs", mode,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            targets.append(Target(mode, socket=sock))
-            asyncio.run(ready(targets[-1], time.monotonic() + 120))
         try:
+            for i, mode in enumerate(("off", "auto") * 2):  # one at a time: a calibration under load is noise
+                sock = os.path.join(tmp, f"{i}.sock")
+                procs.append(start_worker(model, sock, "--even-outputs", mode,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                targets.append(Target(mode, socket=sock))
+                asyncio.run(ready(targets[-1], time.monotonic() + 120))
             rates: dict[tuple[str, str], list[float]] = {(label, mode): [] for label, _ in LOADS for mode in ("off", "auto")}
             for r in range(args.rounds):
                 for label, lengths in LOADS:
@@ -85,6 +85,7 @@ def main() -> None:
         print(f"auto: even_outputs={c['even_outputs']} (7 rows {c['even_outputs_odd_rows_us'] / 1000:.1f} ms, "
               f"8 rows {c['even_outputs_even_rows_us'] / 1000:.1f} ms at load); "
               f"{c['even_outputs_padded_steps_total']} steps padded")
+
 
 if __name__ == "__main__":
     main()
