@@ -73,8 +73,13 @@ def preload_environment(library: Path, environ: dict[str, str]) -> dict[str, str
     ``MALLOC_CONF`` (later options override earlier ones), the old values saved."""
     before = environ.get("LD_PRELOAD", "")
     conf = environ.get("MALLOC_CONF", "")
-    return {**environ, SAVED_PRELOAD: before, "LD_PRELOAD": f"{library}:{before}" if before else str(library),
-            SAVED_CONF: conf, "MALLOC_CONF": f"{JEMALLOC_OPTIONS},{conf}" if conf else JEMALLOC_OPTIONS}
+    return {
+        **environ,
+        SAVED_PRELOAD: before,
+        "LD_PRELOAD": f"{library}:{before}" if before else str(library),
+        SAVED_CONF: conf,
+        "MALLOC_CONF": f"{JEMALLOC_OPTIONS},{conf}" if conf else JEMALLOC_OPTIONS,
+    }
 
 
 def use_jemalloc(choice: str, given: dict[str, str]) -> str:
@@ -93,11 +98,13 @@ def use_jemalloc(choice: str, given: dict[str, str]) -> str:
         return "jemalloc" if loaded else "system"
     library = find_jemalloc()
     if library is None:
-        log.warning("allocator = jemalloc but %s is not installed (Debian/Ubuntu: apt-get install libjemalloc2); "
-                    "glibc's malloc is in use, and its heaps grow under a long mixed load", LIBRARY)
+        log.warning(
+            "allocator = jemalloc but %s is not installed (Debian/Ubuntu: apt-get install libjemalloc2); "
+            "glibc's malloc is in use, and its heaps grow under a long mixed load",
+            LIBRARY,
+        )
         return "system"
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, "-m", "appliance.daemon"],
-              preload_environment(library, {**os.environ, **given}))
+    os.execve(sys.executable, [sys.executable, "-m", "appliance.daemon"], preload_environment(library, {**os.environ, **given}))
     raise AssertionError("unreachable")  # pragma: no cover

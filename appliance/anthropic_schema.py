@@ -79,7 +79,7 @@ class ToolUseBlock(_Base, tag="tool_use", tag_field="type"):
 
 class ToolResultBlock(_Base, tag="tool_result", tag_field="type"):
     tool_use_id: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
-    content: Union[str, list[Union[TextBlock, ImageBlock]], None] = None
+    content: str | list[TextBlock | ImageBlock] | None = None
     is_error: bool | None = None
     cache_control: CacheControl | None = None
 
@@ -89,7 +89,7 @@ ContentBlock = Union[TextBlock, ImageBlock, ToolUseBlock, ToolResultBlock]
 
 class InputMessage(_Base):
     role: Literal["user", "assistant"]
-    content: Union[str, Annotated[list[ContentBlock], msgspec.Meta(max_length=4096)]]
+    content: str | Annotated[list[ContentBlock], msgspec.Meta(max_length=4096)]
 
 
 class Tool(_Base):
@@ -152,7 +152,7 @@ class MessagesRequest(_Base):
     service_tier: Literal["auto", "standard_only"] | None = None  # ignored (IGNORED)
     stop_sequences: Annotated[list[StopSequence], msgspec.Meta(max_length=16)] | None = None
     stream: bool | None = None
-    system: Union[str, list[TextBlock], None] = None
+    system: str | list[TextBlock] | None = None
     temperature: Temperature | None = None
     thinking: Thinking | None = None
     tool_choice: ToolChoice | None = None
@@ -168,7 +168,7 @@ class CountTokensRequest(_Base):
     messages: Annotated[list[InputMessage], msgspec.Meta(min_length=1, max_length=4096)]
     cache_control: CacheControl | None = None  # ignored (IGNORED)
     output_config: OutputConfig | None = None
-    system: Union[str, list[TextBlock], None] = None
+    system: str | list[TextBlock] | None = None
     thinking: Thinking | None = None
     tool_choice: ToolChoice | None = None
     tools: Annotated[list[Tool], msgspec.Meta(max_length=128)] | None = None

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from litestar import Litestar, Router
-from litestar.types import ControllerRouterHandler
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Components, OpenAPIMediaType, OpenAPIResponse, OpenAPIType, Reference, Schema, SecurityScheme
+from litestar.types import ControllerRouterHandler
 
 from appliance import __version__
 from appliance.api.access import Access, AccessGuard, requires
-from appliance.api.anthropic import AnthropicController
 from appliance.api.admin import AliasesController, InstancesController, KeysController, OpsController
+from appliance.api.anthropic import AnthropicController
 from appliance.api.cache import CacheController
 from appliance.api.dependencies import dependencies
 from appliance.api.edge import ApplianceASGI
@@ -26,8 +26,8 @@ from appliance.api.models import JobsController, ModelsController
 from appliance.api.ollama import OllamaAdminController, OllamaController
 from appliance.api.openai import OpenAIController
 from appliance.api.planning import PlanningController
-from appliance.api.responses import ResponsesController
 from appliance.api.request import ApplianceRequest
+from appliance.api.responses import ResponsesController
 from appliance.api.usage import CONTROLLERS as USAGE_CONTROLLERS
 from appliance.api.users import UsersController
 from appliance.services import Services
@@ -44,24 +44,56 @@ NDJSON_PATHS = frozenset({"/api/chat", "/api/generate", "/api/pull"})  # Ollama'
 _TEXT = Schema(type=OpenAPIType.STRING)
 _TEXT_OR_NULL = Schema(type=[OpenAPIType.STRING, OpenAPIType.NULL])
 ERROR_SCHEMA = Schema(
-    type=OpenAPIType.OBJECT, required=["error"], description="OpenAI's error envelope, for every error of the API.",
-    properties={"error": Schema(type=OpenAPIType.OBJECT, required=["message", "type", "param", "code"], properties={
-        "message": _TEXT, "type": _TEXT, "param": _TEXT_OR_NULL, "code": _TEXT_OR_NULL})},
+    type=OpenAPIType.OBJECT,
+    required=["error"],
+    description="OpenAI's error envelope, for every error of the API.",
+    properties={
+        "error": Schema(
+            type=OpenAPIType.OBJECT,
+            required=["message", "type", "param", "code"],
+            properties={"message": _TEXT, "type": _TEXT, "param": _TEXT_OR_NULL, "code": _TEXT_OR_NULL},
+        )
+    },
 )
 ANTHROPIC_ERROR_SCHEMA = Schema(
-    type=OpenAPIType.OBJECT, required=["type", "error"], description="Anthropic's error shape, for every error of the Messages API.",
-    properties={"type": _TEXT, "error": Schema(type=OpenAPIType.OBJECT, required=["type", "message"], properties={
-        "type": _TEXT, "message": _TEXT})},
+    type=OpenAPIType.OBJECT,
+    required=["type", "error"],
+    description="Anthropic's error shape, for every error of the Messages API.",
+    properties={
+        "type": _TEXT,
+        "error": Schema(type=OpenAPIType.OBJECT, required=["type", "message"], properties={"type": _TEXT, "message": _TEXT}),
+    },
 )
-OLLAMA_ERROR_SCHEMA = Schema(type=OpenAPIType.OBJECT, required=["error"], properties={"error": _TEXT},
-                             description="Ollama's error body, for every error of the Ollama API (/api/*).")
+OLLAMA_ERROR_SCHEMA = Schema(
+    type=OpenAPIType.OBJECT,
+    required=["error"],
+    properties={"error": _TEXT},
+    description="Ollama's error body, for every error of the Ollama API (/api/*).",
+)
 
 
 def _route_handlers() -> list[ControllerRouterHandler]:
-    return [healthz, readyz, OpenAIController, ResponsesController, AnthropicController, InstancesController, KeysController,
-            AliasesController, OpsController,
-            ModelsController, JobsController, PlanningController, *USAGE_CONTROLLERS, MetricsController, CacheController,
-            UsersController, OllamaController, OllamaAdminController, *console_handlers()]
+    return [
+        healthz,
+        readyz,
+        OpenAIController,
+        ResponsesController,
+        AnthropicController,
+        InstancesController,
+        KeysController,
+        AliasesController,
+        OpsController,
+        ModelsController,
+        JobsController,
+        PlanningController,
+        *USAGE_CONTROLLERS,
+        MetricsController,
+        CacheController,
+        UsersController,
+        OllamaController,
+        OllamaAdminController,
+        *console_handlers(),
+    ]
 
 
 def create_app(settings: Settings, services: Services | None = None) -> Litestar:
@@ -114,14 +146,24 @@ def _document_errors(app: Litestar) -> None:
     """
     document = app.openapi_schema
     if document.components is not None:
-        document.components.schemas = {**(document.components.schemas or {}), "Error": ERROR_SCHEMA,
-                                        "AnthropicError": ANTHROPIC_ERROR_SCHEMA, "OllamaError": OLLAMA_ERROR_SCHEMA}
-    openai_error = OpenAPIResponse(description="Error (OpenAI's envelope)",
-                                   content={"application/json": OpenAPIMediaType(schema=Reference(ref="#/components/schemas/Error"))})
-    anthropic_error = OpenAPIResponse(description="Error (Anthropic's shape)", content={
-        "application/json": OpenAPIMediaType(schema=Reference(ref="#/components/schemas/AnthropicError"))})
-    ollama_error = OpenAPIResponse(description="Error (Ollama's shape)",
-                                   content={"application/json": OpenAPIMediaType(schema=Reference(ref="#/components/schemas/OllamaError"))})
+        document.components.schemas = {
+            **(document.components.schemas or {}),
+            "Error": ERROR_SCHEMA,
+            "AnthropicError": ANTHROPIC_ERROR_SCHEMA,
+            "OllamaError": OLLAMA_ERROR_SCHEMA,
+        }
+    openai_error = OpenAPIResponse(
+        description="Error (OpenAI's envelope)",
+        content={"application/json": OpenAPIMediaType(schema=Reference(ref="#/components/schemas/Error"))},
+    )
+    anthropic_error = OpenAPIResponse(
+        description="Error (Anthropic's shape)",
+        content={"application/json": OpenAPIMediaType(schema=Reference(ref="#/components/schemas/AnthropicError"))},
+    )
+    ollama_error = OpenAPIResponse(
+        description="Error (Ollama's shape)",
+        content={"application/json": OpenAPIMediaType(schema=Reference(ref="#/components/schemas/OllamaError"))},
+    )
     for path, item in (document.paths or {}).items():
         for method in ("get", "put", "post", "delete", "patch"):
             operation = getattr(item, method, None)
@@ -151,10 +193,12 @@ def _document_errors(app: Litestar) -> None:
 
 def wrap(app: Litestar, settings: Settings, *, local: bool = False) -> ApplianceASGI:
     """The served ASGI app: the HTTP edge (Host, canonical path, body deadline) in front of Litestar."""
+
     def observe_overhead(endpoint: str, seconds: float) -> None:
         services = getattr(app.state, "services", None)  # started by the lifespan; absent before it
         if services is not None:
             services.metrics.observe_overhead(endpoint, seconds)
 
-    return ApplianceASGI(app, settings.allowed_hosts, local=local, body_timeout=settings.body_timeout_seconds,
-                         observe_overhead=observe_overhead)
+    return ApplianceASGI(
+        app, settings.allowed_hosts, local=local, body_timeout=settings.body_timeout_seconds, observe_overhead=observe_overhead
+    )

@@ -70,10 +70,16 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[index]
 
 
-async def one_request(client: httpx.AsyncClient, endpoint: str, model: str, prompt: str, max_tokens: int,
-                      temperature: float) -> RequestResult:
-    body: dict = {"model": model, "max_tokens": max_tokens, "temperature": temperature, "stream": True,
-                  "stream_options": {"include_usage": True}}
+async def one_request(
+    client: httpx.AsyncClient, endpoint: str, model: str, prompt: str, max_tokens: int, temperature: float
+) -> RequestResult:
+    body: dict = {
+        "model": model,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     if endpoint == "chat":
         body["messages"] = [{"role": "user", "content": prompt}]
         path = "/chat/completions"
@@ -106,14 +112,25 @@ async def one_request(client: httpx.AsyncClient, endpoint: str, model: str, prom
     return RequestResult(True, ttft, time.perf_counter() - started, usage_tokens if usage_tokens is not None else events, 200)
 
 
-async def run_bench(base_url: str, *, api_key: str | None, model: str, concurrency: int, requests: int, max_tokens: int,
-                    endpoint: str = "completions", temperature: float = 0.0, timeout: float = 600.0) -> BenchResult:
+async def run_bench(
+    base_url: str,
+    *,
+    api_key: str | None,
+    model: str,
+    concurrency: int,
+    requests: int,
+    max_tokens: int,
+    endpoint: str = "completions",
+    temperature: float = 0.0,
+    timeout: float = 600.0,
+) -> BenchResult:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
     results: list[RequestResult] = []
     counter = iter(range(requests))
 
     async with httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, limits=limits) as client:
+
         async def worker() -> None:
             for index in counter:
                 prompt = PROMPTS[index % len(PROMPTS)]
@@ -128,10 +145,15 @@ async def run_bench(base_url: str, *, api_key: str | None, model: str, concurren
     per_stream = [r.tokens / max(r.duration_s - (r.ttft_s or 0), 1e-6) for r in good if r.tokens > 1]
     ttfts = [r.ttft_s for r in good if r.ttft_s is not None]
     return BenchResult(
-        concurrency=concurrency, requests=len(results), failed=len(results) - len(good), wall_s=round(wall, 3),
-        total_tokens=total_tokens, aggregate_tps=round(total_tokens / wall, 2) if wall else 0.0,
+        concurrency=concurrency,
+        requests=len(results),
+        failed=len(results) - len(good),
+        wall_s=round(wall, 3),
+        total_tokens=total_tokens,
+        aggregate_tps=round(total_tokens / wall, 2) if wall else 0.0,
         per_stream_tps_median=round(statistics.median(per_stream), 2) if per_stream else 0.0,
-        ttft_p50_s=_round(percentile(ttfts, 50)), ttft_p95_s=_round(percentile(ttfts, 95)),
+        ttft_p50_s=_round(percentile(ttfts, 50)),
+        ttft_p95_s=_round(percentile(ttfts, 95)),
         errors=sorted({r.error for r in results if r.error})[:5],
     )
 

@@ -17,16 +17,16 @@ import logging
 import os
 import signal
 import sys
-from typing import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator
 
 import uvicorn
 
-from appliance.db import engine as dbmod
-from appliance.app import create_app, wrap
-from appliance.errors import ApplianceError, ConfigError
 from appliance.allocator import use_jemalloc
-from appliance.heap import freeze_startup_objects, map_large_blocks
 from appliance.api.http_protocol import header_deadline_protocol
+from appliance.app import create_app, wrap
+from appliance.db import engine as dbmod
+from appliance.errors import ApplianceError, ConfigError
+from appliance.heap import freeze_startup_objects, map_large_blocks
 from appliance.lockfile import DataDirLock
 from appliance.logs import setup_logging
 from appliance.planner.service import cluster_view
@@ -47,24 +47,48 @@ class _Server(uvicorn.Server):
 def check_data_dir(settings: Settings) -> None:
     """Create the data dir layout, or fail with a message that says why."""
     try:
-        for path in (settings.data_dir, settings.run_dir, settings.log_dir, *(() if settings.store_read_only else (settings.store_dir,))):
+        for path in (
+            settings.data_dir,
+            settings.run_dir,
+            settings.log_dir,
+            *(() if settings.store_read_only else (settings.store_dir,)),
+        ):
             path.mkdir(parents=True, exist_ok=True)
         probe = settings.data_dir / ".write-test"
         probe.write_text("ok")
         probe.unlink()
     except OSError as exc:
-        raise ConfigError(f"data dir {settings.data_dir} is not writable ({exc.strerror}); set APPLIANCE_DATA_DIR to a writable folder") from None
+        raise ConfigError(
+            f"data dir {settings.data_dir} is not writable ({exc.strerror}); set APPLIANCE_DATA_DIR to a writable folder"
+        ) from None
 
 
 async def serve(settings: Settings) -> None:
     app = create_app(settings)
-    common = dict(log_config=None, access_log=False, timeout_graceful_shutdown=settings.drain_timeout_seconds,
-                  timeout_keep_alive=30, loop="uvloop", http=header_deadline_protocol(settings.header_timeout_seconds))
+    common = dict(
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=settings.drain_timeout_seconds,
+        timeout_keep_alive=30,
+        loop="uvloop",
+        http=header_deadline_protocol(settings.header_timeout_seconds),
+    )
     # X-Forwarded-For is believed only from the configured reverse proxies (uvicorn would trust any local peer).
-    edge = dict(proxy_headers=bool(settings.trusted_proxies), forwarded_allow_ips=settings.trusted_proxies or None,
-                limit_concurrency=settings.max_connections)
-    public = _Server(uvicorn.Config(wrap(app, settings), host=settings.host, port=settings.port, lifespan="on",  # type: ignore[arg-type]
-                                    **edge, **common))
+    edge = dict(
+        proxy_headers=bool(settings.trusted_proxies),
+        forwarded_allow_ips=settings.trusted_proxies or None,
+        limit_concurrency=settings.max_connections,
+    )
+    public = _Server(
+        uvicorn.Config(
+            wrap(app, settings),
+            host=settings.host,
+            port=settings.port,
+            lifespan="on",  # type: ignore[arg-type]
+            **edge,
+            **common,
+        )
+    )
     settings.admin_socket.unlink(missing_ok=True)
     admin = _Server(uvicorn.Config(wrap(app, settings, local=True), uds=str(settings.admin_socket), lifespan="off", **common))  # type: ignore[arg-type]
 
@@ -102,7 +126,10 @@ async def serve(settings: Settings) -> None:
         watchdog = asyncio.create_task(watchdog_loop(interval, lambda: dbmod.ping(services.db)), name="watchdog")
     freeze_startup_objects()
     notify("READY=1")
-    log.info("appliance ready", extra={"fields": {"url": f"http://{settings.host}:{settings.port}/", "data_dir": str(settings.data_dir)}})
+    log.info(
+        "appliance ready",
+        extra={"fields": {"url": f"http://{settings.host}:{settings.port}/", "data_dir": str(settings.data_dir)}},
+    )
     cluster_view(settings)  # with ray_address: the Ray cluster is read in a thread; the log says what it found
 
     done, _ = await asyncio.wait({public_task, admin_task, asyncio.create_task(stop.wait())}, return_when=asyncio.FIRST_COMPLETED)

@@ -20,7 +20,10 @@ _SECRET_PATTERNS = [
     (re.compile(r"\bak_[A-Za-z0-9_-]{8,}"), lambda m: m.group(0)[:12] + "…[redacted]"),
     (re.compile(r"\bhf_[A-Za-z0-9_-]{16,}"), lambda m: "hf_…[redacted]"),  # Hugging Face hub tokens
     (re.compile(r"(?i)(bearer\s+)[^\s\"',]+"), lambda m: m.group(1) + "[redacted]"),
-    (re.compile(r"(?i)((?:password|secret|api[_-]?key|token)[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]+"), lambda m: m.group(1) + "[redacted]"),
+    (
+        re.compile(r"(?i)((?:password|secret|api[_-]?key|token)[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]+"),
+        lambda m: m.group(1) + "[redacted]",
+    ),
     (re.compile(r"(?i)(--(?:api-key|password|secret|token)[=\s]+)[^\s\"',]+"), lambda m: m.group(1) + "[redacted]"),
 ]
 _SECRET_FIELD = re.compile(r"(?i)password|secret|api[_-]?key|token$|authorization")
@@ -85,7 +88,9 @@ def setup_logging(level: str = "info", fmt: str = "json", log_dir: Path | None =
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
-    formatter: logging.Formatter = JsonFormatter() if fmt == "json" else TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    formatter: logging.Formatter = (
+        JsonFormatter() if fmt == "json" else TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)

@@ -16,8 +16,8 @@ import logging
 import math
 import threading
 from collections import defaultdict, deque
-from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Protocol, TypeAlias
 
 from appliance.jsontypes import JsonObject
@@ -169,7 +169,9 @@ class Metrics:
         with self._lock:
             self._refusals[(model, dimension)] += 1
 
-    def set_gauge_source(self, name: str, source: GaugeSource, *, help: str | None = None, labels: tuple[str, ...] | None = None) -> None:
+    def set_gauge_source(
+        self, name: str, source: GaugeSource, *, help: str | None = None, labels: tuple[str, ...] | None = None
+    ) -> None:
         """Register a callable read at every scrape.
 
         It returns a number, or a mapping from label values (a string for one label,
@@ -197,23 +199,46 @@ class Metrics:
             refusals = dict(self._refusals)
             cache = dict(self._cache)
             energy = dict(self._energy)
-            lines = self._counter("appliance_requests_total", "Requests answered, by model, HTTP status and cache tier.",
-                                  ("model", "status", "cache_tier"), requests)
-            lines += self._counter("appliance_tokens_total", "Tokens processed, by model and kind (prompt or completion).",
-                                   ("model", "kind"), tokens)
-            lines += self._counter("appliance_quota_refusals_total", "Requests refused by a quota, by model and dimension.",
-                                   ("model", "dimension"), refusals)
-            lines += self._counter("appliance_cache_hits_total", "Requests answered from the response cache, by tier.", ("tier",),
-                                   {k: v for k, v in cache.items() if k != ("miss",)})
-            lines += self._counter("appliance_cache_misses_total", "Requests the response cache could not answer.", (),
-                                   {(): cache.get(("miss",), 0)})
-            lines += self._counter("appliance_energy_joules_total", "Energy attributed to requests, by model.", ("model",), energy)
-            lines += self._ttft.render("appliance_ttft_seconds", "Time to first token (source: engine or cache).", ("model", "source"))
-            lines += self._latency.render("appliance_request_latency_seconds", "Request latency, admission to last byte (source: engine or cache).",
-                                          ("model", "source"))
-            lines += self._overhead.render("appliance_gateway_overhead_seconds",
-                                           "Time the daemon spent on a request (arrival to last byte) less the time it waited "
-                                           "for the engine, by endpoint.", ("endpoint",))
+            lines = self._counter(
+                "appliance_requests_total",
+                "Requests answered, by model, HTTP status and cache tier.",
+                ("model", "status", "cache_tier"),
+                requests,
+            )
+            lines += self._counter(
+                "appliance_tokens_total", "Tokens processed, by model and kind (prompt or completion).", ("model", "kind"), tokens
+            )
+            lines += self._counter(
+                "appliance_quota_refusals_total",
+                "Requests refused by a quota, by model and dimension.",
+                ("model", "dimension"),
+                refusals,
+            )
+            lines += self._counter(
+                "appliance_cache_hits_total",
+                "Requests answered from the response cache, by tier.",
+                ("tier",),
+                {k: v for k, v in cache.items() if k != ("miss",)},
+            )
+            lines += self._counter(
+                "appliance_cache_misses_total", "Requests the response cache could not answer.", (), {(): cache.get(("miss",), 0)}
+            )
+            lines += self._counter(
+                "appliance_energy_joules_total", "Energy attributed to requests, by model.", ("model",), energy
+            )
+            lines += self._ttft.render(
+                "appliance_ttft_seconds", "Time to first token (source: engine or cache).", ("model", "source")
+            )
+            lines += self._latency.render(
+                "appliance_request_latency_seconds",
+                "Request latency, admission to last byte (source: engine or cache).",
+                ("model", "source"),
+            )
+            lines += self._overhead.render(
+                "appliance_gateway_overhead_seconds",
+                "Time the daemon spent on a request (arrival to last byte) less the time it waited for the engine, by endpoint.",
+                ("endpoint",),
+            )
         lines += self._pulled_gauges()
         lines += self._telemetry_gauges()
         return "\n".join(lines) + "\n"

@@ -29,7 +29,11 @@ Penalty = Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)]
 PositiveInt = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
 CompletionTokens = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
 ModelName = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
-Stop = Union[Annotated[str, msgspec.Meta(max_length=500)], Annotated[list[Annotated[str, msgspec.Meta(max_length=500)]], msgspec.Meta(max_length=16)], None]
+Stop = Union[
+    Annotated[str, msgspec.Meta(max_length=500)],
+    Annotated[list[Annotated[str, msgspec.Meta(max_length=500)]], msgspec.Meta(max_length=16)],
+    None,
+]
 
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # /v1/completions without max_tokens, as OpenAI and vLLM
@@ -86,7 +90,7 @@ class NamedToolChoice(_Base):
 
 class ChatMessage(_Base):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Union[str, list[JsonObject], None] = None
+    content: str | list[JsonObject] | None = None
     name: str | None = None
     tool_calls: list[JsonObject] | None = None
     tool_call_id: str | None = None
@@ -139,7 +143,7 @@ class ChatCompletionRequest(_Generation, kw_only=True):
 
 class CompletionRequest(_Generation, kw_only=True):
     model: ModelName
-    prompt: Union[Annotated[str, msgspec.Meta(min_length=0)], Annotated[list[str], msgspec.Meta(min_length=1, max_length=1)]]
+    prompt: Annotated[str, msgspec.Meta(min_length=0)] | Annotated[list[str], msgspec.Meta(min_length=1, max_length=1)]
     frequency_penalty: Penalty | None = None
     logit_bias: dict[str, Annotated[float, msgspec.Meta(ge=-100, le=100)]] | None = None
     max_tokens: CompletionTokens | None = None  # 0 only with echo: the prompt scored, nothing generated
@@ -171,7 +175,7 @@ class CompletionRequest(_Generation, kw_only=True):
 
 
 class EmbeddingRequest(_Request):
-    input: Union[Annotated[str, msgspec.Meta(max_length=1_000_000)], Annotated[list[str], msgspec.Meta(min_length=1, max_length=2048)]]
+    input: Annotated[str, msgspec.Meta(max_length=1000000)] | Annotated[list[str], msgspec.Meta(min_length=1, max_length=2048)]
     model: ModelName
     encoding_format: Literal["float", "base64"] | None = None
     dimensions: None = None
@@ -184,14 +188,14 @@ class ResponsesRequest(_Generation, kw_only=True):
     request (``appliance.serving.responses.translate``), which names the field of any value it cannot serve."""
 
     model: ModelName
-    input: Union[str, Annotated[list[JsonObject], msgspec.Meta(min_length=1, max_length=4096)]]
+    input: str | Annotated[list[JsonObject], msgspec.Meta(min_length=1, max_length=4096)]
     instructions: str | None = None
     max_output_tokens: PositiveInt | None = None
     temperature: Temperature | None = None
     top_p: Probability | None = None
     stream: bool | None = None
     tools: Annotated[list[JsonObject], msgspec.Meta(max_length=128)] | None = None
-    tool_choice: Union[Literal["auto", "none", "required"], JsonObject, None] = None
+    tool_choice: Literal["auto", "none", "required"] | JsonObject | None = None
     previous_response_id: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] | None = None
     text: JsonObject | None = None
     parallel_tool_calls: bool | None = None  # ignored (IGNORED)
@@ -215,7 +219,7 @@ def with_tool_choice_settled(body: ChatCompletionRequest) -> ChatCompletionReque
     functions = [t.get("function") for t in body.tools or []]
     names = {f["name"] for f in functions if isinstance(f, dict) and isinstance(f.get("name"), str)}
     if not names:
-        raise BadRequest("tool_choice \"required\" or a named function needs tools", param="tool_choice")
+        raise BadRequest('tool_choice "required" or a named function needs tools', param="tool_choice")
     if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
         raise BadRequest(f"tool_choice names the function {choice.function.name!r}, which is not in tools", param="tool_choice")
     if body.response_format is not None and body.response_format.type != "text":

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import os
 import socket
-from typing import Callable
+from collections.abc import Callable
 
 log = logging.getLogger("appliance.sdnotify")
 
@@ -45,8 +45,9 @@ def watchdog_interval() -> float | None:
         return None
 
 
-async def watchdog_loop(interval: float, health_check: Callable[[], None], send: Callable[[str], bool] = notify,
-                        check_timeout: float | None = None) -> None:
+async def watchdog_loop(
+    interval: float, health_check: Callable[[], None], send: Callable[[str], bool] = notify, check_timeout: float | None = None
+) -> None:
     """Ping WATCHDOG=1 every ``interval`` while the loop runs and ``health_check`` passes."""
     timeout = check_timeout or interval
     while True:

@@ -77,12 +77,27 @@ class Services:
         self.energy = EnergyMeter()
         self.load_planner = LoadPlanner(settings, self.db)
         self.load_events = LoadEvents()
-        self.router = Router(settings, make_plan=self._plan, make_engine_process=self._engine, on_loaded=self._after_load,
-                             on_stopping=self._before_stop, events=self.load_events, gpu_bytes=_engine_gpu_bytes)
+        self.router = Router(
+            settings,
+            make_plan=self._plan,
+            make_engine_process=self._engine,
+            on_loaded=self._after_load,
+            on_stopping=self._before_stop,
+            events=self.load_events,
+            gpu_bytes=_engine_gpu_bytes,
+        )
         self.cache = ResponseCache(settings, self.db, make_embedder(settings))
         self.prompt_counts = PromptCounts()
-        self.gateway = Gateway(settings, self.names, self.router, self.meter, cache=self.cache, metrics=self.metrics,
-                               energy=self.energy, prompts=self.prompt_counts)
+        self.gateway = Gateway(
+            settings,
+            self.names,
+            self.router,
+            self.meter,
+            cache=self.cache,
+            metrics=self.metrics,
+            energy=self.energy,
+            prompts=self.prompt_counts,
+        )
         self.response_store = ResponseStore(settings, self.db)
         self.responses = ResponsesService(self.gateway, self.response_store)
         self.scheduler: AsyncIOScheduler | None = None
@@ -123,17 +138,39 @@ class Services:
         scheduler = AsyncIOScheduler(timezone="UTC")
         scheduler.add_job(rollup, "interval", minutes=5, args=[self.db], id="usage-rollup", coalesce=True, max_instances=1)
         scheduler.add_job(self.meter.prune_counters, "interval", hours=1, id="prune-counters", coalesce=True, max_instances=1)
-        scheduler.add_job(sample_telemetry, "interval", seconds=5, args=[self.metrics], id="telemetry", coalesce=True, max_instances=1)
+        scheduler.add_job(
+            sample_telemetry, "interval", seconds=5, args=[self.metrics], id="telemetry", coalesce=True, max_instances=1
+        )
         if self.settings.idle_unload_seconds:
-            scheduler.add_job(self._unload_idle, "interval", seconds=max(5, min(60, self.settings.idle_unload_seconds // 4)),
-                              id="idle-unload", coalesce=True, max_instances=1)
-        scheduler.add_job(self.response_store.purge_expired, "interval", minutes=10, id="stored-responses-expiry", coalesce=True,
-                          max_instances=1)
-        scheduler.add_job(self.meter.release_stale, "interval", seconds=60, id="stale-reservations", coalesce=True, max_instances=1)
+            scheduler.add_job(
+                self._unload_idle,
+                "interval",
+                seconds=max(5, min(60, self.settings.idle_unload_seconds // 4)),
+                id="idle-unload",
+                coalesce=True,
+                max_instances=1,
+            )
+        scheduler.add_job(
+            self.response_store.purge_expired,
+            "interval",
+            minutes=10,
+            id="stored-responses-expiry",
+            coalesce=True,
+            max_instances=1,
+        )
+        scheduler.add_job(
+            self.meter.release_stale, "interval", seconds=60, id="stale-reservations", coalesce=True, max_instances=1
+        )
         scheduler.add_job(self._backup, "cron", hour=3, minute=17, id="daily-backup", coalesce=True, max_instances=1)
         if self.alerts.enabled:
-            scheduler.add_job(self.alerts.deliver_due, "interval", seconds=ALERT_POLL_SECONDS, id="budget-alerts",
-                              coalesce=True, max_instances=1)
+            scheduler.add_job(
+                self.alerts.deliver_due,
+                "interval",
+                seconds=ALERT_POLL_SECONDS,
+                id="budget-alerts",
+                coalesce=True,
+                max_instances=1,
+            )
         scheduler.start()
         self.scheduler = scheduler
 

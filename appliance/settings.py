@@ -47,8 +47,13 @@ class SettingOrigin:
 DEFAULT_ORIGIN = SettingOrigin("default")
 
 
-def trace_origins(names: list[str], given: Mapping[str, object], environ: Mapping[str, str],
-                  config_path: Path | None, config: Mapping[str, object]) -> dict[str, SettingOrigin]:
+def trace_origins(
+    names: list[str],
+    given: Mapping[str, object],
+    environ: Mapping[str, str],
+    config_path: Path | None,
+    config: Mapping[str, object],
+) -> dict[str, SettingOrigin]:
     """Where each setting in ``names`` comes from, by the sources' priority: values given to the
     constructor (the command line's options), then ``APPLIANCE_*`` variables (matched without
     regard to case, as the settings loader reads them), then the config file, else the default."""
@@ -80,8 +85,13 @@ class Settings(BaseSettings):
     def __init__(self, **values: object) -> None:
         super().__init__(**values)  # type: ignore[arg-type]
         path = config_file_path()
-        self._origins = trace_origins(list(type(self).model_fields), {k: v for k, v in values.items() if not k.startswith("_")},
-                                      os.environ, path, read_config_file(path) if path is not None else {})
+        self._origins = trace_origins(
+            list(type(self).model_fields),
+            {k: v for k, v in values.items() if not k.startswith("_")},
+            os.environ,
+            path,
+            read_config_file(path) if path is not None else {},
+        )
 
     def origin(self, name: str) -> SettingOrigin:
         """Where the value of setting ``name`` came from."""
@@ -98,7 +108,9 @@ class Settings(BaseSettings):
         description="Host header values accepted (DNS-rebinding defence). Add the box's DNS name and address. `*` disables the check.",
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="Least severe log level written.")
-    log_format: Literal["json", "text"] = Field(default="json", description="`json` writes one JSON object per line; `text` is for people.")
+    log_format: Literal["json", "text"] = Field(
+        default="json", description="`json` writes one JSON object per line; `text` is for people."
+    )
     allocator: Literal["jemalloc", "system"] = Field(
         default="jemalloc",
         description="C allocator of the daemon: `jemalloc` (re-executes once at start with libjemalloc2 preloaded, when installed, and `MALLOC_CONF=background_thread:true` before any `MALLOC_CONF` of yours) keeps its memory flat under a long mixed load; `system` keeps glibc's malloc, whose heaps grow. Engines keep the system's.",
@@ -111,61 +123,112 @@ class Settings(BaseSettings):
         default=True,
         description="Install the default model from its Python package into an empty store at start.",
     )
-    max_loaded_instances: int = Field(default=2, ge=1, description="Most engine instances loaded at once; least-recently-used idle ones are evicted.")
+    max_loaded_instances: int = Field(
+        default=2, ge=1, description="Most engine instances loaded at once; least-recently-used idle ones are evicted."
+    )
     memory_budget_gib: float | None = Field(
         default=None, gt=0, description="Memory the engines may use in all, in GiB. Unset: what the planner finds free."
     )
     memory_margin_gib: float = Field(default=1.0, ge=0, description="Memory the planner always leaves free, in GiB.")
-    idle_unload_seconds: int = Field(default=900, ge=0, description="Unload an unpinned instance after this long without requests. 0 never unloads.")
-    load_timeout_seconds: float = Field(default=300.0, gt=0, description="How long an engine may take to become ready before the load fails.")
-    request_timeout_seconds: float = Field(default=600.0, gt=0, description="Longest a request may wait and run before it is answered with a timeout.")
-    queue_size: int = Field(default=64, ge=1, description="Requests that may wait for an engine slot per instance before new ones get 429.")
-    queue_timeout_seconds: float = Field(default=30.0, gt=0, description="Longest a request waits in an instance queue before it gets 503 with Retry-After.")
-    drain_timeout_seconds: float = Field(default=30.0, ge=0, description="On SIGTERM, how long in-flight requests may finish before the daemon exits.")
-    engine_threads: int | None = Field(default=None, ge=1, description="CPU threads per llama.cpp engine. Unset: the planner chooses from the core count.")
+    idle_unload_seconds: int = Field(
+        default=900, ge=0, description="Unload an unpinned instance after this long without requests. 0 never unloads."
+    )
+    load_timeout_seconds: float = Field(
+        default=300.0, gt=0, description="How long an engine may take to become ready before the load fails."
+    )
+    request_timeout_seconds: float = Field(
+        default=600.0, gt=0, description="Longest a request may wait and run before it is answered with a timeout."
+    )
+    queue_size: int = Field(
+        default=64, ge=1, description="Requests that may wait for an engine slot per instance before new ones get 429."
+    )
+    queue_timeout_seconds: float = Field(
+        default=30.0, gt=0, description="Longest a request waits in an instance queue before it gets 503 with Retry-After."
+    )
+    drain_timeout_seconds: float = Field(
+        default=30.0, ge=0, description="On SIGTERM, how long in-flight requests may finish before the daemon exits."
+    )
+    engine_threads: int | None = Field(
+        default=None, ge=1, description="CPU threads per llama.cpp engine. Unset: the planner chooses from the core count."
+    )
     engine_parallel: int = Field(default=8, ge=1, le=256, description="Concurrent sequences (slots) per llama.cpp engine.")
-    engine_context: int = Field(default=4096, ge=256, description="Context tokens each request may use in a llama.cpp engine (the KV cache holds this × engine_parallel).")
+    engine_context: int = Field(
+        default=4096,
+        ge=256,
+        description="Context tokens each request may use in a llama.cpp engine (the KV cache holds this × engine_parallel).",
+    )
     engine_kv_cache_type: Literal["f16", "q8_0", "q4_0"] = Field(
         default="f16",
         description="KV cache element type of llama.cpp engines: `q8_0` halves the KV cache's memory, `q4_0` quarters it (both turn flash attention on). The planner sizes the cache with it.",
     )
     min_decode_tokens_per_s: float = Field(
-        default=10.0, ge=0,
+        default=10.0,
+        ge=0,
         description="Interactive floor: the planner picks the best quality whose estimated decode speed per stream, at engine_parallel streams, reaches this many tokens/s (else the fastest that fits). 0 ranks by quality alone.",
     )
     backend: Literal["auto", "llamacpp", "vllm"] = Field(
         default="auto", description="Inference backend: `auto` lets the planner choose (vLLM on capable GPUs), or force one."
     )
-    speculative_ngram: bool = Field(default=False, description="Prompt-lookup (n-gram) speculative decoding in the llama.cpp engine.")
+    speculative_ngram: bool = Field(
+        default=False, description="Prompt-lookup (n-gram) speculative decoding in the llama.cpp engine."
+    )
     vllm_python: Path | None = Field(default=None, description="Python interpreter that runs vLLM. Unset: the appliance's own.")
-    ray_address: str | None = Field(default=None, description="Ray cluster address (host:port of the head's GCS, or auto), handed to vLLM as RAY_ADDRESS. The daemon reads the cluster's alive nodes from Ray through the vLLM environment's Python (needs Ray there) at start-up and when a plan is made, reusing a read for 60 s: each node's GPU count, its GPU model (Ray's accelerator_type, through a table of known GPUs) and CPU/memory. A model that does not fit this box's GPUs is then planned tensor parallel within a node x pipeline stages across nodes. An unreachable cluster is a warning in the log, doctor and plan, and plans use this box's GPUs only (see Ray in the README).")
+    ray_address: str | None = Field(
+        default=None,
+        description="Ray cluster address (host:port of the head's GCS, or auto), handed to vLLM as RAY_ADDRESS. The daemon reads the cluster's alive nodes from Ray through the vLLM environment's Python (needs Ray there) at start-up and when a plan is made, reusing a read for 60 s: each node's GPU count, its GPU model (Ray's accelerator_type, through a table of known GPUs) and CPU/memory. A model that does not fit this box's GPUs is then planned tensor parallel within a node x pipeline stages across nodes. An unreachable cluster is a warning in the log, doctor and plan, and plans use this box's GPUs only (see Ray in the README).",
+    )
     currency: str = Field(
-        default="USD", min_length=1, max_length=8, pattern=r"^[A-Za-z$€£¥]{1,8}$",
+        default="USD",
+        min_length=1,
+        max_length=8,
+        pattern=r"^[A-Za-z$€£¥]{1,8}$",
         description="What prices and cost budgets are written in (a code such as USD or EUR, or a sign), shown beside every cost in the console and in `/admin/usage`. A label only: nothing is converted.",
     )
     cache_enabled: bool = Field(default=True, description="Serve repeated deterministic requests from the response cache.")
-    cache_ttl_seconds: int = Field(default=86400, ge=0, description="How long a cached response stays valid, in seconds. 0 keeps entries until evicted.")
-    cache_max_entries: int = Field(default=100_000, ge=0, description="Most cached responses kept; least-recently-used are evicted.")
-    cache_counts_against_quota: bool = Field(default=True, description="Whether tokens served from the cache count against token quotas.")
+    cache_ttl_seconds: int = Field(
+        default=86400, ge=0, description="How long a cached response stays valid, in seconds. 0 keeps entries until evicted."
+    )
+    cache_max_entries: int = Field(
+        default=100_000, ge=0, description="Most cached responses kept; least-recently-used are evicted."
+    )
+    cache_counts_against_quota: bool = Field(
+        default=True, description="Whether tokens served from the cache count against token quotas."
+    )
     semantic_cache_threshold: float = Field(
-        default=0.95, gt=0, le=1,
+        default=0.95,
+        gt=0,
+        le=1,
         description="Cosine similarity a semantic cache hit needs (besides equal numbers, units, negations and names). At 0.95: no wrong answer on the 200 tuning and 100 held-out labelled pairs in tests/data, 4 wrong on the fresh held-out set's 41 near misses (see Response cache).",
     )
-    semantic_cache_enabled: bool = Field(default=False, description="Also answer from the cache when a cached prompt means the same (embedding similarity). Off by default: every cache miss then costs an embedding (about 10 ms of CPU). Policies can turn it on for a team or key.")
-    cache_embedding_model: Path | None = Field(default=None, description="GGUF embedding model of the semantic cache. Unset: the shipped all-MiniLM-L6-v2.")
+    semantic_cache_enabled: bool = Field(
+        default=False,
+        description="Also answer from the cache when a cached prompt means the same (embedding similarity). Off by default: every cache miss then costs an embedding (about 10 ms of CPU). Policies can turn it on for a team or key.",
+    )
+    cache_embedding_model: Path | None = Field(
+        default=None, description="GGUF embedding model of the semantic cache. Unset: the shipped all-MiniLM-L6-v2."
+    )
     cache_embedding_threads: int = Field(default=1, ge=1, description="CPU threads that embed prompts for the semantic cache.")
     responses_ttl_hours: float = Field(
-        default=720, gt=0,
+        default=720,
+        gt=0,
         description="How long a /v1/responses answer is kept for `previous_response_id` and `GET /v1/responses/{id}`, in hours. A request with `store: false` is not kept at all.",
     )
-    metrics_public: bool = Field(default=False, description="Serve /metrics without an admin credential (only on trusted networks).")
+    metrics_public: bool = Field(
+        default=False, description="Serve /metrics without an admin credential (only on trusted networks)."
+    )
     trusted_proxies: list[str] = Field(
         default_factory=list,
         description="Addresses or CIDR ranges of reverse proxies whose X-Forwarded-For and X-Forwarded-Proto are believed. Empty: none; the peer address is the client.",
     )
-    max_connections: int = Field(default=512, ge=1, description="Most concurrent connections and requests the HTTP listener holds; more get 503 at once.")
-    header_timeout_seconds: float = Field(default=10.0, gt=0, description="Longest a client may take to send a request's headers before the connection is closed.")
-    body_timeout_seconds: float = Field(default=30.0, gt=0, description="Longest the daemon waits for each chunk of a request body before answering 408.")
+    max_connections: int = Field(
+        default=512, ge=1, description="Most concurrent connections and requests the HTTP listener holds; more get 503 at once."
+    )
+    header_timeout_seconds: float = Field(
+        default=10.0, gt=0, description="Longest a client may take to send a request's headers before the connection is closed."
+    )
+    body_timeout_seconds: float = Field(
+        default=30.0, gt=0, description="Longest the daemon waits for each chunk of a request body before answering 408."
+    )
     allow_private_pull_hosts: list[str] = Field(
         default_factory=list,
         description="Hosts on loopback or private networks that model pulls may reach (SSRF defence). Empty: none.",
@@ -182,10 +245,17 @@ class Settings(BaseSettings):
         default=False,
         description="Treat the model store (`models` in the data dir, e.g. a read-only mount) as read-only: the models found there are registered at start and on `appliancectl models scan`; pulls, imports, quantizations and deletes are refused.",
     )
-    offline: bool = Field(default=False, description="Make no outbound request at all: pulls are refused; models come in by import or offline bundle.")
-    session_secret: str | None = Field(default=None, description="Secret for console session cookies. Unset: generated once and kept in the data dir.")
+    offline: bool = Field(
+        default=False,
+        description="Make no outbound request at all: pulls are refused; models come in by import or offline bundle.",
+    )
+    session_secret: str | None = Field(
+        default=None, description="Secret for console session cookies. Unset: generated once and kept in the data dir."
+    )
     budget_alert_percent: float = Field(
-        default=80.0, ge=0, le=100,
+        default=80.0,
+        ge=0,
+        le=100,
         description="Share (%) of a daily or monthly token or cost budget at which an alert is raised, once per window; a quota's own `alert_percent` overrides it. 0: no alerts.",
     )
     alert_webhook_url: str | None = Field(
@@ -209,7 +279,9 @@ class Settings(BaseSettings):
         default=None,
         description="OpenID Connect issuer URL of the identity provider; single sign-on is on when this and `oidc_client_id` are set. Its metadata is read from `<issuer>/.well-known/openid-configuration`.",
     )
-    oidc_client_id: str | None = Field(default=None, description="Client id of the console at the identity provider; ID tokens must name it as their audience.")
+    oidc_client_id: str | None = Field(
+        default=None, description="Client id of the console at the identity provider; ID tokens must name it as their audience."
+    )
     oidc_client_secret: SecretStr | None = Field(
         default=None, description="Client secret, best given as the environment variable only. Never logged or shown."
     )
@@ -217,22 +289,26 @@ class Settings(BaseSettings):
         default=None,
         description="File holding the client secret (relative paths are inside the data dir; keep it mode 0600). Used when `oidc_client_secret` is unset.",
     )
-    oidc_provider_name: str = Field(default="single sign-on", description="Provider name on the console's sign-in button (\"Sign in with …\").")
-    oidc_scopes: list[str] = Field(default_factory=lambda: ["openid", "profile", "email"], description="Scopes asked for; `openid` is always included.")
+    oidc_provider_name: str = Field(
+        default="single sign-on", description='Provider name on the console\'s sign-in button ("Sign in with …").'
+    )
+    oidc_scopes: list[str] = Field(
+        default_factory=lambda: ["openid", "profile", "email"], description="Scopes asked for; `openid` is always included."
+    )
     oidc_username_claim: str = Field(
         default="preferred_username", description="ID token claim that names the console user; when absent, `email`, then `sub`."
     )
     oidc_groups_claim: str = Field(default="groups", description="ID token claim listing the user's groups at the provider.")
     oidc_group_roles: dict[str, Literal["admin", "operator", "viewer"]] = Field(
         default_factory=dict,
-        description="Provider group → console role, e.g. `{\"llm-admins\": \"admin\", \"staff\": \"viewer\"}`; the highest matching role wins, read again at every sign-in.",
+        description='Provider group → console role, e.g. `{"llm-admins": "admin", "staff": "viewer"}`; the highest matching role wins, read again at every sign-in.',
     )
     oidc_default_role: Literal["admin", "operator", "viewer"] | None = Field(
         default=None, description="Role of a provider user in none of the mapped groups. Unset: such users are refused."
     )
 
     @model_validator(mode="after")
-    def _webhook_is_signed(self) -> "Settings":
+    def _webhook_is_signed(self) -> Settings:
         if self.alert_webhook_url and not self.alert_webhook_secret:
             raise ValueError("alert_webhook_url needs alert_webhook_secret: receivers check each alert's signature")
         if self.alert_webhook_url and not self.alert_webhook_url.startswith(("http://", "https://")):

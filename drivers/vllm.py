@@ -43,8 +43,12 @@ _UNQUANTIZED = {"", "none", "bf16", "bfloat16", "f16", "fp16", "float16", "f32",
 _KV_CACHE_DTYPES = {"bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"}
 _KV_DEFAULT = {"", "auto", "f16"}
 #: Family name patterns → vLLM's tool-call parser (the family's call syntax), first match wins.
-_TOOL_PARSERS = ((re.compile(r"deepseek-r1"), None), (re.compile(r"qwen"), "hermes"),
-                 (re.compile(r"llama-?3"), "llama3_json"), (re.compile(r"mistral|mixtral"), "mistral"))
+_TOOL_PARSERS = (
+    (re.compile(r"deepseek-r1"), None),
+    (re.compile(r"qwen"), "hermes"),
+    (re.compile(r"llama-?3"), "llama3_json"),
+    (re.compile(r"mistral|mixtral"), "mistral"),
+)
 #: Family name patterns → vLLM's reasoning parser (``<think>`` traces into ``reasoning_content``).
 _REASONING_PARSERS = ((re.compile(r"deepseek-r1"), "deepseek_r1"), (re.compile(r"qwen3"), "qwen3"))
 
@@ -95,12 +99,19 @@ def chat_parser_args(model: str) -> list[str]:
 def build_args(plan: EnginePlan, socket_path: Path | str, settings: EngineSettings) -> list[str]:
     """The engine's argv for ``plan``. Pure: no I/O, no environment reads."""
     argv = [
-        interpreter(settings), "-m", ENTRYPOINT,
-        "--model", str(plan.model_path),
-        "--served-model-name", plan.model,
-        "--uds", str(socket_path),
-        "--max-model-len", str(int(plan.context)),
-        "--max-num-seqs", str(max(1, int(plan.parallel))),
+        interpreter(settings),
+        "-m",
+        ENTRYPOINT,
+        "--model",
+        str(plan.model_path),
+        "--served-model-name",
+        plan.model,
+        "--uds",
+        str(socket_path),
+        "--max-model-len",
+        str(int(plan.context)),
+        "--max-num-seqs",
+        str(max(1, int(plan.parallel))),
         "--enable-prefix-caching",
         # usage.prompt_tokens_details.cached_tokens: the gateway meters prefix-cache hits.
         "--enable-prompt-tokens-details",

@@ -28,7 +28,22 @@ from pydantic import BaseModel, ConfigDict, Field, HttpUrl, model_validator
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 
-GGUF_QUANTIZATIONS = ("F32", "F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q4_K_M", "Q4_K_S", "Q4_0", "Q3_K_M", "Q3_K_S", "Q3_K_L", "Q2_K")
+GGUF_QUANTIZATIONS = (
+    "F32",
+    "F16",
+    "BF16",
+    "Q8_0",
+    "Q6_K",
+    "Q5_K_M",
+    "Q5_K_S",
+    "Q4_K_M",
+    "Q4_K_S",
+    "Q4_0",
+    "Q3_K_M",
+    "Q3_K_S",
+    "Q3_K_L",
+    "Q2_K",
+)
 HF_QUANTIZATIONS = ("bf16", "fp16", "fp8", "awq-int4", "gptq-int4", "gptq-int8")
 
 
@@ -46,7 +61,9 @@ class ArchFacts(_Strict):
 
     architecture: str = Field(description="llama.cpp / transformers architecture name, e.g. llama, qwen2, gemma3.")
     parameter_count: int = Field(alias="params", gt=0, description="Total parameter count.")
-    active_parameter_count: int | None = Field(default=None, alias="active_params", gt=0, description="Parameters used per token (mixture-of-experts).")
+    active_parameter_count: int | None = Field(
+        default=None, alias="active_params", gt=0, description="Parameters used per token (mixture-of-experts)."
+    )
     context_length: int = Field(gt=0, description="Longest context the model was trained or extended for, in tokens.")
     n_layer: int = Field(alias="layers", gt=0, le=512)
     n_head: int = Field(alias="heads", gt=0)
@@ -54,8 +71,12 @@ class ArchFacts(_Strict):
     head_dim: int = Field(gt=0)
     n_embd: int = Field(alias="embedding", gt=0, description="Hidden size (d_model).")
     n_vocab: int = Field(alias="vocab", gt=0)
-    sliding_window: int | None = Field(default=None, gt=0, description="Local attention window of the sliding-window layers, if any.")
-    sliding_window_pattern: int | None = Field(default=None, gt=0, description="Every Nth layer is global; the others use the window.")
+    sliding_window: int | None = Field(
+        default=None, gt=0, description="Local attention window of the sliding-window layers, if any."
+    )
+    sliding_window_pattern: int | None = Field(
+        default=None, gt=0, description="Every Nth layer is global; the others use the window."
+    )
     n_expert: int | None = Field(default=None, alias="experts", gt=1)
     n_expert_used: int | None = Field(default=None, alias="experts_used", gt=0)
 
@@ -84,7 +105,9 @@ class CatalogVariant(_Strict):
     sha256: str | None = Field(default=None, pattern=SHA256_PATTERN)
     url: HttpUrl | None = Field(default=None, description="A GGUF file's download URL, or a Hugging Face repository's page.")
     package: str | None = Field(default=None, description="Python package (registry name) that ships the file.")
-    package_module: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Its import name; it must offer assemble(path).")
+    package_module: str | None = Field(
+        default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Its import name; it must offer assemble(path)."
+    )
     license: str | None = None
     facts: ArchFacts | None = None
 
@@ -116,7 +139,9 @@ class CatalogFamily(_Strict):
     license: str
     homepage: HttpUrl
     default_variant: str
-    chat: bool = Field(default=True, description="Whether the models ship a chat template; false for base models, which complete text.")
+    chat: bool = Field(
+        default=True, description="Whether the models ship a chat template; false for base models, which complete text."
+    )
     facts: ArchFacts
     variants: list[CatalogVariant] = Field(alias="variant", min_length=1)
 
@@ -128,7 +153,9 @@ class CatalogFamily(_Strict):
         if self.default_variant not in names:
             raise ValueError(f"family {self.name}: default_variant {self.default_variant!r} is not one of its variants")
         # Variants inherit the family's license and facts unless they set their own.
-        inherited = [v.model_copy(update={"license": v.license or self.license, "facts": v.facts or self.facts}) for v in self.variants]
+        inherited = [
+            v.model_copy(update={"license": v.license or self.license, "facts": v.facts or self.facts}) for v in self.variants
+        ]
         object.__setattr__(self, "variants", inherited)
         return self
 
@@ -182,4 +209,3 @@ def load_catalog(paths: list[Path] | None = None) -> Catalog:
     for path in paths if paths is not None else catalog_files():
         families.extend(load_catalog_file(path).families)
     return Catalog(families)
-

@@ -30,7 +30,12 @@ def local_admin_app(route_handlers: list[Any], services: Any, **kwargs: Any) -> 
     ``services`` stands in for the composition root: the app's dependency
     providers read the collaborators a handler names from it.
     """
-    app = Litestar(route_handlers=route_handlers, guards=[AccessGuard(lambda: None)], dependencies=dependencies(),
-                   middleware=[_from_admin_socket], **kwargs)
+    app = Litestar(
+        route_handlers=route_handlers,
+        guards=[AccessGuard(lambda: None)],
+        dependencies=dependencies(),
+        middleware=[_from_admin_socket],
+        **kwargs,
+    )
     app.state.services = services
     return app

@@ -7,9 +7,9 @@ from typing import Any
 
 import msgspec
 
-from appliance.db import engine as dbmod
 from appliance.accounts.keys import Principal
 from appliance.cache.responses import ResponseCache
+from appliance.db import engine as dbmod
 from appliance.openai_schema import ChatCompletionRequest, CompletionRequest
 from appliance.settings import Settings
 
@@ -40,17 +40,33 @@ def completion(prompt: str = "Once upon a time", **fields: Any) -> CompletionReq
 
 def chat_result(content: str = "Paris.", prompt_tokens: int = 9, completion_tokens: int = 2, finish: str = "stop") -> dict:
     return {
-        "id": "chatcmpl-engine", "object": "chat.completion", "created": 1, "model": MODEL,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "logprobs": None, "finish_reason": finish}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens},
+        "id": "chatcmpl-engine",
+        "object": "chat.completion",
+        "created": 1,
+        "model": MODEL,
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": content}, "logprobs": None, "finish_reason": finish}
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
     }
 
 
 def completion_result(text: str = " there was a cat.", prompt_tokens: int = 4, completion_tokens: int = 5) -> dict:
     return {
-        "id": "cmpl-engine", "object": "text_completion", "created": 1, "model": MODEL,
+        "id": "cmpl-engine",
+        "object": "text_completion",
+        "created": 1,
+        "model": MODEL,
         "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens},
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
     }
 
 

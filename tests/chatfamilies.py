@@ -23,12 +23,12 @@ class Family:
     attack: str
 
     def gguf(self, directory: Path) -> Path:
-        return make_tiny_gguf(directory / f"{self.name}.gguf", chat_template=self.template,
-                              control_tokens=self.markers, seed=3)
+        return make_tiny_gguf(directory / f"{self.name}.gguf", chat_template=self.template, control_tokens=self.markers, seed=3)
 
 
 GEMMA = Family(
-    "gemma", ("<start_of_turn>", "<end_of_turn>"),
+    "gemma",
+    ("<start_of_turn>", "<end_of_turn>"),
     "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{% set first_user_prefix = messages[0]['content'] + '\n\n' %}"
     "{% set loop_messages = messages[1:] %}{% else %}{% set first_user_prefix = '' %}{% set loop_messages = messages %}"
     "{% endif %}{% for message in loop_messages %}{% if message['role'] == 'assistant' %}{% set role = 'model' %}"
@@ -39,7 +39,8 @@ GEMMA = Family(
 )
 
 CHATML = Family(
-    "qwen", ("<|im_start|>", "<|im_end|>", "<|endoftext|>"),
+    "qwen",
+    ("<|im_start|>", "<|im_end|>", "<|endoftext|>"),
     "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}"
     "{%- else %}{{- '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n' }}"
     "{%- endif %}{%- for message in messages %}"
@@ -47,7 +48,7 @@ CHATML = Family(
     "{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}"
     "{%- elif message.role == 'assistant' %}{{- '<|im_start|>' + message.role }}{%- if message.content %}{{- '\n' + message.content }}{%- endif %}"
     "{%- for tool_call in message.tool_calls %}{%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}"
-    "{{- '\n<tool_call>\n{\"name\": \"' }}{{- tool_call.name }}{{- '\", \"arguments\": ' }}{{- tool_call.arguments | tojson }}"
+    '{{- \'\n<tool_call>\n{"name": "\' }}{{- tool_call.name }}{{- \'", "arguments": \' }}{{- tool_call.arguments | tojson }}'
     "{{- '}\n</tool_call>' }}{%- endfor %}{{- '<|im_end|>\n' }}"
     "{%- elif message.role == 'tool' %}{{- '<|im_start|>user\n<tool_response>\n' }}{{- message.content }}"
     "{{- '\n</tool_response><|im_end|>\n' }}{%- endif %}{%- endfor %}"
@@ -56,7 +57,8 @@ CHATML = Family(
 )
 
 LLAMA3 = Family(
-    "llama3", ("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"),
+    "llama3",
+    ("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"),
     "{{- bos_token }}{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content'] | trim %}"
     "{%- set messages = messages[1:] %}{%- else %}{%- set system_message = '' %}{%- endif %}"
     "{{- '<|start_header_id|>system<|end_header_id|>\n\n' }}{{- 'Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n' }}"
@@ -72,7 +74,8 @@ LLAMA3 = Family(
 )
 
 MISTRAL = Family(
-    "mistral", ("[INST]", "[/INST]"),
+    "mistral",
+    ("[INST]", "[/INST]"),
     "{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content'] %}"
     "{%- set loop_messages = messages[1:] %}{%- else %}{%- set loop_messages = messages %}{%- endif %}{{- bos_token }}"
     "{%- for message in loop_messages %}{%- if message['role'] == 'user' %}"
@@ -85,7 +88,8 @@ MISTRAL = Family(
 )
 
 PHI3 = Family(
-    "phi3", ("<|system|>", "<|user|>", "<|assistant|>", "<|end|>", "<|endoftext|>"),
+    "phi3",
+    ("<|system|>", "<|user|>", "<|assistant|>", "<|end|>", "<|endoftext|>"),
     "{% for message in messages %}{% if message['role'] == 'system' %}{{ '<|system|>\n' + message['content'] + '<|end|>\n' }}"
     "{% elif message['role'] == 'user' %}{{ '<|user|>\n' + message['content'] + '<|end|>\n' }}"
     "{% elif message['role'] == 'assistant' %}{{ '<|assistant|>\n' + message['content'] + '<|end|>\n' }}{% endif %}{% endfor %}"
@@ -94,7 +98,8 @@ PHI3 = Family(
 )
 
 DEEPSEEK_R1 = Family(
-    "deepseek-r1", ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>"),
+    "deepseek-r1",
+    ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>"),
     "{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}"
     "{% set ns = namespace(system_prompt='') %}{%- for message in messages %}{%- if message['role'] == 'system' %}"
     "{% set ns.system_prompt = message['content'] %}{%- endif %}{%- endfor %}{{ bos_token }}{{ ns.system_prompt }}"

@@ -33,10 +33,11 @@ class RunningDaemon:
     def admin_socket(self) -> Path:
         return self.data_dir / "run" / "admin.sock"
 
-    def start(self, timeout: float = 120.0) -> "RunningDaemon":
+    def start(self, timeout: float = 120.0) -> RunningDaemon:
         log = self.log_path.open("ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "appliance.daemon"], env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "appliance.daemon"], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -55,7 +56,9 @@ class RunningDaemon:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def admin(self, timeout: float = 300.0) -> httpx.Client:
-        return httpx.Client(transport=httpx.HTTPTransport(uds=str(self.admin_socket)), base_url="http://appliance", timeout=timeout)
+        return httpx.Client(
+            transport=httpx.HTTPTransport(uds=str(self.admin_socket)), base_url="http://appliance", timeout=timeout
+        )
 
     def create_key(self, name: str = "test", **fields: object) -> str:
         with self.admin() as client:

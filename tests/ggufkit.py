@@ -21,16 +21,154 @@ except ImportError as exc:  # pragma: no cover
 
 SPACE = "\u2581"  # SentencePiece's word-boundary marker
 
-_WORDS = (
-    "the of and to in is it you that he was for on are with as his they be at one have this "
-    "from or had by hot word but what some we can out other were all there when up use your how "
-    "said an each she which do their time if will way about many then them write would like so "
-    "these her long make thing see him two has look more day could go come did number sound no "
-    "most people my over know water than call first who may down side been now find any new work "
-    "part take get place made live where after back little only round man year came show every "
-    "good me give our under name very through just form sentence great think say help low line "
-    "hello world json true false null model token stream answer question"
-).split()
+_WORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "it",
+    "you",
+    "that",
+    "he",
+    "was",
+    "for",
+    "on",
+    "are",
+    "with",
+    "as",
+    "his",
+    "they",
+    "be",
+    "at",
+    "one",
+    "have",
+    "this",
+    "from",
+    "or",
+    "had",
+    "by",
+    "hot",
+    "word",
+    "but",
+    "what",
+    "some",
+    "we",
+    "can",
+    "out",
+    "other",
+    "were",
+    "all",
+    "there",
+    "when",
+    "up",
+    "use",
+    "your",
+    "how",
+    "said",
+    "an",
+    "each",
+    "she",
+    "which",
+    "do",
+    "their",
+    "time",
+    "if",
+    "will",
+    "way",
+    "about",
+    "many",
+    "then",
+    "them",
+    "write",
+    "would",
+    "like",
+    "so",
+    "these",
+    "her",
+    "long",
+    "make",
+    "thing",
+    "see",
+    "him",
+    "two",
+    "has",
+    "look",
+    "more",
+    "day",
+    "could",
+    "go",
+    "come",
+    "did",
+    "number",
+    "sound",
+    "no",
+    "most",
+    "people",
+    "my",
+    "over",
+    "know",
+    "water",
+    "than",
+    "call",
+    "first",
+    "who",
+    "may",
+    "down",
+    "side",
+    "been",
+    "now",
+    "find",
+    "any",
+    "new",
+    "work",
+    "part",
+    "take",
+    "get",
+    "place",
+    "made",
+    "live",
+    "where",
+    "after",
+    "back",
+    "little",
+    "only",
+    "round",
+    "man",
+    "year",
+    "came",
+    "show",
+    "every",
+    "good",
+    "me",
+    "give",
+    "our",
+    "under",
+    "name",
+    "very",
+    "through",
+    "just",
+    "form",
+    "sentence",
+    "great",
+    "think",
+    "say",
+    "help",
+    "low",
+    "line",
+    "hello",
+    "world",
+    "json",
+    "true",
+    "false",
+    "null",
+    "model",
+    "token",
+    "stream",
+    "answer",
+    "question",
+]
 
 
 def _vocab(size: int, control: tuple[str, ...] = ()) -> tuple[list[str], list[float], list[int]]:
@@ -167,6 +305,7 @@ def make_tiny_gguf(
 
 # -- running the engine worker in tests ------------------------------------------
 
+
 class WorkerProcess:
     """A real ``appliance.drivers.llamacpp.worker`` subprocess on a Unix socket.
 
@@ -175,18 +314,45 @@ class WorkerProcess:
     process on exit. ``w.client()`` is an ``httpx.AsyncClient`` over the socket.
     """
 
-    def __init__(self, model: str | Path, socket_path: str | Path, *, served_name: str = "test", ctx: int = 512,
-                 parallel: int = 4, threads: int = 1, extra: tuple[str, ...] = (), timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        model: str | Path,
+        socket_path: str | Path,
+        *,
+        served_name: str = "test",
+        ctx: int = 512,
+        parallel: int = 4,
+        threads: int = 1,
+        extra: tuple[str, ...] = (),
+        timeout: float = 60.0,
+    ) -> None:
         import sys
 
         self.socket = str(socket_path)
-        self.argv = [sys.executable, "-m", "appliance.drivers.llamacpp.worker", "--model", str(model),
-                     "--socket", self.socket, "--served-name", served_name, "--ctx", str(ctx),
-                     "--parallel", str(parallel), "--threads", str(threads), "--n-gpu-layers", "0", *extra]
+        self.argv = [
+            sys.executable,
+            "-m",
+            "appliance.drivers.llamacpp.worker",
+            "--model",
+            str(model),
+            "--socket",
+            self.socket,
+            "--served-name",
+            served_name,
+            "--ctx",
+            str(ctx),
+            "--parallel",
+            str(parallel),
+            "--threads",
+            str(threads),
+            "--n-gpu-layers",
+            "0",
+            *extra,
+        ]
         self.timeout = timeout
         self.proc = None
 
-    def __enter__(self) -> "WorkerProcess":
+    def __enter__(self) -> WorkerProcess:
         import subprocess
         import tempfile
         import time
@@ -216,8 +382,7 @@ class WorkerProcess:
     def client(self, timeout: float = 120.0):
         import httpx
 
-        return httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=self.socket), base_url="http://worker",
-                                 timeout=timeout)
+        return httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=self.socket), base_url="http://worker", timeout=timeout)
 
     def sync_client(self, timeout: float = 120.0):
         import httpx

@@ -55,17 +55,29 @@ def _build(dest: Path, seed: int) -> None:  # runs inside the vLLM environment
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core, bos_token="<s>", eos_token="</s>", pad_token="</s>",
-        additional_special_tokens=["<|user|>", "<|assistant|>"], model_max_length=2048,
+        tokenizer_object=core,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="</s>",
+        additional_special_tokens=["<|user|>", "<|assistant|>"],
+        model_max_length=2048,
     )
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.save_pretrained(dest)
 
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=len(vocab), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=2, head_dim=64, max_position_embeddings=2048,
-        bos_token_id=vocab["<s>"], eos_token_id=vocab["</s>"], pad_token_id=vocab["</s>"],
+        vocab_size=len(vocab),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=2048,
+        bos_token_id=vocab["<s>"],
+        eos_token_id=vocab["</s>"],
+        pad_token_id=vocab["</s>"],
         tie_word_embeddings=False,
     )
     model = LlamaForCausalLM(config).to(torch.float32)

@@ -156,8 +156,9 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 self._head(302, {"Location": hub.head_location})
             elif file_path.endswith(WEIGHT_SUFFIXES):
                 sha = repo.listed_sha256.get(file_path) or hashlib.sha256(local.read_bytes()).hexdigest()
-                self._head(302, {"Location": hub.cdn.url(f"cdn/{name}/{file_path}"), "X-Linked-Size": size,
-                                 "X-Linked-Etag": f'"{sha}"'})
+                self._head(
+                    302, {"Location": hub.cdn.url(f"cdn/{name}/{file_path}"), "X-Linked-Size": size, "X-Linked-Etag": f'"{sha}"'}
+                )
             else:
                 self._head(200, {"Content-Length": size})
 
@@ -200,7 +201,7 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                     return
                 entries = hub.entries(repo)
                 start = int(parse_qs(parts.query).get("cursor", ["0"])[0])
-                page = entries[start:start + hub.page_size]
+                page = entries[start : start + hub.page_size]
                 headers = {"Content-Type": "application/json"}
                 if start + hub.page_size < len(entries):
                     headers["Link"] = f'<{parts.path}?recursive=true&cursor={start + hub.page_size}>; rel="next"'

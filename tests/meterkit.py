@@ -13,8 +13,8 @@ from sqlalchemy import Engine
 
 from appliance.accounts.keys import Principal
 from appliance.db.engine import make_engine, migrate, session
-from appliance.settings import Settings
 from appliance.db.tables import ApiKey, Price, Quota, Team
+from appliance.settings import Settings
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
@@ -110,7 +110,12 @@ def admit_in_threads(db_path: str, principal: Principal, count: int, tag: str, b
     def one(i: int) -> None:
         barrier.wait()
         try:
-            admitted.append((meters[i], meters[i].admit_now(principal, request_id=f"{tag}-{i}", endpoint="chat", model="m", estimated_tokens=100)))
+            admitted.append(
+                (
+                    meters[i],
+                    meters[i].admit_now(principal, request_id=f"{tag}-{i}", endpoint="chat", model="m", estimated_tokens=100),
+                )
+            )
         except RateLimited:
             pass
 
@@ -120,8 +125,20 @@ def admit_in_threads(db_path: str, principal: Principal, count: int, tag: str, b
     for t in threads:
         t.join()
     for meter, admission in admitted:
-        asyncio.run(meter.settle(admission, model="m", variant=None, backend="x", prompt_tokens=40, completion_tokens=60,
-                                 cached_tokens=0, ttft_ms=1.0, latency_ms=2.0, status=200))
+        asyncio.run(
+            meter.settle(
+                admission,
+                model="m",
+                variant=None,
+                backend="x",
+                prompt_tokens=40,
+                completion_tokens=60,
+                cached_tokens=0,
+                ttft_ms=1.0,
+                latency_ms=2.0,
+                status=200,
+            )
+        )
     for meter in meters:
         meter.close()
     results.put(len(admitted))
@@ -145,8 +162,18 @@ def hammer(db_path: str, key_id: int, tasks: int = 32) -> None:
             while True:
                 rid = f"h{next(counter)}"
                 admission = await meter.admit(principal, request_id=rid, endpoint="chat", model="m", estimated_tokens=50)
-                await meter.settle(admission, model="m", variant=None, backend="x", prompt_tokens=20, completion_tokens=30,
-                                   cached_tokens=0, ttft_ms=1.0, latency_ms=2.0, status=200)
+                await meter.settle(
+                    admission,
+                    model="m",
+                    variant=None,
+                    backend="x",
+                    prompt_tokens=20,
+                    completion_tokens=30,
+                    cached_tokens=0,
+                    ttft_ms=1.0,
+                    latency_ms=2.0,
+                    status=200,
+                )
                 sys.stdout.write(rid + "\n")
                 sys.stdout.flush()
 

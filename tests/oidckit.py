@@ -55,9 +55,16 @@ def sso_daemon(base: Path, **extra: str) -> Iterator[tuple[RunningDaemon, Provid
         data_dir.mkdir(parents=True)
         (data_dir / SECRET_FILE).write_text(provider.client_secret + "\n")
         (data_dir / SECRET_FILE).chmod(0o600)
-        env = daemon_env(data_dir, port, APPLIANCE_OIDC_ISSUER=provider.url,
-                         APPLIANCE_OIDC_CLIENT_ID=provider.client_id, APPLIANCE_OIDC_CLIENT_SECRET_FILE=SECRET_FILE,
-                         APPLIANCE_OIDC_PROVIDER_NAME="Mock IdP", APPLIANCE_OIDC_GROUP_ROLES=json.dumps(GROUP_ROLES), **extra)
+        env = daemon_env(
+            data_dir,
+            port,
+            APPLIANCE_OIDC_ISSUER=provider.url,
+            APPLIANCE_OIDC_CLIENT_ID=provider.client_id,
+            APPLIANCE_OIDC_CLIENT_SECRET_FILE=SECRET_FILE,
+            APPLIANCE_OIDC_PROVIDER_NAME="Mock IdP",
+            APPLIANCE_OIDC_GROUP_ROLES=json.dumps(GROUP_ROLES),
+            **extra,
+        )
         running = RunningDaemon(data_dir, port, env).start()
         try:
             yield running, provider

@@ -20,14 +20,14 @@ from urllib.parse import parse_qs, urlsplit
 
 from litestar import Litestar
 
+from appliance.api.errors import EXCEPTION_HANDLERS
+from appliance.api.models import JobsController, ModelsController
 from appliance.db import engine as dbmod
 from appliance.db.audit import AuditTrail
 from appliance.serving.names import ModelNames
-from appliance.api.errors import EXCEPTION_HANDLERS
-from appliance.store.jobs import JobRegistry
 from appliance.settings import Settings
+from appliance.store.jobs import JobRegistry
 from appliance.store.store import ModelStore
-from appliance.api.models import JobsController, ModelsController
 from tests.appkit import local_admin_app
 
 
@@ -114,9 +114,15 @@ def _make_handler(server: RangeServer) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:  # noqa: N802
             parts = urlsplit(self.path)
-            server.requests.append({"path": parts.path, "range": self.headers.get("Range"),
-                                    "if_range": self.headers.get("If-Range"), "host": self.headers.get("Host"),
-                                    "authorization": self.headers.get("Authorization")})
+            server.requests.append(
+                {
+                    "path": parts.path,
+                    "range": self.headers.get("Range"),
+                    "if_range": self.headers.get("If-Range"),
+                    "host": self.headers.get("Host"),
+                    "authorization": self.headers.get("Authorization"),
+                }
+            )
             if parts.path in ("/redirect", "/loop"):
                 self.send_response(302)
                 self.send_header("Location", parse_qs(parts.query)["to"][0] if parts.path == "/redirect" else "/loop")
@@ -181,12 +187,24 @@ def make_hf_folder(folder: Path, *, config: dict[str, Any] | None = None, files:
     import struct
 
     folder.mkdir(parents=True, exist_ok=True)
-    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
-           "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 128,
-           "max_position_embeddings": 256, "torch_dtype": "bfloat16", **(config or {})}
+    cfg = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 128,
+        "vocab_size": 128,
+        "max_position_embeddings": 256,
+        "torch_dtype": "bfloat16",
+        **(config or {}),
+    }
     (folder / "config.json").write_text(json.dumps(cfg))
     data = bytes(range(256)) * 64  # 128 x 64 bf16
-    header = json.dumps({"model.embed_tokens.weight": {"dtype": "BF16", "shape": [128, 64], "data_offsets": [0, len(data)]}}).encode()
+    header = json.dumps(
+        {"model.embed_tokens.weight": {"dtype": "BF16", "shape": [128, 64], "data_offsets": [0, len(data)]}}
+    ).encode()
     (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + data)
     (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
     (folder / "tokenizer.json").write_text("{}")

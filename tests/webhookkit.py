@@ -36,7 +36,6 @@ class Receiver:
         self.server.shutdown()
         self.server.server_close()
 
-
     def signature_ok(self, headers: dict[str, str], body: bytes, secret: str) -> bool:
         expected = hmac.new(secret.encode(), headers["x-appliance-timestamp"].encode() + b"." + body, hashlib.sha256).hexdigest()
         return hmac.compare_digest(headers["x-appliance-signature"], f"sha256={expected}")

@@ -19,8 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import struct
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import gguf
 import numpy as np
@@ -123,8 +123,12 @@ def convert(model_dir: Path, out: Path, qtype: str = "q8_0", name: str | None = 
         if new is None:
             raise ValueError(f"cannot map tensor {hf_name}")
         data = np.ascontiguousarray(array, dtype=np.float32)
-        keep_f32 = (data.ndim <= 1 or new.endswith("_norm.weight") or not new.endswith(".weight")
-                    or new.startswith(("position_embd", "token_types")))
+        keep_f32 = (
+            data.ndim <= 1
+            or new.endswith("_norm.weight")
+            or not new.endswith(".weight")
+            or new.startswith(("position_embd", "token_types"))
+        )
         target = gguf.GGMLQuantizationType.F32 if keep_f32 else weight_type
         if target == gguf.GGMLQuantizationType.F16:
             data = data.astype(np.float16)

@@ -19,8 +19,8 @@ STATIC = Path(__file__).parent / "static"
 
 
 def console_handlers() -> list[Router]:
-    from litestar.handlers import HTTPRouteHandler
     from litestar.datastructures import CacheControlHeader
+    from litestar.handlers import HTTPRouteHandler
     from litestar.static_files import create_static_files_router
     from litestar_htmx import HTMXRequest
 
@@ -44,12 +44,29 @@ def console_handlers() -> list[Router]:
     from appliance.webui.gate import EXCEPTION_HANDLERS, SECURITY_HEADERS, gate
 
     static = create_static_files_router(
-        path="/static", directories=[STATIC], name="console-static", include_in_schema=False,
-        cache_control=CacheControlHeader(max_age=3600), opt=requires(Access.PUBLIC),
+        path="/static",
+        directories=[STATIC],
+        name="console-static",
+        include_in_schema=False,
+        cache_control=CacheControlHeader(max_age=3600),
+        opt=requires(Access.PUBLIC),
     )
     handlers: list[HTTPRouteHandler] = []
-    for module in (routes_auth, routes_sso, routes_overview, routes_alerts, routes_models, routes_playground, routes_keys,
-                   routes_usage, routes_system, routes_prices, routes_aliases, routes_cache_policies, routes_quantize):
+    for module in (
+        routes_auth,
+        routes_sso,
+        routes_overview,
+        routes_alerts,
+        routes_models,
+        routes_playground,
+        routes_keys,
+        routes_usage,
+        routes_system,
+        routes_prices,
+        routes_aliases,
+        routes_cache_policies,
+        routes_quantize,
+    ):
         handlers.extend(module.HANDLERS)
     console = Router(
         path="/",

@@ -25,8 +25,11 @@ class CatalogFilter:
     @classmethod
     def from_query(cls, query: Mapping[str, str]) -> CatalogFilter:
         fmt = str(query.get("format") or "")
-        return cls(text=str(query.get("q") or "").strip()[:MAX_QUERY], fits_only=query.get("fits") in ("1", "on", "true"),
-                   format=fmt if fmt in FORMATS else "")
+        return cls(
+            text=str(query.get("q") or "").strip()[:MAX_QUERY],
+            fits_only=query.get("fits") in ("1", "on", "true"),
+            format=fmt if fmt in FORMATS else "",
+        )
 
     @property
     def active(self) -> bool:

@@ -111,8 +111,12 @@ def require_sso(state: State) -> SingleSignOn:
 
 def dependencies() -> dict[str, Provide]:
     """The console's own injectables, registered on the console router."""
-    return {"console": Provide(provide_console, sync_to_thread=False), "user": Provide(require_user, sync_to_thread=False),
-            "load_planner": Provide(LoadPlanner, sync_to_thread=False), "sso": Provide(require_sso, sync_to_thread=False)}
+    return {
+        "console": Provide(provide_console, sync_to_thread=False),
+        "user": Provide(require_user, sync_to_thread=False),
+        "load_planner": Provide(LoadPlanner, sync_to_thread=False),
+        "sso": Provide(require_sso, sync_to_thread=False),
+    }
 
 
 def csrf_for(request: Request) -> str:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from appliance.catalog import Catalog
 from appliance.errors import ApplianceError, DoesNotFit
@@ -49,9 +49,11 @@ TIGHT_HEADROOM = 512 * 2**20
 
 
 def _memory_line(m: DeviceMemory) -> str:
-    return (f"{m.device}: weights {m.weights / 2**30:.2f} GiB + KV {m.kv_cache / 2**30:.2f} GiB"
-            f" + compute {m.compute / 2**30:.2f} GiB + overhead {m.overhead / 2**30:.2f} GiB;"
-            f" {m.headroom / 2**30:.2f} GiB left of {m.free / 2**30:.2f} GiB free")
+    return (
+        f"{m.device}: weights {m.weights / 2**30:.2f} GiB + KV {m.kv_cache / 2**30:.2f} GiB"
+        f" + compute {m.compute / 2**30:.2f} GiB + overhead {m.overhead / 2**30:.2f} GiB;"
+        f" {m.headroom / 2**30:.2f} GiB left of {m.free / 2**30:.2f} GiB free"
+    )
 
 
 def _tight(memory: tuple[DeviceMemory, ...]) -> bool:

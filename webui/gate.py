@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from typing import Callable
+from collections.abc import Callable
 from urllib.parse import quote
 
 from litestar import MediaType, Request, Response
@@ -22,8 +22,8 @@ from litestar.types import ExceptionHandlersMap
 from sqlalchemy import Engine
 
 from appliance.db.engine import session
-from appliance.errors import ApplianceError, PermissionDenied
 from appliance.db.tables import User
+from appliance.errors import ApplianceError, PermissionDenied
 from appliance.webui import csrf
 from appliance.webui.context import SCOPE_CSRF, SCOPE_USER, ConsoleUser, console, console_user, daemon_services
 from appliance.webui.sessions import COOKIE
@@ -32,8 +32,10 @@ log = logging.getLogger("appliance.webui")
 
 SCOPE_PRE_NEW = "appliance.console_pre_new"
 
-CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-       "font-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "font-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
+)
 
 SECURITY_HEADERS = [
     ResponseHeader(name="Content-Security-Policy", value=CSP),
@@ -59,8 +61,14 @@ def load_user(db: Engine, user_id: int, sid: str) -> ConsoleUser | None:
         row = s.get(User, user_id)
     if row is None or row.disabled:
         return None
-    return ConsoleUser(id=row.id, username=row.username, role=row.role,  # type: ignore[arg-type]
-                       must_change_password=row.must_change_password, sid=sid, from_sso=row.sso_subject is not None)
+    return ConsoleUser(
+        id=row.id,
+        username=row.username,
+        role=row.role,  # type: ignore[arg-type]
+        must_change_password=row.must_change_password,
+        sid=sid,
+        from_sso=row.sso_subject is not None,
+    )
 
 
 async def gate(request: Request, handler: BaseRouteHandler) -> None:
@@ -125,8 +133,12 @@ def _error(request: Request, status: int, message: str, headers: dict[str, str] 
     headers = {**(headers or {}), **{h.name: h.value for h in SECURITY_HEADERS}}
     if is_htmx(request):
         html = render("_alert.html", kind="error", message=message)
-        return Response(content=html, status_code=status, media_type=MediaType.HTML,
-                        headers={**headers, "HX-Retarget": "#errors", "HX-Reswap": "innerHTML"})
+        return Response(
+            content=html,
+            status_code=status,
+            media_type=MediaType.HTML,
+            headers={**headers, "HX-Retarget": "#errors", "HX-Reswap": "innerHTML"},
+        )
     return page(request, "error.html", status=status, headers=headers, status_code=status, message=message)
 
 

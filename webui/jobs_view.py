@@ -18,7 +18,7 @@ in the ``jobs`` table stay.
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from litestar import Request, Response, get, post
 from litestar.handlers import HTTPRouteHandler
@@ -76,7 +76,9 @@ def job_handlers() -> list[HTTPRouteHandler]:
     @get("/jobs/{job_id:int}/events", include_in_schema=False)
     async def job_events(job_id: int, jobs: JobRegistry, user: ConsoleUser) -> ServerSentEvent:
         job = jobs.get(job_id)  # 404 before the stream starts
-        return ServerSentEvent(_events(jobs, job, user.can("admin")), headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        return ServerSentEvent(
+            _events(jobs, job, user.can("admin")), headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+        )
 
     @post("/jobs/{job_id:int}/cancel", guards=[needs("admin")], include_in_schema=False)
     async def job_cancel(request: Request, job_id: int, jobs: JobRegistry, audit: AuditTrail, user: ConsoleUser) -> Response:
@@ -86,13 +88,20 @@ def job_handlers() -> list[HTTPRouteHandler]:
         jobs.cancel(job_id)
         if was_running and not asked_before:
             audit.record(user.actor, "job.cancel", job.target or job.kind, f"job={job.id} kind={job.kind}")
-        message = f"Cancelling the {job.kind} of {job.target}…" if was_running else f"The {job.kind} of {job.target} had already ended."
+        message = (
+            f"Cancelling the {job.kind} of {job.target}…" if was_running else f"The {job.kind} of {job.target} had already ended."
+        )
         return partial(request, "_job_feedback.html", message=message)
 
     @post("/jobs/clear", guards=[needs("admin")], include_in_schema=False)
     async def jobs_clear(request: Request, jobs: JobRegistry) -> Response:
         cleared = jobs.clear_finished(MODEL_JOBS)
-        return jobs_fragment(request, jobs, f"Cleared {cleared} finished job{'' if cleared == 1 else 's'} from the list."
-                             if cleared else "No finished jobs to clear.")
+        return jobs_fragment(
+            request,
+            jobs,
+            f"Cleared {cleared} finished job{'' if cleared == 1 else 's'} from the list."
+            if cleared
+            else "No finished jobs to clear.",
+        )
 
     return [job_events, job_cancel, jobs_clear]

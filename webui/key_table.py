@@ -53,5 +53,10 @@ def key_spend(row: JsonObject | None, quota: JsonObject) -> KeySpend:
         counter = counters.get(dimension)
         left[dimension] = None if limit is None else (float(counter["remaining"]) if counter else float(limit))
     row = row or {}
-    return KeySpend(requests=int(row.get("requests") or 0), tokens=int(row.get("total_tokens") or 0),
-                    cost=float(row.get("cost") or 0.0), tokens_left=left["tokens_per_month"], cost_left=left["cost_per_month"])
+    return KeySpend(
+        requests=int(row.get("requests") or 0),
+        tokens=int(row.get("total_tokens") or 0),
+        cost=float(row.get("cost") or 0.0),
+        tokens_left=left["tokens_per_month"],
+        cost_left=left["cost_per_month"],
+    )

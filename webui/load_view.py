@@ -12,7 +12,7 @@ a failed load keeps its reason on the row until the next load or an unload.
 from __future__ import annotations
 
 import hashlib
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from litestar import get
 from litestar.handlers import HTTPRouteHandler

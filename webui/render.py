@@ -63,7 +63,7 @@ def human_number(value: float | None, digits: int = 1) -> str:
 def timestamp(value: float | None) -> str:
     if not value:
         return "–"
-    return dt.datetime.fromtimestamp(float(value), dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return dt.datetime.fromtimestamp(float(value), dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def ago(value: float | None) -> str:
@@ -89,8 +89,14 @@ def _environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters.update(bytes=human_bytes, num=human_number, ts=timestamp, ago=ago, pct=percent)
-    env.globals.update(sparkline=charts.sparkline, bars=charts.bars, hbar=charts.meter, timechart=charts.time_chart,
-                       version=__version__, quantize_targets=targets_for)
+    env.globals.update(
+        sparkline=charts.sparkline,
+        bars=charts.bars,
+        hbar=charts.meter,
+        timechart=charts.time_chart,
+        version=__version__,
+        quantize_targets=targets_for,
+    )
     return env
 
 
@@ -123,13 +129,22 @@ def _common(request: Request, active: str | None) -> dict[str, object]:
     }
 
 
-def page(request: Request, name: str, *, active: str | None = None, status: int = 200,
-         headers: dict[str, str] | None = None, **context: object) -> Response:
+def page(
+    request: Request,
+    name: str,
+    *,
+    active: str | None = None,
+    status: int = 200,
+    headers: dict[str, str] | None = None,
+    **context: object,
+) -> Response:
     """A full page (base layout), or only its content block when htmx asks for a fragment."""
     html = render(name, **_common(request, active), **context)
     return Response(content=html, media_type=MediaType.HTML, status_code=status, headers=headers)
 
 
-def partial(request: Request, name: str, *, status: int = 200, headers: dict[str, str] | None = None, **context: object) -> Response:
+def partial(
+    request: Request, name: str, *, status: int = 200, headers: dict[str, str] | None = None, **context: object
+) -> Response:
     html = render(name, **_common(request, None), **context)
     return Response(content=html, media_type=MediaType.HTML, status_code=status, headers=headers)

@@ -21,8 +21,13 @@ def alerts_banner(request: Request, db: Engine) -> Response:
 
 
 def _alerts_context(db: Engine, settings: Settings, message: str | None = None) -> dict[str, object]:
-    return {"alerts": list_alerts(db), "webhook": settings.alert_webhook_url, "default_percent": settings.budget_alert_percent,
-            "max_attempts": MAX_ATTEMPTS, "message": message}
+    return {
+        "alerts": list_alerts(db),
+        "webhook": settings.alert_webhook_url,
+        "default_percent": settings.budget_alert_percent,
+        "max_attempts": MAX_ATTEMPTS,
+        "message": message,
+    }
 
 
 @get("/alerts", include_in_schema=False, sync_to_thread=True)

@@ -21,11 +21,17 @@ from appliance.webui.gate import needs
 from appliance.webui.render import page, partial
 
 
-def _context(names: ModelNames, *, message: str | None = None, errors: dict[str, str] | None = None,
-             entered: dict[str, str] | None = None) -> dict[str, object]:
+def _context(
+    names: ModelNames, *, message: str | None = None, errors: dict[str, str] | None = None, entered: dict[str, str] | None = None
+) -> dict[str, object]:
     listing = names.listing()
-    return {"aliases": sorted(names.aliases().items()), "models": sorted({e["id"] for e in listing if "target" not in e}),
-            "message": message, "errors": errors or {}, "entered": entered or {}}
+    return {
+        "aliases": sorted(names.aliases().items()),
+        "models": sorted({e["id"] for e in listing if "target" not in e}),
+        "message": message,
+        "errors": errors or {},
+        "entered": entered or {},
+    }
 
 
 @get("/aliases", include_in_schema=False, sync_to_thread=True)
@@ -51,9 +57,15 @@ async def set_alias(request: Request, names: ModelNames, db: Engine, audit: Audi
 async def delete_alias(request: Request, names: ModelNames, db: Engine, audit: AuditTrail, user: ConsoleUser) -> Response:
     name = forms.required(await request.form(), "name", 64)
     if name == "default":
-        return partial(request, "_aliases.html", **_context(names, errors={"name": "`default` follows the default_model setting."}))
+        return partial(
+            request, "_aliases.html", **_context(names, errors={"name": "`default` follows the default_model setting."})
+        )
     removed = aliases.delete_alias(names, db, audit, user.actor, name)
-    return partial(request, "_aliases.html", **_context(names, message=f"Alias {name} removed." if removed else f"There was no alias {name}."))
+    return partial(
+        request,
+        "_aliases.html",
+        **_context(names, message=f"Alias {name} removed." if removed else f"There was no alias {name}."),
+    )
 
 
 HANDLERS = [aliases_page, set_alias, delete_alias]

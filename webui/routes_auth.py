@@ -34,15 +34,41 @@ def safe_next(value: str | UploadFile | None) -> str:
     return "/"
 
 
-def _login_page(request: Request, console: Console, *, status: int = 200, error: str | None = None, username: str = "",
-                next_url: str = "/", headers: dict[str, str] | None = None) -> Response:
+def _login_page(
+    request: Request,
+    console: Console,
+    *,
+    status: int = 200,
+    error: str | None = None,
+    username: str = "",
+    next_url: str = "/",
+    headers: dict[str, str] | None = None,
+) -> Response:
     sso_name = console.sso.config.provider_name if console.sso else None
-    response = page(request, "login.html", status=status, headers=headers, error=error, username=username, next_url=next_url,
-                    sso_name=sso_name, local_login=console.local_login)
+    response = page(
+        request,
+        "login.html",
+        status=status,
+        headers=headers,
+        error=error,
+        username=username,
+        next_url=next_url,
+        sso_name=sso_name,
+        local_login=console.local_login,
+    )
     fresh = request.scope.get(SCOPE_PRE_NEW)
     if fresh:
-        response.set_cookie(Cookie(key=csrf.PRE_COOKIE, value=fresh, path="/", httponly=True, samesite="strict",
-                                   secure=is_https(request), max_age=3600))
+        response.set_cookie(
+            Cookie(
+                key=csrf.PRE_COOKIE,
+                value=fresh,
+                path="/",
+                httponly=True,
+                samesite="strict",
+                secure=is_https(request),
+                max_age=3600,
+            )
+        )
     return response
 
 
@@ -62,19 +88,33 @@ async def login(request: Request, console: Console, db: Engine, audit: AuditTrai
     client = request.client.host if request.client else None
     if not console.local_login:
         audit.record(f"user:{username or '?'}", "console.login_failed", None, f"client={client} local sign-in is off")
-        return _login_page(request, console, status=403, next_url=next_url,
-                           error="Sign-in with a local password is switched off here; use single sign-on.")
+        return _login_page(
+            request,
+            console,
+            status=403,
+            next_url=next_url,
+            error="Sign-in with a local password is switched off here; use single sign-on.",
+        )
     wait = console.throttle.retry_after(username, client)
     if wait is not None:  # refused before the password is checked, so a throttled guess learns nothing
-        return _login_page(request, console, status=429, username=username, next_url=next_url,
-                           headers={"Retry-After": str(wait.seconds)}, error=wait.message)
+        return _login_page(
+            request,
+            console,
+            status=429,
+            username=username,
+            next_url=next_url,
+            headers={"Retry-After": str(wait.seconds)},
+            error=wait.message,
+        )
     with session(db) as s:
         row = s.execute(select(User).where(User.username == username)).scalars().first()
     ok = verify_password(row.password_hash if row else _dummy_hash(), password)
     if not ok or row is None or row.disabled or row.sso_subject is not None:  # single sign-on users have no password
         console.throttle.failed(username, client)
         audit.record(f"user:{username or '?'}", "console.login_failed", None, f"client={client}")
-        return _login_page(request, console, status=401, username=username, next_url=next_url, error="Wrong user name or password.")
+        return _login_page(
+            request, console, status=401, username=username, next_url=next_url, error="Wrong user name or password."
+        )
     console.throttle.succeeded(username)
     old = request.cookies.get("appliance_session")
     console.sessions.delete(old)  # never reuse a session id across sign-ins

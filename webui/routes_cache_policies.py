@@ -60,8 +60,16 @@ def _override(form: FormMultiDict) -> JsonObject | None:
     return policy or None
 
 
-def _answer(request: Request, cache: ResponseCache, db: Engine, settings: Settings, keyring: KeyRing, *,
-            message: str | None = None, errors: dict[str, str] | None = None) -> Response:
+def _answer(
+    request: Request,
+    cache: ResponseCache,
+    db: Engine,
+    settings: Settings,
+    keyring: KeyRing,
+    *,
+    message: str | None = None,
+    errors: dict[str, str] | None = None,
+) -> Response:
     return partial(request, "_cache.html", **cache_context(cache, db, settings, keyring, errors=errors, policy_message=message))
 
 
@@ -75,8 +83,9 @@ def _label(scope: Scope, subject: int | None, keyring: KeyRing, db: Engine) -> s
 
 
 @post("/cache/policies/set", guards=[needs("admin")], include_in_schema=False)
-async def set_override(request: Request, cache: ResponseCache, db: Engine, settings: Settings, keyring: KeyRing,
-                       audit: AuditTrail, user: ConsoleUser) -> Response:
+async def set_override(
+    request: Request, cache: ResponseCache, db: Engine, settings: Settings, keyring: KeyRing, audit: AuditTrail, user: ConsoleUser
+) -> Response:
     form = await request.form()
     try:
         scope, ident = _subject(form)
@@ -86,20 +95,29 @@ async def set_override(request: Request, cache: ResponseCache, db: Engine, setti
         errors = field_errors(exc, "subject") if isinstance(exc, BadRequest) else {"subject": exc.message}
         return _answer(request, cache, db, settings, keyring, errors=errors)
     label = _label(scope, subject, keyring, db)
-    return _answer(request, cache, db, settings, keyring,
-                   message=f"Cache policy of {label} saved." if policy else f"{label} now inherits its cache policy.")
+    return _answer(
+        request,
+        cache,
+        db,
+        settings,
+        keyring,
+        message=f"Cache policy of {label} saved." if policy else f"{label} now inherits its cache policy.",
+    )
 
 
 @post("/cache/policies/clear", guards=[needs("admin")], include_in_schema=False)
-async def clear_override(request: Request, cache: ResponseCache, db: Engine, settings: Settings, keyring: KeyRing,
-                         audit: AuditTrail, user: ConsoleUser) -> Response:
+async def clear_override(
+    request: Request, cache: ResponseCache, db: Engine, settings: Settings, keyring: KeyRing, audit: AuditTrail, user: ConsoleUser
+) -> Response:
     form = await request.form()
     try:
         scope, ident = _subject(form)
         subject, _stored = set_subject_policy(cache, keyring, db, audit, user.actor, scope, ident, None)
     except (BadRequest, NotFound) as exc:
         return _answer(request, cache, db, settings, keyring, errors={"subject": exc.message})
-    return _answer(request, cache, db, settings, keyring, message=f"{_label(scope, subject, keyring, db)} now inherits its cache policy.")
+    return _answer(
+        request, cache, db, settings, keyring, message=f"{_label(scope, subject, keyring, db)} now inherits its cache policy."
+    )
 
 
 HANDLERS = [set_override, clear_override]

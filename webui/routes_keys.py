@@ -41,8 +41,17 @@ class CreatedKey:
     secret: str
 
 
-def keys_context(request: Request, keyring: KeyRing, quotas: QuotaService, names: ModelNames, db: Engine, settings: Settings, *,
-                 created: CreatedKey | None = None, message: str | None = None) -> dict[str, object]:
+def keys_context(
+    request: Request,
+    keyring: KeyRing,
+    quotas: QuotaService,
+    names: ModelNames,
+    db: Engine,
+    settings: Settings,
+    *,
+    created: CreatedKey | None = None,
+    message: str | None = None,
+) -> dict[str, object]:
     show_all = request.query_params.get("all") == "1"
     teams = quotas.list_teams()
     team_names = {t["id"]: t["name"] for t in teams}
@@ -52,21 +61,35 @@ def keys_context(request: Request, keyring: KeyRing, quotas: QuotaService, names
     for key in keyring.list(include_revoked=show_all):
         quota = quotas.get_quota(f"key:{key.id}")
         allowed = json.loads(key.allowed_models) if key.allowed_models else []
-        rows.append({
-            "key": key, "team": team_names.get(key.team_id), "allowed": allowed,
-            "stale": [m for m in allowed if m not in models], "limits": quota["limits"],
-            "spend": key_table.key_spend(spend.get(key.id), quota),  # type: ignore[arg-type]
-        })
+        rows.append(
+            {
+                "key": key,
+                "team": team_names.get(key.team_id),
+                "allowed": allowed,
+                "stale": [m for m in allowed if m not in models],
+                "limits": quota["limits"],
+                "spend": key_table.key_spend(spend.get(key.id), quota),  # type: ignore[arg-type]
+            }
+        )
     for team in teams:
         team["limits"] = quotas.get_quota(f"team:{team['name']}")["limits"]
-    return {"rows": rows, "teams": teams, "models": models, "show_all": show_all, "quota_fields": QUOTA_FIELDS,
-            "created": created, "message": message, "currency": settings.currency,
-            "month_start": key_table.month_start()}
+    return {
+        "rows": rows,
+        "teams": teams,
+        "models": models,
+        "show_all": show_all,
+        "quota_fields": QUOTA_FIELDS,
+        "created": created,
+        "message": message,
+        "currency": settings.currency,
+        "month_start": key_table.month_start(),
+    }
 
 
 @get("/keys", include_in_schema=False, sync_to_thread=True)
-def keys_page(request: Request, keyring: KeyRing, quotas: QuotaService, names: ModelNames, db: Engine,
-              settings: Settings) -> Response:
+def keys_page(
+    request: Request, keyring: KeyRing, quotas: QuotaService, names: ModelNames, db: Engine, settings: Settings
+) -> Response:
     return page(request, "keys.html", active="keys", **keys_context(request, keyring, quotas, names, db, settings))
 
 
@@ -78,7 +101,9 @@ class KeysView:
 
     def fragment(self, request: Request, *, created: CreatedKey | None = None, message: str | None = None) -> Response:
         """The keys-and-teams fragment an action answers with."""
-        context = keys_context(request, self.keyring, self.quotas, self.names, self.db, self.settings, created=created, message=message)
+        context = keys_context(
+            request, self.keyring, self.quotas, self.names, self.db, self.settings, created=created, message=message
+        )
         return partial(request, "_keys.html", **context)
 
 
@@ -114,23 +139,30 @@ async def create_key(request: Request, keyring: KeyRing, keys_view: KeysView, au
     except ValueError:
         raise BadRequest("expiry must be a number of days", param="expires_in_days") from None
     row, secret = keyring.create(
-        name, role=forms.optional(form, "role", TEXT_LIMIT) or "user", team_id=_team_id(form),
-        priority=forms.optional(form, "priority", TEXT_LIMIT) or "interactive", allowed_models=_allowed(form), expires_at=expires)
+        name,
+        role=forms.optional(form, "role", TEXT_LIMIT) or "user",
+        team_id=_team_id(form),
+        priority=forms.optional(form, "priority", TEXT_LIMIT) or "interactive",
+        allowed_models=_allowed(form),
+        expires_at=expires,
+    )
     audit.record(user.actor, "key.create", row.prefix, f"name={row.name} role={row.role}")
     return keys_view.fragment(request, created=CreatedKey(row, secret))
 
 
 @post("/keys/{key_id:int}/revoke", guards=[needs("admin")], dependencies=KEYS_VIEW, include_in_schema=False)
-async def revoke_key(request: Request, key_id: int, keyring: KeyRing, keys_view: KeysView, audit: AuditTrail,
-                     user: ConsoleUser) -> Response:
+async def revoke_key(
+    request: Request, key_id: int, keyring: KeyRing, keys_view: KeysView, audit: AuditTrail, user: ConsoleUser
+) -> Response:
     row = keyring.revoke(key_id)
     audit.record(user.actor, "key.revoke", row.prefix)
     return keys_view.fragment(request, message=f"Revoked {row.prefix}…; it stops working at once.")
 
 
 @post("/keys/{key_id:int}/update", guards=[needs("admin")], dependencies=KEYS_VIEW, include_in_schema=False)
-async def update_key(request: Request, key_id: int, keyring: KeyRing, keys_view: KeysView, audit: AuditTrail,
-                     user: ConsoleUser) -> Response:
+async def update_key(
+    request: Request, key_id: int, keyring: KeyRing, keys_view: KeysView, audit: AuditTrail, user: ConsoleUser
+) -> Response:
     form = await request.form()
     changes: dict[str, str | int | list[str] | None] = {"allowed_models": _allowed(form)}
     for field in ("name", "priority"):

@@ -33,24 +33,27 @@ from appliance.webui.load_view import event_name, load_handlers
 from appliance.webui.render import page, partial
 
 
-def installed_rows(store: ModelStore, router: Router, names: ModelNames, load_planner: LoadPlanner,
-                   load_events: LoadEvents) -> list[dict[str, object]]:
+def installed_rows(
+    store: ModelStore, router: Router, names: ModelNames, load_planner: LoadPlanner, load_events: LoadEvents
+) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     infos = store.list()
     available = fit.available_fits(store, infos)  # listed on the hub, not downloaded: planned from a ready sibling
     for info in infos:
         instance = router.instances.get(info.name)
-        rows.append({
-            "info": info,
-            "loaded": instance is not None,
-            "pinned": bool(instance and instance.pinned),
-            "state": instance.engine.state if instance is not None else None,
-            "in_flight": instance.inflight + instance.queue.waiting if instance is not None else 0,
-            "fit": fit.installed_fit(load_planner, names, info.name) if info.status == "ready" else available.get(info.name),
-            "base": is_base(info.facts),
-            "load": load_events.latest(info.name),
-            "load_event": event_name(info.name),
-        })
+        rows.append(
+            {
+                "info": info,
+                "loaded": instance is not None,
+                "pinned": bool(instance and instance.pinned),
+                "state": instance.engine.state if instance is not None else None,
+                "in_flight": instance.inflight + instance.queue.waiting if instance is not None else 0,
+                "fit": fit.installed_fit(load_planner, names, info.name) if info.status == "ready" else available.get(info.name),
+                "base": is_base(info.facts),
+                "load": load_events.latest(info.name),
+                "load_event": event_name(info.name),
+            }
+        )
     return rows
 
 
@@ -76,11 +79,15 @@ def catalog_rows(store: ModelStore, settings: Settings, wanted: CatalogFilter | 
             row_fit = fits.get(variant.name, fit.UNKNOWN)
             if not wanted.accepts(family, variant, row_fit):
                 continue
-            variants.append({
-                "entry": variant, "name": name, "installed": name in installed,
-                "pullable": variant.url is not None and variant.format == "gguf",
-                "fit": row_fit,
-            })
+            variants.append(
+                {
+                    "entry": variant,
+                    "name": name,
+                    "installed": name in installed,
+                    "pullable": variant.url is not None and variant.format == "gguf",
+                    "fit": row_fit,
+                }
+            )
         if not variants:
             continue
         fitting = sum(1 for v in variants if v["fit"].status in ("fits", "tight"))
@@ -88,22 +95,48 @@ def catalog_rows(store: ModelStore, settings: Settings, wanted: CatalogFilter | 
     return families
 
 
-def _installed(request: Request, store: ModelStore, router: Router, names: ModelNames, load_planner: LoadPlanner,
-               load_events: LoadEvents, message: str | None = None) -> Response:
-    return partial(request, "_installed.html", rows=installed_rows(store, router, names, load_planner, load_events), message=message)
+def _installed(
+    request: Request,
+    store: ModelStore,
+    router: Router,
+    names: ModelNames,
+    load_planner: LoadPlanner,
+    load_events: LoadEvents,
+    message: str | None = None,
+) -> Response:
+    return partial(
+        request, "_installed.html", rows=installed_rows(store, router, names, load_planner, load_events), message=message
+    )
 
 
 @get("/models", include_in_schema=False, sync_to_thread=True)
-def models_page(request: Request, store: ModelStore, router: Router, names: ModelNames, load_planner: LoadPlanner,
-                load_events: LoadEvents, jobs: JobRegistry, settings: Settings) -> Response:
+def models_page(
+    request: Request,
+    store: ModelStore,
+    router: Router,
+    names: ModelNames,
+    load_planner: LoadPlanner,
+    load_events: LoadEvents,
+    jobs: JobRegistry,
+    settings: Settings,
+) -> Response:
     wanted = CatalogFilter.from_query(request.query_params)
-    return page(request, "models.html", active="models", rows=installed_rows(store, router, names, load_planner, load_events),
-                catalog=catalog_rows(store, settings, wanted), wanted=wanted, jobs=console_jobs(jobs), message=None)
+    return page(
+        request,
+        "models.html",
+        active="models",
+        rows=installed_rows(store, router, names, load_planner, load_events),
+        catalog=catalog_rows(store, settings, wanted),
+        wanted=wanted,
+        jobs=console_jobs(jobs),
+        message=None,
+    )
 
 
 @get("/models/installed", include_in_schema=False, sync_to_thread=True)
-def installed(request: Request, store: ModelStore, router: Router, names: ModelNames, load_planner: LoadPlanner,
-              load_events: LoadEvents) -> Response:
+def installed(
+    request: Request, store: ModelStore, router: Router, names: ModelNames, load_planner: LoadPlanner, load_events: LoadEvents
+) -> Response:
     return _installed(request, store, router, names, load_planner, load_events)
 
 
@@ -115,16 +148,32 @@ def catalog(request: Request, store: ModelStore, settings: Settings) -> Response
 
 
 @post("/models/load", guards=[needs("operator")], include_in_schema=False)
-async def load(request: Request, store: ModelStore, router: Router, names: ModelNames, load_planner: LoadPlanner,
-               load_events: LoadEvents, audit: AuditTrail, user: ConsoleUser) -> Response:
+async def load(
+    request: Request,
+    store: ModelStore,
+    router: Router,
+    names: ModelNames,
+    load_planner: LoadPlanner,
+    load_events: LoadEvents,
+    audit: AuditTrail,
+    user: ConsoleUser,
+) -> Response:
     instance = await router.load(names.resolve(forms.required(await request.form(), "name")))
     audit.record(user.actor, "model.load", instance.name)
     return _installed(request, store, router, names, load_planner, load_events, f"Loaded {instance.name}.")
 
 
 @post("/models/unload", guards=[needs("operator")], include_in_schema=False)
-async def unload(request: Request, store: ModelStore, router: Router, names: ModelNames, load_planner: LoadPlanner,
-                 load_events: LoadEvents, audit: AuditTrail, user: ConsoleUser) -> Response:
+async def unload(
+    request: Request,
+    store: ModelStore,
+    router: Router,
+    names: ModelNames,
+    load_planner: LoadPlanner,
+    load_events: LoadEvents,
+    audit: AuditTrail,
+    user: ConsoleUser,
+) -> Response:
     name = forms.required(await request.form(), "name")
     canonical = names.resolve(name).name
     instance = router.instances.get(canonical)
@@ -132,23 +181,48 @@ async def unload(request: Request, store: ModelStore, router: Router, names: Mod
     done = await router.unload(canonical)
     audit.record(user.actor, "model.unload", name, f"in_flight={cut}")
     ended = f" {cut} request{' was' if cut == 1 else 's were'} in flight and ended with an error." if cut else ""
-    return _installed(request, store, router, names, load_planner, load_events,
-                      f"Unloaded {name}.{ended}" if done else f"{name} was not loaded.")
+    return _installed(
+        request,
+        store,
+        router,
+        names,
+        load_planner,
+        load_events,
+        f"Unloaded {name}.{ended}" if done else f"{name} was not loaded.",
+    )
 
 
 @post("/models/pin", guards=[needs("operator")], include_in_schema=False)
-async def pin(request: Request, store: ModelStore, router: Router, names: ModelNames, load_planner: LoadPlanner,
-              load_events: LoadEvents, audit: AuditTrail, user: ConsoleUser) -> Response:
+async def pin(
+    request: Request,
+    store: ModelStore,
+    router: Router,
+    names: ModelNames,
+    load_planner: LoadPlanner,
+    load_events: LoadEvents,
+    audit: AuditTrail,
+    user: ConsoleUser,
+) -> Response:
     form = await request.form()
     pinned = form.get("pinned") != "false"
     instance = router.pin(names.resolve(forms.required(form, "name")).name, pinned)
     audit.record(user.actor, "model.pin" if pinned else "model.unpin", instance.name)
-    return _installed(request, store, router, names, load_planner, load_events, f"{'Pinned' if pinned else 'Unpinned'} {instance.name}.")
+    return _installed(
+        request, store, router, names, load_planner, load_events, f"{'Pinned' if pinned else 'Unpinned'} {instance.name}."
+    )
 
 
 @post("/models/delete", guards=[needs("admin")], include_in_schema=False)
-async def remove(request: Request, store: ModelStore, router: Router, names: ModelNames, load_planner: LoadPlanner,
-                 load_events: LoadEvents, audit: AuditTrail, user: ConsoleUser) -> Response:
+async def remove(
+    request: Request,
+    store: ModelStore,
+    router: Router,
+    names: ModelNames,
+    load_planner: LoadPlanner,
+    load_events: LoadEvents,
+    audit: AuditTrail,
+    user: ConsoleUser,
+) -> Response:
     name = forms.required(await request.form(), "name")
     await anyio.to_thread.run_sync(lambda: store.delete(name))
     names.forget()
@@ -158,16 +232,34 @@ async def remove(request: Request, store: ModelStore, router: Router, names: Mod
 
 
 @post("/models/default", guards=[needs("admin")], include_in_schema=False)
-async def set_default(request: Request, store: ModelStore, router: Router, names: ModelNames, load_planner: LoadPlanner,
-                      load_events: LoadEvents, audit: AuditTrail, user: ConsoleUser) -> Response:
+async def set_default(
+    request: Request,
+    store: ModelStore,
+    router: Router,
+    names: ModelNames,
+    load_planner: LoadPlanner,
+    load_events: LoadEvents,
+    audit: AuditTrail,
+    user: ConsoleUser,
+) -> Response:
     info = store.set_default(forms.required(await request.form(), "name"))
     names.forget()
     audit.record(user.actor, "model.default", info.name)
-    return _installed(request, store, router, names, load_planner, load_events, f"{info.name} is now the default variant of {info.family}.")
+    return _installed(
+        request, store, router, names, load_planner, load_events, f"{info.name} is now the default variant of {info.family}."
+    )
 
 
-def _started(request: Request, jobs: JobRegistry, names: ModelNames, audit: AuditTrail, user: ConsoleUser,
-             kind: str, target: str, work: Work) -> Response:
+def _started(
+    request: Request,
+    jobs: JobRegistry,
+    names: ModelNames,
+    audit: AuditTrail,
+    user: ConsoleUser,
+    kind: str,
+    target: str,
+    work: Work,
+) -> Response:
     """Run ``work`` as a job of the shared registry, audited under the user; answer with its progress bar."""
     job = submit(jobs, names, kind, target, work)
     audit.record(user.actor, f"model.{kind}", target, f"job={job.id}")
@@ -175,30 +267,56 @@ def _started(request: Request, jobs: JobRegistry, names: ModelNames, audit: Audi
 
 
 @post("/models/pull", guards=[needs("admin")], include_in_schema=False)
-async def pull(request: Request, store: ModelStore, jobs: JobRegistry, names: ModelNames, audit: AuditTrail,
-               user: ConsoleUser) -> Response:
+async def pull(
+    request: Request, store: ModelStore, jobs: JobRegistry, names: ModelNames, audit: AuditTrail, user: ConsoleUser
+) -> Response:
     form = await request.form()
     url, sha256, name = forms.optional(form, "url"), forms.optional(form, "sha256"), forms.optional(form, "name")
     if url is None and name is None:
         raise BadRequest("Give a URL, or pull a model from the catalog.", param="url")
-    hub = await anyio.to_thread.run_sync(lambda: store.prepare_requested_pull(url, name, sha256=sha256))  # a hub spec, or an available variant
+    hub = await anyio.to_thread.run_sync(
+        lambda: store.prepare_requested_pull(url, name, sha256=sha256)
+    )  # a hub spec, or an available variant
     if hub is not None:
         return _started(request, jobs, names, audit, user, "pull", hub.name, lambda ctx: store.pull_hub(hub, ctx=ctx).to_dict())
     url, sha256, family, variant = await anyio.to_thread.run_sync(lambda: store.prepare_pull(url, sha256=sha256, name=name))
     target = f"{family}:{variant}"
-    return _started(request, jobs, names, audit, user, "pull", target,
-                    lambda ctx: store.pull(url, sha256=sha256, name=target, ctx=ctx).to_dict())
+    return _started(
+        request,
+        jobs,
+        names,
+        audit,
+        user,
+        "pull",
+        target,
+        lambda ctx: store.pull(url, sha256=sha256, name=target, ctx=ctx).to_dict(),
+    )
 
 
 @post("/models/import", guards=[needs("admin")], include_in_schema=False)
-async def import_model(request: Request, store: ModelStore, jobs: JobRegistry, names: ModelNames, audit: AuditTrail,
-                       user: ConsoleUser) -> Response:
+async def import_model(
+    request: Request, store: ModelStore, jobs: JobRegistry, names: ModelNames, audit: AuditTrail, user: ConsoleUser
+) -> Response:
     form = await request.form()
     path, name = forms.required(form, "path", limit=4096), forms.optional(form, "name")
     _source, _fmt, family, variant = await anyio.to_thread.run_sync(lambda: store.prepare_import(path, name))
     target = f"{family}:{variant}"
-    return _started(request, jobs, names, audit, user, "import", target,
-                    lambda ctx: store.import_path(path, name=target, ctx=ctx).to_dict())
+    return _started(
+        request, jobs, names, audit, user, "import", target, lambda ctx: store.import_path(path, name=target, ctx=ctx).to_dict()
+    )
 
 
-HANDLERS = [models_page, installed, catalog, load, unload, pin, remove, set_default, pull, import_model, *job_handlers(), *load_handlers()]
+HANDLERS = [
+    models_page,
+    installed,
+    catalog,
+    load,
+    unload,
+    pin,
+    remove,
+    set_default,
+    pull,
+    import_model,
+    *job_handlers(),
+    *load_handlers(),
+]

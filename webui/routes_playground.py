@@ -22,12 +22,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import msgspec
 from litestar import Request, Response, get, post
-from litestar.utils.scope.state import CONNECTION_STATE_KEY
 from litestar.response import ServerSentEvent, ServerSentEventMessage
+from litestar.utils.scope.state import CONNECTION_STATE_KEY
 from markupsafe import escape
 
 from appliance.accounts.keys import Principal
@@ -57,7 +57,8 @@ def model_choices(router: Router, names: ModelNames) -> list[JsonObject]:
     """Loaded models first, then every other installed variant and alias; base models are marked ``base``."""
     listing = {str(entry["id"]): entry for entry in names.listing()}
     choices: dict[str, JsonObject] = {
-        name: {"name": name, "loaded": True, "base": _is_base(listing.get(name))} for name in sorted(router.instances)}
+        name: {"name": name, "loaded": True, "base": _is_base(listing.get(name))} for name in sorted(router.instances)
+    }
     for name, entry in listing.items():
         choices.setdefault(name, {"name": name, "loaded": False, "target": entry.get("target"), "base": _is_base(entry)})
     return list(choices.values())
@@ -65,8 +66,13 @@ def model_choices(router: Router, names: ModelNames) -> list[JsonObject]:
 
 @get("/playground", guards=[needs("operator")], include_in_schema=False, sync_to_thread=True)
 def playground(request: Request, router: Router, names: ModelNames, console: Console, user: ConsoleUser) -> Response:
-    return page(request, "playground.html", active="playground", models=model_choices(router, names),
-                history=console.chats.history(user.sid))
+    return page(
+        request,
+        "playground.html",
+        active="playground",
+        models=model_choices(router, names),
+        history=console.chats.history(user.sid),
+    )
 
 
 @post("/playground/send", guards=[needs("operator")], include_in_schema=False)
@@ -146,8 +152,9 @@ async def _next_chunk(chunks: AsyncIterator[bytes | str], stop: asyncio.Event) -
         return None
 
 
-async def _relay(request: Request, gateway: Gateway, chats: ChatStore, user: ConsoleUser,
-                 turn_id: str) -> AsyncIterator[ServerSentEventMessage]:
+async def _relay(
+    request: Request, gateway: Gateway, chats: ChatStore, user: ConsoleUser, turn_id: str
+) -> AsyncIterator[ServerSentEventMessage]:
     turn = chats.take(turn_id, user.sid)
     if turn is None:  # already streamed (a reconnect) or not ours
         yield ServerSentEventMessage(data="end", event="done")
@@ -201,10 +208,15 @@ async def _relay(request: Request, gateway: Gateway, chats: ChatStore, user: Con
         chats.append(user.sid, "assistant", "".join(text))
     completion = int(usage.get("completion_tokens") or len(text))
     stats = {
-        "model": turn.model, "tier": tier, "prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": completion,
+        "model": turn.model,
+        "tier": tier,
+        "prompt_tokens": usage.get("prompt_tokens"),
+        "completion_tokens": completion,
         "ttft_ms": (first - started) * 1000 if first else None,
         "tokens_per_s": completion / (elapsed - (first - started)) if first and elapsed > (first - started) else None,
-        "seconds": elapsed, "empty": not text and not stop.is_set(), "stopped": stop.is_set(),
+        "seconds": elapsed,
+        "empty": not text and not stop.is_set(),
+        "stopped": stop.is_set(),
         "at_max_tokens": finish_reason == "length" and not stop.is_set(),
     }
     yield ServerSentEventMessage(data=render("_usage_line.html", s=stats), event="usage")
@@ -214,8 +226,9 @@ async def _relay(request: Request, gateway: Gateway, chats: ChatStore, user: Con
 
 @get("/playground/stream/{turn_id:str}", guards=[needs("operator")], include_in_schema=False)
 async def stream(request: Request, turn_id: str, gateway: Gateway, console: Console, user: ConsoleUser) -> ServerSentEvent:
-    return ServerSentEvent(_relay(request, gateway, console.chats, user, turn_id),
-                           headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    return ServerSentEvent(
+        _relay(request, gateway, console.chats, user, turn_id), headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    )
 
 
 @post("/playground/stop/{turn_id:str}", guards=[needs("operator")], include_in_schema=False, sync_to_thread=False)

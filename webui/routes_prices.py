@@ -32,11 +32,24 @@ def _choices(names: ModelNames) -> list[str]:
     return ["*", *families, *variants]
 
 
-def _context(quotas: QuotaService, names: ModelNames, settings: Settings, *, message: str | None = None,
-             errors: dict[str, str] | None = None, entered: dict[str, str] | None = None) -> dict[str, object]:
-    return {"prices": quotas.list_prices(), "choices": _choices(names), "currency": settings.currency,
-            "fields": [(f, LABELS[f]) for f in PRICE_FIELDS], "message": message, "errors": errors or {},
-            "entered": entered or {}}
+def _context(
+    quotas: QuotaService,
+    names: ModelNames,
+    settings: Settings,
+    *,
+    message: str | None = None,
+    errors: dict[str, str] | None = None,
+    entered: dict[str, str] | None = None,
+) -> dict[str, object]:
+    return {
+        "prices": quotas.list_prices(),
+        "choices": _choices(names),
+        "currency": settings.currency,
+        "fields": [(f, LABELS[f]) for f in PRICE_FIELDS],
+        "message": message,
+        "errors": errors or {},
+        "entered": entered or {},
+    }
 
 
 @get("/prices", include_in_schema=False, sync_to_thread=True)
@@ -56,14 +69,20 @@ async def set_price(request: Request, quotas: QuotaService, names: ModelNames, s
             raise BadRequest("Give at least one rate.", param="input_per_m")
         row = quotas.set_price(model, changes, user.actor)
     except BadRequest as exc:
-        return partial(request, "_prices.html", **_context(quotas, names, settings, errors=field_errors(exc, "model"), entered=entered))
-    message = (f"Price of {row['model']} saved: {row['input_per_m']:g} in, {row['output_per_m']:g} out, "
-               f"{row['cached_per_m']:g} cached, {settings.currency} per 1M tokens.")
+        return partial(
+            request, "_prices.html", **_context(quotas, names, settings, errors=field_errors(exc, "model"), entered=entered)
+        )
+    message = (
+        f"Price of {row['model']} saved: {row['input_per_m']:g} in, {row['output_per_m']:g} out, "
+        f"{row['cached_per_m']:g} cached, {settings.currency} per 1M tokens."
+    )
     return partial(request, "_prices.html", **_context(quotas, names, settings, message=message))
 
 
 @post("/prices/clear", guards=[needs("admin")], include_in_schema=False)
-async def clear_price(request: Request, quotas: QuotaService, names: ModelNames, settings: Settings, user: ConsoleUser) -> Response:
+async def clear_price(
+    request: Request, quotas: QuotaService, names: ModelNames, settings: Settings, user: ConsoleUser
+) -> Response:
     model = forms.required(await request.form(), "model", 200)
     try:
         quotas.delete_price(model, user.actor)

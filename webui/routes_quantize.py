@@ -24,8 +24,9 @@ from appliance.webui.render import partial
 
 
 @post("/models/quantize", guards=[needs("admin")], include_in_schema=False)
-async def quantize(request: Request, store: ModelStore, jobs: JobRegistry, names: ModelNames, audit: AuditTrail,
-                   user: ConsoleUser) -> Response:
+async def quantize(
+    request: Request, store: ModelStore, jobs: JobRegistry, names: ModelNames, audit: AuditTrail, user: ConsoleUser
+) -> Response:
     form = await request.form()
     name, to = forms.required(form, "name", 200), forms.required(form, "to", 16)
     source, target = await anyio.to_thread.run_sync(lambda: store.prepare_quantize(name, to))

@@ -47,8 +47,17 @@ async def sso_start(request: Request, sso: SingleSignOn, audit: AuditTrail) -> R
     except SignOnRefused as exc:
         return _refused(request, audit, exc)
     response = Response(content="", status_code=303, headers={"Location": redirect.url})
-    response.set_cookie(Cookie(key=COOKIE, value=redirect.browser, path=COOKIE_PATH, httponly=True, samesite="lax",
-                               secure=is_https(request), max_age=TTL_SECONDS))
+    response.set_cookie(
+        Cookie(
+            key=COOKIE,
+            value=redirect.browser,
+            path=COOKIE_PATH,
+            httponly=True,
+            samesite="lax",
+            secure=is_https(request),
+            max_age=TTL_SECONDS,
+        )
+    )
     return response
 
 

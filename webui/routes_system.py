@@ -8,8 +8,8 @@ from sqlalchemy import or_, select
 from sqlalchemy.engine import Engine
 
 from appliance.accounts import user_admin
-from appliance.accounts.users import ROLES, create_user, generate_password, hash_password
 from appliance.accounts.keys import KeyRing
+from appliance.accounts.users import ROLES, create_user, generate_password, hash_password
 from appliance.cache.responses import ResponseCache
 from appliance.cache.subjects import set_subject_policy
 from appliance.db.audit import AuditTrail
@@ -33,25 +33,34 @@ def cache_page(request: Request, cache: ResponseCache, db: Engine, settings: Set
 
 
 @post("/cache/purge", guards=[needs("admin")], include_in_schema=False)
-async def cache_purge(request: Request, cache: ResponseCache, db: Engine, settings: Settings, keyring: KeyRing,
-                      audit: AuditTrail, user: ConsoleUser) -> Response:
+async def cache_purge(
+    request: Request, cache: ResponseCache, db: Engine, settings: Settings, keyring: KeyRing, audit: AuditTrail, user: ConsoleUser
+) -> Response:
     model = str((await request.form()).get("model") or "").strip() or None
     removed = await anyio.to_thread.run_sync(lambda: cache.purge(model=model))
     audit.record(user.actor, "cache.purge", model or "*", f"removed={removed}")
-    return partial(request, "_cache.html", **cache_context(cache, db, settings, keyring, f"Cache purged: {removed} entries removed."))
+    return partial(
+        request, "_cache.html", **cache_context(cache, db, settings, keyring, f"Cache purged: {removed} entries removed.")
+    )
 
 
 @post("/cache/policy", guards=[needs("admin")], include_in_schema=False)
-async def cache_policy(request: Request, cache: ResponseCache, db: Engine, settings: Settings, keyring: KeyRing,
-                       audit: AuditTrail, user: ConsoleUser) -> Response:
+async def cache_policy(
+    request: Request, cache: ResponseCache, db: Engine, settings: Settings, keyring: KeyRing, audit: AuditTrail, user: ConsoleUser
+) -> Response:
     form = await request.form()
     try:
         threshold = float(form.get("semantic_threshold") or 0.95)
     except ValueError:
         raise BadRequest("The similarity threshold must be a number.", param="semantic_threshold") from None
     share = str(form.get("share") or "team")
-    policy = {"enabled": form.get("enabled") == "on", "cache_nondeterministic": form.get("cache_nondeterministic") == "on",
-              "semantic": form.get("semantic") == "on", "semantic_threshold": threshold, "share": share}
+    policy = {
+        "enabled": form.get("enabled") == "on",
+        "cache_nondeterministic": form.get("cache_nondeterministic") == "on",
+        "semantic": form.get("semantic") == "on",
+        "semantic_threshold": threshold,
+        "share": share,
+    }
     set_subject_policy(cache, keyring, db, audit, user.actor, "global", None, policy)
     return partial(request, "_cache.html", **cache_context(cache, db, settings, keyring, "Cache policy saved."))
 
@@ -73,7 +82,9 @@ def audit_page(request: Request, db: Engine) -> Response:
     if q:
         # The text is matched as written: LIKE's wildcards (% and _) in it are escaped, so
         # `login_failed` or a key prefix finds exactly what it names.
-        query = query.where(or_(*(column.contains(q, autoescape=True) for column in (AuditLog.actor, AuditLog.action, AuditLog.target))))  # type: ignore[union-attr,attr-defined]
+        query = query.where(
+            or_(*(column.contains(q, autoescape=True) for column in (AuditLog.actor, AuditLog.action, AuditLog.target)))
+        )  # type: ignore[union-attr,attr-defined]
     with session(db) as s:
         rows = list(s.execute(query).scalars())
     more = len(rows) > AUDIT_PAGE
@@ -101,8 +112,11 @@ async def users_create(request: Request, db: Engine, audit: AuditTrail, user: Co
     password = generate_password(username)
     create_user(db, username, password, role=role, must_change_password=True)
     audit.record(user.actor, "user.create", username, f"role={role}")
-    return partial(request, "_users.html", **_users(db, f"{username} added as {role}.",
-                                                    one_time={"username": username, "password": password}))
+    return partial(
+        request,
+        "_users.html",
+        **_users(db, f"{username} added as {role}.", one_time={"username": username, "password": password}),
+    )
 
 
 @post("/users/{user_id:int}/role", guards=[needs("admin")], include_in_schema=False)
@@ -114,8 +128,9 @@ async def users_role(request: Request, user_id: int, db: Engine, audit: AuditTra
 
 
 @post("/users/{user_id:int}/disable", guards=[needs("admin")], include_in_schema=False)
-async def users_disable(request: Request, user_id: int, db: Engine, console: Console, audit: AuditTrail,
-                        user: ConsoleUser) -> Response:
+async def users_disable(
+    request: Request, user_id: int, db: Engine, console: Console, audit: AuditTrail, user: ConsoleUser
+) -> Response:
     disabled = (await request.form()).get("disabled") != "false"
     row = user_admin.set_disabled(db, user.id, user_id, disabled)
     if disabled:
@@ -125,8 +140,9 @@ async def users_disable(request: Request, user_id: int, db: Engine, console: Con
 
 
 @post("/users/{user_id:int}/delete", guards=[needs("admin")], include_in_schema=False)
-async def users_delete(request: Request, user_id: int, db: Engine, console: Console, audit: AuditTrail,
-                       user: ConsoleUser) -> Response:
+async def users_delete(
+    request: Request, user_id: int, db: Engine, console: Console, audit: AuditTrail, user: ConsoleUser
+) -> Response:
     row = user_admin.delete_user(db, user.id, user_id)
     ended = console.sessions.delete_for_user(user_id)
     audit.record(user.actor, "user.delete", row.username, f"role={row.role} sessions_ended={ended}")
@@ -134,14 +150,30 @@ async def users_delete(request: Request, user_id: int, db: Engine, console: Cons
 
 
 @post("/users/{user_id:int}/reset", guards=[needs("admin")], include_in_schema=False)
-async def users_reset(request: Request, user_id: int, db: Engine, console: Console, audit: AuditTrail,
-                      user: ConsoleUser) -> Response:
+async def users_reset(
+    request: Request, user_id: int, db: Engine, console: Console, audit: AuditTrail, user: ConsoleUser
+) -> Response:
     password = generate_password()
     row = user_admin.reset_password(db, user.id, user_id, hash_password(password))
     console.sessions.delete_for_user(user_id)
     audit.record(user.actor, "user.password_reset", row.username)
-    return partial(request, "_users.html", **_users(db, f"{row.username} has a new one-time password.",
-                                                    one_time={"username": row.username, "password": password}))
+    return partial(
+        request,
+        "_users.html",
+        **_users(db, f"{row.username} has a new one-time password.", one_time={"username": row.username, "password": password}),
+    )
 
 
-HANDLERS = [cache_page, cache_purge, cache_policy, settings_page, audit_page, users_page, users_create, users_role, users_disable, users_delete, users_reset]
+HANDLERS = [
+    cache_page,
+    cache_purge,
+    cache_policy,
+    settings_page,
+    audit_page,
+    users_page,
+    users_create,
+    users_role,
+    users_disable,
+    users_delete,
+    users_reset,
+]

@@ -49,8 +49,15 @@ class UsageView:
 
     def query(self, **extra: str) -> str:
         """The query string of this view (only the filters set), plus ``extra``."""
-        fields = {"range": self.range, "from": self.start if self.range == "custom" else "",
-                  "to": self.end if self.range == "custom" else "", "team": self.team, "key": self.key, "model": self.model, **extra}
+        fields = {
+            "range": self.range,
+            "from": self.start if self.range == "custom" else "",
+            "to": self.end if self.range == "custom" else "",
+            "team": self.team,
+            "key": self.key,
+            "model": self.model,
+            **extra,
+        }
         return urlencode({k: v for k, v in fields.items() if v})
 
 
@@ -69,11 +76,24 @@ def usage_view(request: Request, db: Engine, now: float) -> UsageView:
     else:
         since, until = preset_range(chosen, now)
     if until - since > MAX_CHART_DAYS * DAY:
-        raise BadRequest(f"from is more than {MAX_CHART_DAYS} days before to: the console charts at most that many days at once;"
-                         " /admin/usage reports any range.", param="from")
-    filters = resolve_filters(db, since=since, until=until, team=params.get("team"), key=params.get("key"), model=params.get("model"))
-    return UsageView(range=chosen, start=_date(since), end=_date(until - 1), team=params.get("team") or "", key=params.get("key") or "",
-                     model=params.get("model") or "", filters=filters, bucket=bucket_for(since, until))
+        raise BadRequest(
+            f"from is more than {MAX_CHART_DAYS} days before to: the console charts at most that many days at once;"
+            " /admin/usage reports any range.",
+            param="from",
+        )
+    filters = resolve_filters(
+        db, since=since, until=until, team=params.get("team"), key=params.get("key"), model=params.get("model")
+    )
+    return UsageView(
+        range=chosen,
+        start=_date(since),
+        end=_date(until - 1),
+        team=params.get("team") or "",
+        key=params.get("key") or "",
+        model=params.get("model") or "",
+        filters=filters,
+        bucket=bucket_for(since, until),
+    )
 
 
 def _report(db: Engine, view: UsageView, by: tuple[str, ...], now: float) -> JsonObject:
@@ -116,9 +136,19 @@ def usage_page(request: Request, db: Engine, settings: Settings) -> Response:
     groups = {}
     for by in ("model", "key", "team"):
         rows = sorted(_report(db, view, (by,), now)["rows"], key=lambda r: r["total_tokens"], reverse=True)
-        groups[by] = {"rows": [{**r, "label": _label(by, r)} for r in rows], "top": max((r["total_tokens"] for r in rows), default=0)}
-    context = dict(view=view, ranges=RANGE_NAMES, choices=filter_choices(db), totals=over_time["totals"], series=_series(over_time, view),
-                   groups=groups, currency=settings.currency)
+        groups[by] = {
+            "rows": [{**r, "label": _label(by, r)} for r in rows],
+            "top": max((r["total_tokens"] for r in rows), default=0),
+        }
+    context = dict(
+        view=view,
+        ranges=RANGE_NAMES,
+        choices=filter_choices(db),
+        totals=over_time["totals"],
+        series=_series(over_time, view),
+        groups=groups,
+        currency=settings.currency,
+    )
     if is_htmx(request) and request.headers.get("hx-history-restore-request") != "true":
         # the filter form swapped the report: the address bar shows the view, so it can be shared and gone back to
         return partial(request, "_usage_report.html", headers={"HX-Push-Url": f"/usage?{view.query()}"}, **context)
@@ -134,8 +164,11 @@ def usage_csv(request: Request, db: Engine) -> Response:
         raise BadRequest(f"by must be one of {', '.join(CSV_GROUPS)}", param="by")
     report = _report(db, view, (by,), now)
     name = f"usage-by-{by}-{view.start}-to-{view.end}.csv"
-    return Response(content=to_csv(report), media_type="text/csv; charset=utf-8",
-                    headers={"Content-Disposition": f'attachment; filename="{name}"'})
+    return Response(
+        content=to_csv(report),
+        media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )
 
 
 HANDLERS = [usage_page, usage_csv]

@@ -26,6 +26,13 @@ def shown_value(settings: Settings, name: str) -> object:
 
 
 def settings_rows(settings: Settings) -> list[dict[str, object]]:
-    return [{"name": name, "env": f"APPLIANCE_{name.upper()}", "value": shown_value(settings, name),
-             "origin": settings.origin(name), "description": field.description}
-            for name, field in Settings.model_fields.items()]
+    return [
+        {
+            "name": name,
+            "env": f"APPLIANCE_{name.upper()}",
+            "value": shown_value(settings, name),
+            "origin": settings.origin(name),
+            "description": field.description,
+        }
+        for name, field in Settings.model_fields.items()
+    ]

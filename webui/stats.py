@@ -67,19 +67,21 @@ def gpu_cards(samples: list[JsonObject]) -> list[JsonObject]:
             return [next((g.get(field) for g in (s.get("gpus") or []) if g.get("index") == index), None) for s in samples]
 
         used, total = series("memory_used_bytes"), series("memory_total_bytes")
-        cards.append({
-            "index": index,
-            "name": gpu.get("name") or f"GPU {index}",
-            "utilization": gpu.get("utilization_percent"),
-            "memory_used": gpu.get("memory_used_bytes"),
-            "memory_total": gpu.get("memory_total_bytes"),
-            "temperature": gpu.get("temperature_celsius"),
-            "power": gpu.get("power_watts"),
-            "util_series": series("utilization_percent"),
-            "memory_series": [_pct(u, t) for u, t in zip(used, total)],
-            "temp_series": series("temperature_celsius"),
-            "power_series": series("power_watts"),
-        })
+        cards.append(
+            {
+                "index": index,
+                "name": gpu.get("name") or f"GPU {index}",
+                "utilization": gpu.get("utilization_percent"),
+                "memory_used": gpu.get("memory_used_bytes"),
+                "memory_total": gpu.get("memory_total_bytes"),
+                "temperature": gpu.get("temperature_celsius"),
+                "power": gpu.get("power_watts"),
+                "util_series": series("utilization_percent"),
+                "memory_series": [_pct(u, t) for u, t in zip(used, total)],
+                "temp_series": series("temperature_celsius"),
+                "power_series": series("power_watts"),
+            }
+        )
     return cards
 
 
@@ -98,17 +100,38 @@ def serving(db: Engine, now: float | None = None) -> JsonObject:
     now = time.time() if now is None else now
     with db.connect() as conn:
         minute = conn.execute(
-            text("SELECT count(*), coalesce(sum(prompt_tokens + completion_tokens), 0), coalesce(sum(completion_tokens), 0)"
-                 " FROM usage WHERE created_at >= :since"), {"since": now - 60}).one()
+            text(
+                "SELECT count(*), coalesce(sum(prompt_tokens + completion_tokens), 0), coalesce(sum(completion_tokens), 0)"
+                " FROM usage WHERE created_at >= :since"
+            ),
+            {"since": now - 60},
+        ).one()
         hour = conn.execute(
-            text("SELECT count(*), coalesce(sum(cache_tier != 'miss'), 0), coalesce(sum(status >= 400), 0)"
-                 " FROM usage WHERE created_at >= :since"), {"since": now - 3600}).one()
-        ttfts = [r[0] for r in conn.execute(
-            text("SELECT ttft_ms FROM usage WHERE created_at >= :since AND ttft_ms IS NOT NULL AND status < 400 AND cache_tier = 'miss'"
-                 " ORDER BY ttft_ms LIMIT 100000"), {"since": now - 3600})]
-        per_minute = dict(conn.execute(
-            text("SELECT CAST((:now - created_at) / 60 AS INTEGER) AS ago, sum(completion_tokens) FROM usage"
-                 " WHERE created_at >= :since GROUP BY ago"), {"now": now, "since": now - 30 * 60}).all())
+            text(
+                "SELECT count(*), coalesce(sum(cache_tier != 'miss'), 0), coalesce(sum(status >= 400), 0)"
+                " FROM usage WHERE created_at >= :since"
+            ),
+            {"since": now - 3600},
+        ).one()
+        ttfts = [
+            r[0]
+            for r in conn.execute(
+                text(
+                    "SELECT ttft_ms FROM usage WHERE created_at >= :since AND ttft_ms IS NOT NULL AND status < 400 AND cache_tier = 'miss'"
+                    " ORDER BY ttft_ms LIMIT 100000"
+                ),
+                {"since": now - 3600},
+            )
+        ]
+        per_minute = dict(
+            conn.execute(
+                text(
+                    "SELECT CAST((:now - created_at) / 60 AS INTEGER) AS ago, sum(completion_tokens) FROM usage"
+                    " WHERE created_at >= :since GROUP BY ago"
+                ),
+                {"now": now, "since": now - 30 * 60},
+            ).all()
+        )
     requests_hour = int(hour[0] or 0)
     return {
         "requests_per_s": (minute[0] or 0) / 60.0,

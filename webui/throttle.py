@@ -94,7 +94,9 @@ class LoginThrottle:
             if len(by_address) >= ADDRESS_LIMIT:
                 address_wait = by_address[len(by_address) - ADDRESS_LIMIT] + self.window - now
             if by_address:
-                address_wait = max(address_wait, by_address[-1] + _backoff(len(by_address), ADDRESS_FREE, ADDRESS_MAX_DELAY) - now)
+                address_wait = max(
+                    address_wait, by_address[-1] + _backoff(len(by_address), ADDRESS_FREE, ADDRESS_MAX_DELAY) - now
+                )
             account_wait = 0.0
             if by_account and by_address:  # a clean address is never held back by others' failures
                 account_wait = by_account[-1] + _backoff(len(by_account), ACCOUNT_FREE, ACCOUNT_MAX_DELAY) - now

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, select, update
 
 from appliance.db.engine import session
-from appliance.errors import AuthenticationFailed, BadRequest, NotFound
 from appliance.db.tables import ApiKey, Team
+from appliance.errors import AuthenticationFailed, BadRequest, NotFound
 
 KEY_PREFIX = "ak_"
 MAX_TOKEN_LENGTH = 128

@@ -42,8 +42,9 @@ def _refuse_self(actor_id: int, user_id: int, what: str) -> None:
 
 
 def _last_admin(row: User, what: str) -> Conflict:
-    return Conflict(f"{row.username} is the last active admin and cannot be {what}; make another user an admin first.",
-                    code="last_admin")
+    return Conflict(
+        f"{row.username} is the last active admin and cannot be {what}; make another user an admin first.", code="last_admin"
+    )
 
 
 def _guarded_write(db: Engine, sql: str, params: dict[str, object]) -> bool:
@@ -74,7 +75,9 @@ def set_disabled(db: Engine, actor_id: int, user_id: int, disabled: bool) -> Use
     _refuse_self(actor_id, user_id, "disable" if disabled else "enable")
     row = _target(db, user_id)
     guard = f" AND {_OTHER_ADMIN_REMAINS}" if disabled else ""
-    if not _guarded_write(db, f"UPDATE users SET disabled = :disabled WHERE id = :id{guard}", {"id": user_id, "disabled": disabled}):
+    if not _guarded_write(
+        db, f"UPDATE users SET disabled = :disabled WHERE id = :id{guard}", {"id": user_id, "disabled": disabled}
+    ):
         raise _last_admin(row, "disabled")
     return row
 
@@ -96,6 +99,9 @@ def reset_password(db: Engine, actor_id: int, user_id: int, password_hash: str) 
     row = _target(db, user_id)
     if row.sso_subject is not None:
         raise BadRequest(f"{row.username} signs in through the identity provider and has no password here.", param="user")
-    _guarded_write(db, "UPDATE users SET password_hash = :hash, must_change_password = 1 WHERE id = :id",
-                   {"id": user_id, "hash": password_hash})
+    _guarded_write(
+        db,
+        "UPDATE users SET password_hash = :hash, must_change_password = 1 WHERE id = :id",
+        {"id": user_id, "hash": password_hash},
+    )
     return row

@@ -10,16 +10,26 @@ from sqlalchemy import Engine, select
 
 from appliance.accounts.common_passwords import COMMON_PASSWORDS
 from appliance.db.engine import session
-from appliance.errors import BadRequest, Conflict, NotFound
 from appliance.db.tables import User
+from appliance.errors import BadRequest, Conflict, NotFound
 
 ROLES = ("admin", "operator", "viewer")
 MIN_PASSWORD = 12
 _hasher = PasswordHasher()
 
 # Keyboard rows, columns and sequences, forwards; walks are looked up in these and their reverses.
-_WALKS = ("qwertyuiop", "asdfghjkl", "zxcvbnm", "azertyuiop", "qwertzuiop", "1234567890", "abcdefghijklmnopqrstuvwxyz",
-          "1qaz2wsx3edc4rfv5tgb6yhn7ujm8ik9ol0p", "qazwsxedcrfvtgbyhnujmikolp", "!@#$%^&*()")
+_WALKS = (
+    "qwertyuiop",
+    "asdfghjkl",
+    "zxcvbnm",
+    "azertyuiop",
+    "qwertzuiop",
+    "1234567890",
+    "abcdefghijklmnopqrstuvwxyz",
+    "1qaz2wsx3edc4rfv5tgb6yhn7ujm8ik9ol0p",
+    "qazwsxedcrfvtgbyhnujmikolp",
+    "!@#$%^&*()",
+)
 _WALKS = _WALKS + tuple(w[::-1] for w in _WALKS)
 _LEET = str.maketrans({"@": "a", "4": "a", "0": "o", "1": "i", "!": "i", "3": "e", "$": "s", "5": "s", "7": "t", "+": "t"})
 _EDGE = "0123456789!@#$%^&*()-_=+.,;:?~ "
@@ -32,7 +42,7 @@ def _walk_share(text: str) -> float:
     while i < len(text) - 2:
         best = 0
         for walk in _WALKS:
-            at = walk.find(text[i:i + 3])
+            at = walk.find(text[i : i + 3])
             if at < 0:
                 continue
             n = 3
@@ -64,7 +74,11 @@ def password_problem(password: str, username: str | None = None) -> str | None:
     if candidates & COMMON_PASSWORDS or any(c.rstrip("0123456789") in COMMON_PASSWORDS for c in candidates if c):
         return "That password is one of the most commonly used passwords; choose another."
     name = (username or "").strip().lower()
-    if name and (name in candidates or name[::-1] in candidates or (len(name) >= 3 and name in core and core.replace(name, "").strip(_EDGE) == "")):
+    if name and (
+        name in candidates
+        or name[::-1] in candidates
+        or (len(name) >= 3 and name in core and core.replace(name, "").strip(_EDGE) == "")
+    ):
         return "The password must not be the user name."
     if lowered.isdigit():
         return "The password must not be digits only."
@@ -113,7 +127,9 @@ def create_user(db: Engine, username: str, password: str, role: str = "viewer", 
     with session(db) as s:
         if s.execute(select(User).where(User.username == username)).scalars().first():
             raise Conflict(f"user {username} already exists")
-        user = User(username=username, password_hash=hash_password(password), role=role, must_change_password=must_change_password)
+        user = User(
+            username=username, password_hash=hash_password(password), role=role, must_change_password=must_change_password
+        )
         s.add(user)
         s.commit()
         s.refresh(user)

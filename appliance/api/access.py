@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from typing import Callable
+from collections.abc import Callable
 
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import msgspec
 from litestar import Controller, Request, delete, get, post, put
@@ -46,9 +46,16 @@ class AliasSet(msgspec.Struct, kw_only=True):
 
 def _key_view(row: ApiKey) -> JsonObject:
     return {
-        "id": row.id, "name": row.name, "prefix": row.prefix, "role": row.role, "team_id": row.team_id,
-        "priority": row.priority, "allowed_models": msgspec.json.decode(row.allowed_models) if row.allowed_models else None,
-        "created_at": row.created_at, "expires_at": row.expires_at, "revoked_at": row.revoked_at,
+        "id": row.id,
+        "name": row.name,
+        "prefix": row.prefix,
+        "role": row.role,
+        "team_id": row.team_id,
+        "priority": row.priority,
+        "allowed_models": msgspec.json.decode(row.allowed_models) if row.allowed_models else None,
+        "created_at": row.created_at,
+        "expires_at": row.expires_at,
+        "revoked_at": row.revoked_at,
     }
 
 
@@ -62,7 +69,9 @@ class InstancesController(Controller):
         return [i.summary() for i in router.instances.values()]
 
     @post("/{model:str}/load", status_code=200)
-    async def load(self, model: str, router: Router, names: ModelNames, audit: AuditTrail, actor: str, pin: bool = False) -> JsonObject:
+    async def load(
+        self, model: str, router: Router, names: ModelNames, audit: AuditTrail, actor: str, pin: bool = False
+    ) -> JsonObject:
         instance = await router.load(names.resolve(model), pin=pin or None)
         audit.record(actor, "model.load", instance.name, f"pin={pin}")
         return instance.summary()
@@ -74,7 +83,9 @@ class InstancesController(Controller):
         return {"model": model, "unloaded": unloaded}
 
     @post("/{model:str}/pin", status_code=200)
-    async def pin(self, model: str, router: Router, names: ModelNames, audit: AuditTrail, actor: str, pinned: bool = True) -> JsonObject:
+    async def pin(
+        self, model: str, router: Router, names: ModelNames, audit: AuditTrail, actor: str, pinned: bool = True
+    ) -> JsonObject:
         instance = router.pin(names.resolve(model).name, pinned)
         audit.record(actor, "model.pin" if pinned else "model.unpin", instance.name)
         return instance.summary()
@@ -92,8 +103,14 @@ class KeysController(Controller):
     @post("/", status_code=201)
     async def create_key(self, data: KeyCreate, keyring: KeyRing, audit: AuditTrail, actor: str) -> JsonObject:
         expires = time.time() + data.expires_in_days * 86400 if data.expires_in_days else None
-        row, secret = keyring.create(data.name, role=data.role, team_id=data.team_id, priority=data.priority,
-                                     allowed_models=data.allowed_models, expires_at=expires)
+        row, secret = keyring.create(
+            data.name,
+            role=data.role,
+            team_id=data.team_id,
+            priority=data.priority,
+            allowed_models=data.allowed_models,
+            expires_at=expires,
+        )
         audit.record(actor, "key.create", row.prefix, f"name={row.name} role={row.role}")
         return {**_key_view(row), "secret": secret}
 
@@ -125,7 +142,9 @@ class AliasesController(Controller):
         return names.aliases()
 
     @put("/{name:str}", status_code=200)
-    async def set_alias(self, name: str, data: AliasSet, names: ModelNames, db: Engine, audit: AuditTrail, actor: str) -> dict[str, str]:
+    async def set_alias(
+        self, name: str, data: AliasSet, names: ModelNames, db: Engine, audit: AuditTrail, actor: str
+    ) -> dict[str, str]:
         return {"name": name, "target": aliases.set_alias(names, db, audit, actor, name, data.target)}
 
     @delete("/{name:str}", status_code=200)
@@ -157,11 +176,19 @@ class OpsController(Controller):
         return result
 
     @post("/restore", status_code=200)
-    async def restore(self, request: Request, data: BackupRequest, settings: Settings, after_restore: Callable[[], None],
-                      audit: AuditTrail, actor: str) -> JsonObject:
+    async def restore(
+        self,
+        request: Request,
+        data: BackupRequest,
+        settings: Settings,
+        after_restore: Callable[[], None],
+        audit: AuditTrail,
+        actor: str,
+    ) -> JsonObject:
         folder = backups.backups_dir(settings.data_dir)
-        source, in_backups = backups.restore_source(folder, name=data.name, path=data.path,
-                                                    local=bool(request.scope.get(LOCAL_MARK)))  # type: ignore[call-overload]
+        source, in_backups = backups.restore_source(
+            folder, name=data.name, path=data.path, local=bool(request.scope.get(LOCAL_MARK))
+        )  # type: ignore[call-overload]
         result = await asyncio.to_thread(backups.restore, settings.db_path, source, in_backups=in_backups)
         after_restore()
         audit.record(actor, "db.restore", result["path"])

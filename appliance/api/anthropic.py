@@ -10,7 +10,7 @@ names its endpoint ``messages``. Errors on these routes take Anthropic's shape
 from __future__ import annotations
 
 import contextlib
-from typing import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import msgspec
 from litestar import Controller, Request, Response, post
@@ -50,13 +50,20 @@ class AnthropicController(Controller):
         response = await gateway.handle(request, principal, "chat", chat_request(data), ledger_endpoint=LEDGER_ENDPOINT)
         if isinstance(response, Stream):
             translator = StreamTranslator(data.model, data.stop_sequences)
-            return Stream(_events(response.iterator, translator), media_type="text/event-stream",  # type: ignore[arg-type]
-                          headers=dict(response.headers))
-        return Response(content=message(msgspec.json.decode(response.content), data.stop_sequences), headers=dict(response.headers))
+            return Stream(
+                _events(response.iterator, translator),
+                media_type="text/event-stream",  # type: ignore[arg-type]
+                headers=dict(response.headers),
+            )
+        return Response(
+            content=message(msgspec.json.decode(response.content), data.stop_sequences), headers=dict(response.headers)
+        )
 
     @post("/count_tokens", summary="Count a message's input tokens", status_code=200)
     async def count_tokens(self, data: CountTokensRequest, gateway: Gateway, principal: Principal) -> JsonObject:
         counted = await gateway.prompt_tokens(principal, "chat", chat_request(data))
         if counted is None:
-            raise BadRequest(f"The model `{data.model}` cannot count prompt tokens in the gateway (only GGUF models can).", param="model")
+            raise BadRequest(
+                f"The model `{data.model}` cannot count prompt tokens in the gateway (only GGUF models can).", param="model"
+            )
         return {"input_tokens": counted}

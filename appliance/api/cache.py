@@ -44,8 +44,9 @@ class CacheController(Controller):
         return await asyncio.to_thread(cache.stats)
 
     @post("/purge", status_code=200)
-    async def purge(self, data: CachePurge, cache: ResponseCache, names: ModelNames, keyring: KeyRing,
-                    audit: AuditTrail, actor: str) -> JsonObject:
+    async def purge(
+        self, data: CachePurge, cache: ResponseCache, names: ModelNames, keyring: KeyRing, audit: AuditTrail, actor: str
+    ) -> JsonObject:
         if data.all == bool(data.model or data.key):
             raise BadRequest("Name a model, a key (or both), or send all: true.", param="all")
         model = key_id = None
@@ -63,7 +64,9 @@ class CacheController(Controller):
 
     @get("/policy")
     async def get_policy(
-        self, cache: ResponseCache, keyring: KeyRing,
+        self,
+        cache: ResponseCache,
+        keyring: KeyRing,
         policy_scope: Annotated[str, Parameter(query="scope")] = "global",  # `scope` is reserved by Litestar
         ident: Annotated[str | None, Parameter(query="id")] = None,
     ) -> JsonObject:
@@ -83,7 +86,8 @@ class CacheController(Controller):
         return {"scope": "global", "id": None, "policy": cache.get_policy("global"), "defaults": defaults}
 
     @put("/policy", status_code=200)
-    async def set_policy(self, data: CachePolicySet, cache: ResponseCache, keyring: KeyRing, db: Engine,
-                         audit: AuditTrail, actor: str) -> JsonObject:
+    async def set_policy(
+        self, data: CachePolicySet, cache: ResponseCache, keyring: KeyRing, db: Engine, audit: AuditTrail, actor: str
+    ) -> JsonObject:
         ident, clean = set_subject_policy(cache, keyring, db, audit, actor, data.scope, data.id, data.policy)
         return {"scope": data.scope, "id": ident, "policy": clean}

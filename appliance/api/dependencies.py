@@ -9,7 +9,8 @@ The caller comes the same way: ``principal`` (set by the access guard) and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from litestar import Request
 from litestar.datastructures import State
@@ -120,11 +121,24 @@ def provide_actor(request: Request) -> str:  # type: ignore[type-arg]
 def dependencies() -> dict[str, Provide]:
     """Every injectable collaborator, by the parameter name handlers use for it."""
     providers: dict[str, Callable[..., object]] = {
-        "settings": provide_settings, "db": provide_db, "keyring": provide_keyring, "audit": provide_audit,
-        "jobs": provide_jobs, "store": provide_store, "names": provide_names, "meter": provide_meter, "quotas": provide_quotas,
-        "metrics": provide_metrics, "cache": provide_cache, "router": provide_router, "gateway": provide_gateway,
+        "settings": provide_settings,
+        "db": provide_db,
+        "keyring": provide_keyring,
+        "audit": provide_audit,
+        "jobs": provide_jobs,
+        "store": provide_store,
+        "names": provide_names,
+        "meter": provide_meter,
+        "quotas": provide_quotas,
+        "metrics": provide_metrics,
+        "cache": provide_cache,
+        "router": provide_router,
+        "gateway": provide_gateway,
         "load_events": provide_load_events,
-        "responses": provide_responses, "response_store": provide_response_store,
-        "after_restore": provide_after_restore, "principal": provide_principal, "actor": provide_actor,
+        "responses": provide_responses,
+        "response_store": provide_response_store,
+        "after_restore": provide_after_restore,
+        "principal": provide_principal,
+        "actor": provide_actor,
     }
     return {name: Provide(provider, sync_to_thread=False) for name, provider in providers.items()}

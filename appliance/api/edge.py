@@ -84,8 +84,15 @@ def canonical(raw_path: bytes) -> bool:
 class ApplianceASGI:
     """Host check, canonical paths and body read deadlines in front of the Litestar app."""
 
-    def __init__(self, app: ASGIApp, allowed_hosts: list[str], *, local: bool = False, body_timeout: float = 30.0,
-                 observe_overhead: OverheadObserver | None = None):
+    def __init__(
+        self,
+        app: ASGIApp,
+        allowed_hosts: list[str],
+        *,
+        local: bool = False,
+        body_timeout: float = 30.0,
+        observe_overhead: OverheadObserver | None = None,
+    ):
         self.app = app
         self._observe = observe_overhead
         self._allowed = frozenset(h.lower() for h in allowed_hosts)
@@ -110,13 +117,25 @@ class ApplianceASGI:
                 return
         raw_path = scope.get("raw_path") or scope["path"].encode("utf-8", "surrogateescape")
         if not canonical(raw_path):
-            await send_error(send, BadRequest("The request path is not in canonical form (no '//', '.' or '..' "
-                                              "segments, encoded '/', '.', ';', '%' or NUL bytes).", code="non_canonical_path"))
+            await send_error(
+                send,
+                BadRequest(
+                    "The request path is not in canonical form (no '//', '.' or '..' "
+                    "segments, encoded '/', '.', ';', '%' or NUL bytes).",
+                    code="non_canonical_path",
+                ),
+            )
             return
         repeated = repeated_query_name(scope.get("query_string") or b"")
         if repeated is not None:
-            await send_error(send, BadRequest(f"The query parameter {repeated!r} is given more than once; every parameter "
-                                              "here takes one value.", param=repeated, code="repeated_query_parameter"))
+            await send_error(
+                send,
+                BadRequest(
+                    f"The query parameter {repeated!r} is given more than once; every parameter here takes one value.",
+                    param=repeated,
+                    code="repeated_query_parameter",
+                ),
+            )
             return
         if scope["type"] == "http":
             receive = _deadline_receive(receive, self._body_timeout)

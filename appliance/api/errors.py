@@ -16,7 +16,6 @@ import logging
 import re
 
 import msgspec
-
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
@@ -27,8 +26,15 @@ from appliance.serving.anthropic.errors import error_body, error_type
 
 log = logging.getLogger("appliance.errors")
 
-_STATUS_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "invalid_request_error",
-                 405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error"}
+_STATUS_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+}
 
 
 ERROR_SHAPE = "error_shape"
@@ -56,13 +62,19 @@ def _error_shape(request: Request) -> str | None:
 def _respond(request: Request, status: int, body: JsonObject, headers: dict[str, str] | None = None) -> Response:
     shape = _error_shape(request)
     if shape == _OLLAMA:
-        return Response(content={"error": body["error"]["message"]}, status_code=status, media_type=MediaType.JSON, headers=headers)
+        return Response(
+            content={"error": body["error"]["message"]}, status_code=status, media_type=MediaType.JSON, headers=headers
+        )
     if shape == _ANTHROPIC:
         body = error_body(error_type(status), body["error"]["message"])
     if request.headers.get("hx-request") == "true":
         message = html.escape(body["error"]["message"])
-        return Response(content=f'<div class="alert alert-error" role="alert">{message}</div>', status_code=status,
-                        media_type=MediaType.HTML, headers={**(headers or {}), "HX-Reswap": "innerHTML", "HX-Retarget": "#errors"})
+        return Response(
+            content=f'<div class="alert alert-error" role="alert">{message}</div>',
+            status_code=status,
+            media_type=MediaType.HTML,
+            headers={**(headers or {}), "HX-Reswap": "innerHTML", "HX-Retarget": "#errors"},
+        )
     return Response(content=body, status_code=status, media_type=MediaType.JSON, headers=headers)
 
 

@@ -12,8 +12,8 @@ Every change is audited and drops remembered name resolutions
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable
 
 import msgspec
 from litestar import Controller, Request, delete, get, post
@@ -63,8 +63,13 @@ def _view(info: VariantInfo, *, full: bool = False) -> JsonObject:
 def _fit_view(row: PlanRow | None) -> JsonObject | None:
     if row is None:
         return None
-    return {"fits": row.fits, "backend": row.backend, "placement": row.placement, "reason": row.reason,
-            "estimated_bytes": row.estimated_bytes}
+    return {
+        "fits": row.fits,
+        "backend": row.backend,
+        "placement": row.placement,
+        "reason": row.reason,
+        "estimated_bytes": row.estimated_bytes,
+    }
 
 
 @dataclass(frozen=True)
@@ -159,8 +164,11 @@ class ModelsController(Controller):
         manifest, files = store.export_bundle(name)
         changes.record("model.export", manifest["name"])
         filename = f"{manifest['family']}-{manifest['variant']}.tar"
-        return Stream(bundle_stream(manifest, files), media_type="application/x-tar",
-                      headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+        return Stream(
+            bundle_stream(manifest, files),
+            media_type="application/x-tar",
+            headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+        )
 
     @delete("/{name:str}", status_code=200, sync_to_thread=True)
     def delete_model(self, store: ModelStore, changes: StoreChanges, name: str) -> JsonObject:
@@ -177,8 +185,7 @@ class ModelsController(Controller):
     @post("/{name:str}/quantize", status_code=202, sync_to_thread=True)
     def quantize(self, store: ModelStore, changes: StoreChanges, name: str, data: QuantizeRequest) -> JsonObject:
         source, target = store.prepare_quantize(name, data.to)
-        return changes.start("quantize", f"{source.family}:{target}",
-                      lambda ctx: store.quantize(source.name, target, ctx=ctx))
+        return changes.start("quantize", f"{source.family}:{target}", lambda ctx: store.quantize(source.name, target, ctx=ctx))
 
     @post("/{name:str}/default", status_code=200, sync_to_thread=True)
     def set_default(self, store: ModelStore, changes: StoreChanges, name: str) -> JsonObject:

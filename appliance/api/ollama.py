@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 
 import msgspec
 from litestar import Controller, Request, Response, delete, get, post
@@ -25,12 +25,18 @@ from appliance.api.errors import ollama_errors
 from appliance.api.models import CHANGES, StoreChanges
 from appliance.errors import ApplianceError, BadRequest, PermissionDenied
 from appliance.jsontypes import JsonObject
-from appliance.serving.ollama import translate
-from appliance.serving.ollama import views
 from appliance.serving.gateway import Gateway
 from appliance.serving.names import ModelNames
-from appliance.serving.ollama.schema import (ChatRequest, DeleteRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest,
-                                             PullRequest, ShowRequest)
+from appliance.serving.ollama import translate, views
+from appliance.serving.ollama.schema import (
+    ChatRequest,
+    DeleteRequest,
+    EmbeddingsRequest,
+    EmbedRequest,
+    GenerateRequest,
+    PullRequest,
+    ShowRequest,
+)
 from appliance.serving.router import Router
 from appliance.settings import Settings
 from appliance.store.jobs import JobRegistry
@@ -112,9 +118,18 @@ class OllamaController(Controller):
     @get("/ps", summary="List loaded models", sync_to_thread=True)
     def running(self, principal: Principal, store: ModelStore, router: Router, settings: Settings) -> JsonObject:
         now, clock = time.time(), time.monotonic()
-        models = [views.ps_entry(store.get(instance.name), instance.plan, last_used_ago=clock - instance.last_used,
-                                 idle_unload_seconds=settings.idle_unload_seconds, pinned=instance.pinned, now=now)
-                  for instance in list(router.instances.values()) if principal.may_use(instance.name)]
+        models = [
+            views.ps_entry(
+                store.get(instance.name),
+                instance.plan,
+                last_used_ago=clock - instance.last_used,
+                idle_unload_seconds=settings.idle_unload_seconds,
+                pinned=instance.pinned,
+                now=now,
+            )
+            for instance in list(router.instances.values())
+            if principal.may_use(instance.name)
+        ]
         return {"models": models}
 
     @post("/show", summary="Show a model", status_code=200, sync_to_thread=True)
@@ -128,19 +143,23 @@ class OllamaController(Controller):
         return views.show(target)
 
     @post("/chat", summary="Chat (NDJSON stream unless stream is false)", status_code=200)
-    async def chat(self, request: Request, data: ChatRequest, gateway: Gateway, principal: Principal, names: ModelNames) -> Response:
+    async def chat(
+        self, request: Request, data: ChatRequest, gateway: Gateway, principal: Principal, names: ModelNames
+    ) -> Response:
         started = time.perf_counter_ns()
         if not data.messages:
             return self._loaded(data.model, principal, names, started, chat=True)
         response = await gateway.handle(request, principal, "chat", translate.chat_request(data))
         if isinstance(response, Stream):
             return self._stream(response, translate.StreamTranslator(data.model, chat=True, started_ns=started))
-        return Response(content=translate.chat_answer(_plain(response), data.model, _timings(started)),
-                        headers=_passed_headers(response))
+        return Response(
+            content=translate.chat_answer(_plain(response), data.model, _timings(started)), headers=_passed_headers(response)
+        )
 
     @post("/generate", summary="Generate (NDJSON stream unless stream is false)", status_code=200)
-    async def generate(self, request: Request, data: GenerateRequest, gateway: Gateway, principal: Principal,
-                       names: ModelNames) -> Response:
+    async def generate(
+        self, request: Request, data: GenerateRequest, gateway: Gateway, principal: Principal, names: ModelNames
+    ) -> Response:
         started = time.perf_counter_ns()
         body = translate.generate_request(data)
         if not data.prompt:
@@ -149,15 +168,17 @@ class OllamaController(Controller):
         response = await gateway.handle(request, principal, endpoint, body)
         if isinstance(response, Stream):
             return self._stream(response, translate.StreamTranslator(data.model, chat=False, started_ns=started))
-        return Response(content=translate.generate_answer(_plain(response), data.model, _timings(started)),
-                        headers=_passed_headers(response))
+        return Response(
+            content=translate.generate_answer(_plain(response), data.model, _timings(started)), headers=_passed_headers(response)
+        )
 
     @post("/embed", summary="Embed one or more inputs", status_code=200)
     async def embed(self, request: Request, data: EmbedRequest, gateway: Gateway, principal: Principal) -> Response:
         started = time.perf_counter_ns()
         response = await gateway.handle(request, principal, "embeddings", translate.embed_request(data))
-        return Response(content=translate.embed_answer(_plain(response), data.model, _timings(started)),
-                        headers=_passed_headers(response))
+        return Response(
+            content=translate.embed_answer(_plain(response), data.model, _timings(started)), headers=_passed_headers(response)
+        )
 
     @post("/embeddings", summary="Embed one prompt (Ollama's older route)", status_code=200)
     async def embeddings(self, request: Request, data: EmbeddingsRequest, gateway: Gateway, principal: Principal) -> Response:
@@ -203,8 +224,9 @@ class OllamaAdminController(Controller):
     tags = ["Ollama-compatible API"]
     dependencies = CHANGES
 
-    @post("/pull", summary="Pull a catalog model, a GGUF URL, a hub spec or a variant available on the hub (admin)",
-          status_code=200)
+    @post(
+        "/pull", summary="Pull a catalog model, a GGUF URL, a hub spec or a variant available on the hub (admin)", status_code=200
+    )
     async def pull(self, data: PullRequest, store: ModelStore, changes: StoreChanges, jobs: JobRegistry) -> Response:
         requested = data.model or data.name
         if not requested:
@@ -218,7 +240,8 @@ class OllamaAdminController(Controller):
             job = changes.start("pull", name, lambda ctx: store.pull_hub(hub, ctx=ctx))
         else:
             url, sha256, family, variant = await asyncio.to_thread(
-                store.prepare_pull, requested if is_url else None, name=None if is_url else requested)
+                store.prepare_pull, requested if is_url else None, name=None if is_url else requested
+            )
             name = f"{family}:{variant}"
             job = changes.start("pull", name, lambda ctx: store.pull(url, sha256=sha256, name=name, ctx=ctx))
         events = jobs.follow(int(job["id"]))

@@ -27,8 +27,15 @@ class OpenAIController(Controller):
         data = []
         for entry in names.listing():
             if principal.may_use(entry["id"]) or entry.get("target") and principal.may_use(entry["target"]):
-                data.append({"id": entry["id"], "object": "model", "created": int(entry["created"]), "owned_by": "appliance",
-                             "capabilities": entry["capabilities"]})
+                data.append(
+                    {
+                        "id": entry["id"],
+                        "object": "model",
+                        "created": int(entry["created"]),
+                        "owned_by": "appliance",
+                        "capabilities": entry["capabilities"],
+                    }
+                )
         return {"object": "list", "data": data}
 
     @post("/chat/completions", summary="Create chat completion", status_code=200)
@@ -42,4 +49,3 @@ class OpenAIController(Controller):
     @post("/embeddings", summary="Create embeddings", status_code=200)
     async def embeddings(self, request: Request, data: EmbeddingRequest, gateway: Gateway) -> Response:
         return await gateway.handle(request, principal_of(request), "embeddings", data)
-

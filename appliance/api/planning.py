@@ -35,8 +35,9 @@ class PlanningController(Controller):
         return await sync_to_thread(hardware_report, settings)
 
     @get("/plan")
-    async def plan(self, model: str, settings: Settings, store: ModelStore, db: Engine, ctx: int | None = None,
-                   parallel: int | None = None) -> JsonObject:
+    async def plan(
+        self, model: str, settings: Settings, store: ModelStore, db: Engine, ctx: int | None = None, parallel: int | None = None
+    ) -> JsonObject:
         """Would ``model`` (a family or family:variant, installed or in the catalog) fit, and how."""
         if ctx is not None and not 1 <= ctx <= MAX_CONTEXT:
             raise BadRequest(f"ctx must be between 1 and {MAX_CONTEXT}", param="ctx")
@@ -44,6 +45,7 @@ class PlanningController(Controller):
             raise BadRequest(f"parallel must be between 1 and {MAX_PARALLEL}", param="parallel")
         if not model or len(model) > 200 or "/" in model or "\\" in model or "\x00" in model:
             raise BadRequest("model must be a model name (family or family:variant)", param="model")
+
         def work() -> JsonObject:
             variants = resolve_variants(model, store=store)
             prefs = preferences_for(settings, software(settings), ctx, parallel)

@@ -18,8 +18,13 @@ class ResponsesController(Controller):
     tags = ["OpenAI-compatible API"]
 
     @post("/", summary="Create a response (text and function calls; streamed with stream=true)", status_code=200)
-    async def create(self, request: Request, data: ResponsesRequest, responses: ResponsesService,  # type: ignore[type-arg]
-                     principal: Principal) -> Response:
+    async def create(
+        self,
+        request: Request,
+        data: ResponsesRequest,
+        responses: ResponsesService,  # type: ignore[type-arg]
+        principal: Principal,
+    ) -> Response:
         return await responses.create(request, principal, data)
 
     @get("/{response_id:str}", summary="Get a stored response (the creating key only)")
@@ -30,8 +35,13 @@ class ResponsesController(Controller):
     async def input_items(self, response_id: str, response_store: ResponseStore, principal: Principal) -> JsonObject:
         items = (await response_store.load_async(principal, response_id)).items
         data = [{"id": f"{response_id}_in_{index}", **item} for index, item in enumerate(items)]
-        return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
-                "last_id": data[-1]["id"] if data else None, "has_more": False}
+        return {
+            "object": "list",
+            "data": data,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None,
+            "has_more": False,
+        }
 
     @delete("/{response_id:str}", summary="Delete a stored response (the creating key only)", status_code=200)
     async def remove(self, response_id: str, response_store: ResponseStore, principal: Principal) -> JsonObject:

@@ -20,10 +20,10 @@ from sqlalchemy.engine import Engine
 from appliance.api.access import Access, requires
 from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject
-from appliance.settings import Settings
 from appliance.metering.admin import QuotaService
 from appliance.metering.reports import parse_by, query_usage, to_csv
 from appliance.metering.usage_filters import custom_range, resolve_filters
+from appliance.settings import Settings
 
 MAX_COUNT = 10**15
 MAX_MONEY = 1e12
@@ -54,7 +54,12 @@ class QuotaUpdate(_Numbers):
     tokens_per_month: int | None = Field(default=None, ge=0, le=MAX_COUNT)
     cost_per_month: float | None = Field(default=None, ge=0, le=MAX_MONEY)
     max_concurrent: int | None = Field(default=None, ge=0, le=MAX_COUNT)
-    alert_percent: float | None = Field(default=None, ge=0, le=100, description="Budget alert threshold (%); null: the budget_alert_percent setting; 0: no alerts.")
+    alert_percent: float | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="Budget alert threshold (%); null: the budget_alert_percent setting; 0: no alerts.",
+    )
 
 
 class PriceUpdate(_Numbers):
@@ -101,15 +106,29 @@ class UsageController(Controller):
             raise BadRequest("Give from or since, not both.", param="from")
         if to is not None and until is not None:
             raise BadRequest("Give to or until, not both.", param="to")
-        begin, end = custom_range(start if start is not None else since, to if to is not None else until, now,
-                                  start_param="since" if start is None else "from", end_param="until" if to is None else "to",
-                                  end_excludes_date=to is None)
+        begin, end = custom_range(
+            start if start is not None else since,
+            to if to is not None else until,
+            now,
+            start_param="since" if start is None else "from",
+            end_param="until" if to is None else "to",
+            end_excludes_date=to is None,
+        )
         filters = resolve_filters(db, since=begin, until=end, team=team, key=key, model=model)
-        report = query_usage(db, since=filters.since, until=filters.until, key_id=filters.key_id, team_id=filters.team_id,
-                             model=filters.model, by=parse_by(by), now=now)
+        report = query_usage(
+            db,
+            since=filters.since,
+            until=filters.until,
+            key_id=filters.key_id,
+            team_id=filters.team_id,
+            model=filters.model,
+            by=parse_by(by),
+            now=now,
+        )
         if fmt == "csv":
-            return Response(to_csv(report), media_type="text/csv",
-                            headers={"content-disposition": 'attachment; filename="usage.csv"'})
+            return Response(
+                to_csv(report), media_type="text/csv", headers={"content-disposition": 'attachment; filename="usage.csv"'}
+            )
         return Response({**report, "currency": settings.currency})
 
 

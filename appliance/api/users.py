@@ -51,8 +51,9 @@ class UsersController(Controller):
         return {"username": user.username, "role": user.role, "must_change_password": user.must_change_password}
 
     @put("/{username:str}/password")
-    async def password(self, request: Request, username: str, data: PasswordSet, db: Engine, audit: AuditTrail,
-                       actor: str) -> JsonObject:
+    async def password(
+        self, request: Request, username: str, data: PasswordSet, db: Engine, audit: AuditTrail, actor: str
+    ) -> JsonObject:
         user = set_password(db, username, data.password, must_change_password=data.must_change_password)
         ended = _console(request).sessions.delete_for_user(user.id)
         audit.record(actor, "user.password_reset", user.username, f"sessions_ended={ended}")

@@ -4,8 +4,19 @@ from __future__ import annotations
 
 import threading
 
-COUNTERS = ("lookups", "exact", "semantic", "misses", "bypassed", "stores", "dropped", "evicted", "expired", "purged",
-            "semantic_skipped")
+COUNTERS = (
+    "lookups",
+    "exact",
+    "semantic",
+    "misses",
+    "bypassed",
+    "stores",
+    "dropped",
+    "evicted",
+    "expired",
+    "purged",
+    "semantic_skipped",
+)
 
 
 class CacheCounters:

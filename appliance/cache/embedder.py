@@ -14,8 +14,8 @@ per text) can stand in for it; tests and other deployments inject their own.
 from __future__ import annotations
 
 import concurrent.futures
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -46,8 +46,8 @@ def normalize(vectors: np.ndarray) -> np.ndarray:
 
 
 def file_sha256(path: Path) -> str:
-    from appliance.store.jobs import NullContext
     from appliance.store.imports import hash_file
+    from appliance.store.jobs import NullContext
 
     return hash_file(path, NullContext())
 
@@ -83,8 +83,16 @@ class LlamaCppEmbedder:
     def _load(self, threads: int) -> llama_cpp.Llama:
         import llama_cpp
 
-        return llama_cpp.Llama(model_path=str(self.path), embedding=True, n_ctx=self.context, n_batch=self.context,
-                               n_ubatch=self.context, n_threads=threads, n_threads_batch=threads, verbose=False)
+        return llama_cpp.Llama(
+            model_path=str(self.path),
+            embedding=True,
+            n_ctx=self.context,
+            n_batch=self.context,
+            n_ubatch=self.context,
+            n_threads=threads,
+            n_threads_batch=threads,
+            verbose=False,
+        )
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:

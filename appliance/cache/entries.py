@@ -77,9 +77,14 @@ class EntryStore:
         """``(id, embedding, prompt text)`` of the unexpired rows of a semantic scope."""
         now = time.time()
         ttl = self._settings.cache_ttl_seconds
-        rows = self.reader().execute(
-            "SELECT id, embedding, prompt_text, created_at FROM cache_entries WHERE scope_key = ? AND embedding IS NOT NULL",
-            (scope,)).fetchall()
+        rows = (
+            self.reader()
+            .execute(
+                "SELECT id, embedding, prompt_text, created_at FROM cache_entries WHERE scope_key = ? AND embedding IS NOT NULL",
+                (scope,),
+            )
+            .fetchall()
+        )
         return [(r[0], r[1], r[2]) for r in rows if not expired(r[3], ttl, now)]
 
     def totals(self) -> tuple[int, int, int]:
@@ -87,7 +92,8 @@ class EntryStore:
         conn = self.connect()
         try:
             return conn.execute(
-                "SELECT count(*), coalesce(sum(size_bytes), 0), coalesce(sum(hits), 0) FROM cache_entries").fetchone()
+                "SELECT count(*), coalesce(sum(size_bytes), 0), coalesce(sum(hits), 0) FROM cache_entries"
+            ).fetchone()
         finally:
             conn.close()
 
@@ -101,25 +107,51 @@ def keys(conn: sqlite3.Connection) -> list[str]:
     return [k for (k,) in conn.execute("SELECT cache_key FROM cache_entries")]
 
 
-def upsert(conn: sqlite3.Connection, prep: Prepared, response: str, embedding: bytes | None, prompt_tokens: int,
-           completion_tokens: int, size: int, now: float) -> tuple[int, int]:
+def upsert(
+    conn: sqlite3.Connection,
+    prep: Prepared,
+    response: str,
+    embedding: bytes | None,
+    prompt_tokens: int,
+    completion_tokens: int,
+    size: int,
+    now: float,
+) -> tuple[int, int]:
     """Insert or replace the row of ``prep.key``; returns its id and hits (0 for a new row)."""
-    return conn.execute(_UPSERT, (
-        prep.key, prep.scope or "", prep.model, prep.key_id, prep.endpoint, prep.text if embedding else None, response,
-        prompt_tokens, completion_tokens, embedding, now, now, size)).fetchone()
+    return conn.execute(
+        _UPSERT,
+        (
+            prep.key,
+            prep.scope or "",
+            prep.model,
+            prep.key_id,
+            prep.endpoint,
+            prep.text if embedding else None,
+            response,
+            prompt_tokens,
+            completion_tokens,
+            embedding,
+            now,
+            now,
+            size,
+        ),
+    ).fetchone()
 
 
 def add_hits(conn: sqlite3.Connection, hits: dict[str, tuple[float, int]]) -> None:
     """Fold counted hits (cache key -> (latest hit time, count)) into the rows."""
     if hits:
-        conn.executemany("UPDATE cache_entries SET hits = hits + ?, last_hit_at = max(last_hit_at, ?) WHERE cache_key = ?",
-                         [(n, when, key) for key, (when, n) in hits.items()])
+        conn.executemany(
+            "UPDATE cache_entries SET hits = hits + ?, last_hit_at = max(last_hit_at, ?) WHERE cache_key = ?",
+            [(n, when, key) for key, (when, n) in hits.items()],
+        )
 
 
 def delete_least_recent(conn: sqlite3.Connection, n: int) -> Deleted:
     return conn.execute(
         "DELETE FROM cache_entries WHERE id IN (SELECT id FROM cache_entries ORDER BY last_hit_at, id LIMIT ?) RETURNING id, cache_key",
-        (n,)).fetchall()
+        (n,),
+    ).fetchall()
 
 
 def delete_created_before(conn: sqlite3.Connection, before: float) -> Deleted:

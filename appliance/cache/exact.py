@@ -196,5 +196,12 @@ class ExactTier:
 
     def _served(self, key: str, entry: HotEntry, now: float, tier: str, similarity: float | None = None) -> Hit:
         self._hits.count(key, now)
-        return Hit(tier, entry.endpoint, entry.response, entry.prompt_tokens, entry.completion_tokens,
-                   similarity=similarity, entry_id=entry.id)
+        return Hit(
+            tier,
+            entry.endpoint,
+            entry.response,
+            entry.prompt_tokens,
+            entry.completion_tokens,
+            similarity=similarity,
+            entry_id=entry.id,
+        )

@@ -16,8 +16,8 @@ response format and sampling parameters are identical.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TypeAlias
 
 import msgspec

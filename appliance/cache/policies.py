@@ -30,8 +30,10 @@ class CachePolicies:
 
     def base(self) -> Policy:
         """The defaults of this box, before any stored policy."""
-        return Policy(semantic=self._semantic_available and self._settings.semantic_cache_enabled,
-                      semantic_threshold=float(self._settings.semantic_cache_threshold))
+        return Policy(
+            semantic=self._semantic_available and self._settings.semantic_cache_enabled,
+            semantic_threshold=float(self._settings.semantic_cache_threshold),
+        )
 
     def for_principal(self, principal: Principal) -> Policy:
         """Defaults ← global policy ← team policy ← key policy; any `enabled: false` wins."""
@@ -55,8 +57,10 @@ class CachePolicies:
             if clean is None:
                 conn.execute("DELETE FROM kv WHERE key = ?", (POLICY_KV_PREFIX + name,))
             else:
-                conn.execute("INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                             (POLICY_KV_PREFIX + name, json.dumps(clean, sort_keys=True)))
+                conn.execute(
+                    "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    (POLICY_KV_PREFIX + name, json.dumps(clean, sort_keys=True)),
+                )
         finally:
             conn.close()
         self._stored.pop(name, None)

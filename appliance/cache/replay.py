@@ -95,7 +95,9 @@ def from_stream(endpoint: str, events: list[bytes], usage: JsonObject | None) ->
             if delta.get("reasoning_content"):
                 reasoning.append(delta["reasoning_content"])
             for call in delta.get("tool_calls") or ():
-                slot = tools.setdefault(int(call.get("index", 0)), {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+                slot = tools.setdefault(
+                    int(call.get("index", 0)), {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+                )
                 if call.get("id"):
                     slot["id"] = call["id"]
                 if call.get("type"):
@@ -106,7 +108,11 @@ def from_stream(endpoint: str, events: list[bytes], usage: JsonObject | None) ->
     if head is None or finish not in _FINISHED:
         return None
     usage = dict(usage or {})
-    base = {"id": head.get("id") or _new_id(endpoint), "created": head.get("created") or int(time.time()), "model": head.get("model")}
+    base = {
+        "id": head.get("id") or _new_id(endpoint),
+        "created": head.get("created") or int(time.time()),
+        "model": head.get("model"),
+    }
     if head.get("system_fingerprint"):
         base["system_fingerprint"] = head["system_fingerprint"]
     if endpoint == "chat":
@@ -138,10 +144,29 @@ def _join_logprobs(so_far: JsonObject | None, more: JsonObject) -> JsonObject:
 class Hit:
     """A cache hit, as the gateway serves it (``x-cache: tier``, similarity for semantic hits)."""
 
-    __slots__ = ("tier", "similarity", "prompt_tokens", "completion_tokens", "endpoint", "response", "entry_id", "_body", "_id", "_created")
+    __slots__ = (
+        "tier",
+        "similarity",
+        "prompt_tokens",
+        "completion_tokens",
+        "endpoint",
+        "response",
+        "entry_id",
+        "_body",
+        "_id",
+        "_created",
+    )
 
-    def __init__(self, tier: str, endpoint: str, response: JsonObject, prompt_tokens: int, completion_tokens: int,
-                 similarity: float | None = None, entry_id: int | None = None):
+    def __init__(
+        self,
+        tier: str,
+        endpoint: str,
+        response: JsonObject,
+        prompt_tokens: int,
+        completion_tokens: int,
+        similarity: float | None = None,
+        entry_id: int | None = None,
+    ):
         self.tier = tier
         self.similarity = similarity
         self.endpoint = endpoint
@@ -185,14 +210,34 @@ class Hit:
             delta: JsonObject = {"role": message.get("role") or "assistant", "content": message.get("content") or ""}
             if message.get("reasoning_content"):
                 delta["reasoning_content"] = message["reasoning_content"]
-            chunks.append({**base, "object": obj, "choices": [{"index": 0, "delta": delta, "logprobs": choice.get("logprobs"), "finish_reason": None}]})
+            chunks.append(
+                {
+                    **base,
+                    "object": obj,
+                    "choices": [{"index": 0, "delta": delta, "logprobs": choice.get("logprobs"), "finish_reason": None}],
+                }
+            )
             if message.get("tool_calls"):
                 calls = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
-                chunks.append({**base, "object": obj, "choices": [{"index": 0, "delta": {"tool_calls": calls}, "logprobs": None, "finish_reason": None}]})
+                chunks.append(
+                    {
+                        **base,
+                        "object": obj,
+                        "choices": [{"index": 0, "delta": {"tool_calls": calls}, "logprobs": None, "finish_reason": None}],
+                    }
+                )
             chunks.append({**base, "object": obj, "choices": [{"index": 0, "delta": {}, **last}]})
         else:
             obj = "text_completion"
-            chunks.append({**base, "object": obj, "choices": [{"index": 0, "text": choice.get("text") or "", "logprobs": choice.get("logprobs"), "finish_reason": None}]})
+            chunks.append(
+                {
+                    **base,
+                    "object": obj,
+                    "choices": [
+                        {"index": 0, "text": choice.get("text") or "", "logprobs": choice.get("logprobs"), "finish_reason": None}
+                    ],
+                }
+            )
             chunks.append({**base, "object": obj, "choices": [{"index": 0, "text": "", **last}]})
         if want_usage:
             chunks.append({**base, "object": obj, "choices": [], "usage": self._usage()})

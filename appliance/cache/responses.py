@@ -37,7 +37,15 @@ from appliance.cache.embedder import Embedder
 from appliance.cache.entries import EntryStore
 from appliance.cache.exact import ExactTier, HotEntries, HotEntry, PendingHits, StoredKeys
 from appliance.cache.keys import (
-    CacheableRequest, Policy, Prepared, cache_control, cache_key, is_deterministic, normalized, partition, scope_key,
+    CacheableRequest,
+    Policy,
+    Prepared,
+    cache_control,
+    cache_key,
+    is_deterministic,
+    normalized,
+    partition,
+    scope_key,
     semantic_text,
 )
 from appliance.cache.policies import CachePolicies
@@ -86,8 +94,9 @@ class ResponseCache:
         return self._policies.set(scope, ident, policy)
 
     # ---------------------------------------------------------------- keys
-    def _prepare(self, principal: Principal, endpoint: str, model: str, body: CacheableRequest,
-                 headers: RequestHeaders) -> Prepared | None:
+    def _prepare(
+        self, principal: Principal, endpoint: str, model: str, body: CacheableRequest, headers: RequestHeaders
+    ) -> Prepared | None:
         if not self.settings.cache_enabled:
             return None
         may_read, may_write = cache_control(headers)
@@ -98,16 +107,18 @@ class ResponseCache:
             return None
         doc = normalized(body)
         part = partition(principal, policy.share)
-        prep = Prepared(endpoint, model, cache_key(part, endpoint, model, doc), policy, doc, part, principal.id,
-                        may_read, may_write)
+        prep = Prepared(
+            endpoint, model, cache_key(part, endpoint, model, doc), policy, doc, part, principal.id, may_read, may_write
+        )
         if policy.semantic:
             text = semantic_text(endpoint, doc)
             if text and len(text) <= MAX_TEXT_CHARS and text.strip():
                 prep.text, prep.scope = text, scope_key(part, endpoint, model, doc)
         return prep
 
-    def _readable(self, principal: Principal, endpoint: str, model: str, body: CacheableRequest,
-                  headers: RequestHeaders) -> Prepared | None:
+    def _readable(
+        self, principal: Principal, endpoint: str, model: str, body: CacheableRequest, headers: RequestHeaders
+    ) -> Prepared | None:
         """The prepared request when the cache may answer it; a lookup the client or policy bypasses is counted."""
         prep = self._prepare(principal, endpoint, model, body, headers)
         if prep is None or not prep.may_read:
@@ -117,7 +128,9 @@ class ResponseCache:
         return prep
 
     # ---------------------------------------------------------------- lookups
-    def lookup(self, principal: Principal, endpoint: str, model: str, body: CacheableRequest, headers: RequestHeaders) -> Hit | None:
+    def lookup(
+        self, principal: Principal, endpoint: str, model: str, body: CacheableRequest, headers: RequestHeaders
+    ) -> Hit | None:
         """The exact tier only: synchronous, well under a millisecond."""
         prep = self._readable(principal, endpoint, model, body, headers)
         if prep is None:
@@ -126,8 +139,9 @@ class ResponseCache:
         self._counters.lookup(hit.tier if hit else "misses")
         return hit
 
-    async def lookup_async(self, principal: Principal, endpoint: str, model: str, body: CacheableRequest,
-                           headers: RequestHeaders) -> Hit | None:
+    async def lookup_async(
+        self, principal: Principal, endpoint: str, model: str, body: CacheableRequest, headers: RequestHeaders
+    ) -> Hit | None:
         """Exact tier, then (on a miss, when policy allows) the semantic tier on the embedding thread."""
         prep = self._readable(principal, endpoint, model, body, headers)
         if prep is None:
@@ -139,19 +153,30 @@ class ResponseCache:
         return hit
 
     # ---------------------------------------------------------------- stores
-    def store(self, principal: Principal, endpoint: str, model: str, body: CacheableRequest, result: JsonObject,
-              headers: RequestHeaders) -> None:
+    def store(
+        self, principal: Principal, endpoint: str, model: str, body: CacheableRequest, result: JsonObject, headers: RequestHeaders
+    ) -> None:
         """Queue a non-streamed response for the cache; returns at once."""
         prep = self._prepare(principal, endpoint, model, body, headers)
         if prep is None or not prep.may_write or not complete_response(endpoint, result):
             return
         # serve an immediate repeat from memory while the writer commits the row
-        self._hot.put(prep.key, HotEntry(None, endpoint, model, prep.key_id, result, *usage_tokens(result), time.time(),
-                                         len(_encode(result))))
+        self._hot.put(
+            prep.key,
+            HotEntry(None, endpoint, model, prep.key_id, result, *usage_tokens(result), time.time(), len(_encode(result))),
+        )
         self._writer.store(prep, result)
 
-    def store_stream(self, principal: Principal, endpoint: str, model: str, body: CacheableRequest, events: list[bytes],
-                     usage: JsonObject, headers: RequestHeaders) -> None:
+    def store_stream(
+        self,
+        principal: Principal,
+        endpoint: str,
+        model: str,
+        body: CacheableRequest,
+        events: list[bytes],
+        usage: JsonObject,
+        headers: RequestHeaders,
+    ) -> None:
         """Queue a streamed answer (its ``data:`` events and usage); folded into one response off the loop."""
         prep = self._prepare(principal, endpoint, model, body, headers)
         if prep is None or not prep.may_write or not events:

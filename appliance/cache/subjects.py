@@ -50,8 +50,14 @@ def _team(db: Engine, team_id: int) -> Team:
 
 
 def _key_principal(row: ApiKey) -> Principal:
-    return Principal(kind="key", id=row.id, name=row.prefix, role=row.role, team_id=row.team_id,
-                     cache_policy=json.loads(row.cache_policy) if row.cache_policy else None)
+    return Principal(
+        kind="key",
+        id=row.id,
+        name=row.prefix,
+        role=row.role,
+        team_id=row.team_id,
+        cache_policy=json.loads(row.cache_policy) if row.cache_policy else None,
+    )
 
 
 def global_policy(cache: ResponseCache) -> SubjectPolicy:
@@ -69,8 +75,16 @@ def key_policy(cache: ResponseCache, row: ApiKey) -> SubjectPolicy:
     return SubjectPolicy("key", row.id, f"key:{row.prefix}", stored, cache.policy_for(_key_principal(row)))
 
 
-def set_subject_policy(cache: ResponseCache, keyring: KeyRing, db: Engine, audit: AuditTrail, actor: str,
-                       scope: Scope, ident: str | None, policy: JsonObject | None) -> tuple[int | None, JsonObject | None]:
+def set_subject_policy(
+    cache: ResponseCache,
+    keyring: KeyRing,
+    db: Engine,
+    audit: AuditTrail,
+    actor: str,
+    scope: Scope,
+    ident: str | None,
+    policy: JsonObject | None,
+) -> tuple[int | None, JsonObject | None]:
     """Store (with None, remove) a subject's policy, audited under ``actor``; returns (subject id, policy as stored)."""
     try:
         clean = validate_policy(policy) if policy is not None else None
@@ -91,6 +105,10 @@ def set_subject_policy(cache: ResponseCache, keyring: KeyRing, db: Engine, audit
         cache.set_policy("global", None, clean)
     else:
         raise BadRequest("scope must be global, team or key.", param="scope")
-    audit.record(actor, "cache.policy", f"{scope}:{subject}" if subject is not None else scope,
-                 json.dumps(clean, sort_keys=True) if clean is not None else "removed")
+    audit.record(
+        actor,
+        "cache.policy",
+        f"{scope}:{subject}" if subject is not None else scope,
+        json.dumps(clean, sort_keys=True) if clean is not None else "removed",
+    )
     return subject, clean

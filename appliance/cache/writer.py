@@ -80,8 +80,16 @@ class _Command:
 class CacheWriter:
     """Owns every change to ``cache_entries`` and to the memory that mirrors it."""
 
-    def __init__(self, settings: Settings, rows: EntryStore, hot: HotEntries, hits: PendingHits,
-                 semantic: SemanticTier | None, counters: CacheCounters, stored: StoredKeys):
+    def __init__(
+        self,
+        settings: Settings,
+        rows: EntryStore,
+        hot: HotEntries,
+        hits: PendingHits,
+        semantic: SemanticTier | None,
+        counters: CacheCounters,
+        stored: StoredKeys,
+    ):
         self._settings = settings
         self._stored = stored
         self._rows = rows
@@ -247,8 +255,20 @@ class CacheWriter:
         entry_id, hits = entries.upsert(conn, prep, row.text, row.blob, row.prompt_tokens, row.completion_tokens, row.size, now)
         if hits == 0:
             self._count += 1
-        self._hot.put(prep.key, HotEntry(entry_id, prep.endpoint, prep.model, prep.key_id, row.response, row.prompt_tokens,
-                                         row.completion_tokens, now, len(row.text)))
+        self._hot.put(
+            prep.key,
+            HotEntry(
+                entry_id,
+                prep.endpoint,
+                prep.model,
+                prep.key_id,
+                row.response,
+                row.prompt_tokens,
+                row.completion_tokens,
+                now,
+                len(row.text),
+            ),
+        )
         if self._semantic is not None:
             if row.vector is not None and prep.scope is not None:
                 self._semantic.index.add(prep.scope, entry_id, row.vector, prep.text or "")

@@ -12,8 +12,6 @@ from appliance.cli.client import request
 from appliance.store.disk import human_size
 
 
-
-
 def register(group: click.Group) -> None:
     @group.group()
     def cache() -> None:
@@ -36,7 +34,10 @@ def register(group: click.Group) -> None:
         table.add_row("hit rate", f"{s['hit_rate']:.1%}")
         table.add_row("hits", f"{s['hits']} (exact {s['hits_by_tier']['exact']}, semantic {s['hits_by_tier']['semantic']})")
         table.add_row("evicted / expired / purged", f"{s['evicted']} / {s['expired']} / {s['purged']}")
-        table.add_row("semantic tier", f"{'on' if sem.get('enabled') else 'off'}, {sem.get('model') or '-'}, threshold {sem.get('threshold')}")
+        table.add_row(
+            "semantic tier",
+            f"{'on' if sem.get('enabled') else 'off'}, {sem.get('model') or '-'}, threshold {sem.get('threshold')}",
+        )
         Console().print(table)
 
     @cache.command("purge")
@@ -54,7 +55,7 @@ def register(group: click.Group) -> None:
     @cache.command("policy")
     @click.argument("scope", type=click.Choice(["global", "team", "key"]))
     @click.argument("ident", required=False)
-    @click.option("--set", "policy", help='New policy as JSON, e.g. \'{"enabled": false}\' or \'{"semantic": false}\'.')
+    @click.option("--set", "policy", help="New policy as JSON, e.g. '{\"enabled\": false}' or '{\"semantic\": false}'.")
     @click.option("--clear", is_flag=True, help="Remove the policy (defaults apply).")
     @click.pass_context
     def policy(ctx: click.Context, scope: str, ident: str | None, policy: str | None, clear: bool) -> None:

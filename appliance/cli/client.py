@@ -7,12 +7,11 @@ owner and group are the appliance's). Remotely: ``--url`` and an admin API key
 
 from __future__ import annotations
 
-
 import click
 import httpx
 
-from appliance.settings import load_settings
 from appliance.jsontypes import JsonValue
+from appliance.settings import load_settings
 
 
 def admin_client(ctx: click.Context, timeout: float = 600.0) -> httpx.Client:
@@ -25,7 +24,9 @@ def admin_client(ctx: click.Context, timeout: float = 600.0) -> httpx.Client:
     settings = obj.get("settings") or load_settings()
     sock = settings.admin_socket
     if not sock.exists():
-        raise click.ClickException(f"the appliance is not running for data dir {settings.data_dir} (no {sock.name}); start it with `appliancectl serve`")
+        raise click.ClickException(
+            f"the appliance is not running for data dir {settings.data_dir} (no {sock.name}); start it with `appliancectl serve`"
+        )
     return httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://appliance", timeout=timeout)
 
 

@@ -46,6 +46,14 @@ def register(group: click.Group) -> None:
         table = Table("model", "backend", "state", "pinned", "busy/slots", "waiting", "requests", "RSS MiB")
         for r in rows:
             rss = f"{r['rss_bytes'] / 2**20:.0f}" if r.get("rss_bytes") else "-"
-            table.add_row(r["model"], r["backend"], r["state"], "yes" if r["pinned"] else "", f"{r['inflight']}/{r['slots']}",
-                          str(r["waiting"]), str(r["requests"]), rss)
+            table.add_row(
+                r["model"],
+                r["backend"],
+                r["state"],
+                "yes" if r["pinned"] else "",
+                f"{r['inflight']}/{r['slots']}",
+                str(r["waiting"]),
+                str(r["requests"]),
+                rss,
+            )
         Console().print(table)

@@ -12,7 +12,7 @@ from appliance.cli.client import request
 
 
 def _when(ts: float | None) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M") if ts else "-"
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M") if ts else "-"
 
 
 def register(group: click.Group) -> None:
@@ -28,13 +28,28 @@ def register(group: click.Group) -> None:
     @click.option("--team-id", type=int)
     @click.option("--expires-in-days", type=float)
     @click.pass_context
-    def create(ctx: click.Context, name: str, role: str, priority: str, models: tuple[str, ...], team_id: int | None,
-               expires_in_days: float | None) -> None:
+    def create(
+        ctx: click.Context,
+        name: str,
+        role: str,
+        priority: str,
+        models: tuple[str, ...],
+        team_id: int | None,
+        expires_in_days: float | None,
+    ) -> None:
         """Create a key. The secret is printed once and cannot be shown again."""
-        body = {"name": name, "role": role, "priority": priority, "allowed_models": list(models) or None,
-                "team_id": team_id, "expires_in_days": expires_in_days}
+        body = {
+            "name": name,
+            "role": role,
+            "priority": priority,
+            "allowed_models": list(models) or None,
+            "team_id": team_id,
+            "expires_in_days": expires_in_days,
+        }
         key = request(ctx, "POST", "/admin/keys/", json=body)
-        click.echo(f"Created key {key['prefix']} (id {key['id']}, role {key['role']}). Store the secret now; it is not shown again:")
+        click.echo(
+            f"Created key {key['prefix']} (id {key['id']}, role {key['role']}). Store the secret now; it is not shown again:"
+        )
         click.echo(key["secret"])
 
     @keys.command("ls")
@@ -45,8 +60,17 @@ def register(group: click.Group) -> None:
         rows = request(ctx, "GET", "/admin/keys/", params={"include_revoked": include_revoked})
         table = Table("id", "prefix", "name", "role", "priority", "models", "created", "expires", "revoked")
         for r in rows:
-            table.add_row(str(r["id"]), r["prefix"], r["name"], r["role"], r["priority"], ",".join(r["allowed_models"] or ["*"]),
-                          _when(r["created_at"]), _when(r["expires_at"]), _when(r["revoked_at"]))
+            table.add_row(
+                str(r["id"]),
+                r["prefix"],
+                r["name"],
+                r["role"],
+                r["priority"],
+                ",".join(r["allowed_models"] or ["*"]),
+                _when(r["created_at"]),
+                _when(r["expires_at"]),
+                _when(r["revoked_at"]),
+            )
         Console().print(table)
 
     @keys.command("revoke")

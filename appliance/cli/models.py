@@ -59,7 +59,9 @@ def _follow(ctx: click.Context, job: JsonObject, detach: bool) -> JsonObject:
             final = check(client.get(f"/admin/jobs/{job_id}"))
     except KeyboardInterrupt:
         request(ctx, "POST", f"/admin/jobs/{job_id}/cancel")
-        raise click.ClickException(f"cancelled job {job_id}; a cancelled pull resumes when you pull the same name again") from None
+        raise click.ClickException(
+            f"cancelled job {job_id}; a cancelled pull resumes when you pull the same name again"
+        ) from None
     except httpx.TransportError as exc:
         raise click.ClickException(f"cannot reach the appliance: {exc}") from None
     if final["state"] != "done":
@@ -87,8 +89,15 @@ def register(group: click.Group) -> None:
             return
         table = Table("model", "default", "status", "format", "quantization", "size", "from")
         for r in rows:
-            table.add_row(r["name"], "*" if r["is_default"] else "", _status(r), r["format"], r["quantization"] or "-",
-                          _size(r["size_bytes"]), r["parent"] or r["source"] or "")
+            table.add_row(
+                r["name"],
+                "*" if r["is_default"] else "",
+                _status(r),
+                r["format"],
+                r["quantization"] or "-",
+                _size(r["size_bytes"]),
+                r["parent"] or r["source"] or "",
+            )
         Console().print(table)
 
     @models.command("pull")
@@ -105,7 +114,9 @@ def register(group: click.Group) -> None:
         job = request(ctx, "POST", "/admin/models/pull", json=body)
         hub = job.get("hub")
         if hub:
-            click.echo(f"{hub['name']} from {hub['source']}: {_size(hub['size_bytes'])} in {hub['files']} file(s); {hub['reason']}")
+            click.echo(
+                f"{hub['name']} from {hub['source']}: {_size(hub['size_bytes'])} in {hub['files']} file(s); {hub['reason']}"
+            )
         _done(_follow(ctx, job, detach), "Pulled")
 
     @models.command("import")
@@ -155,7 +166,9 @@ def register(group: click.Group) -> None:
         result = final.get("result") or {}
         if final["state"] == "done":
             registered = result.get("registered") or []
-            click.echo(f"Registered {len(registered)} new or changed model(s)" + (f": {', '.join(registered)}" if registered else "."))
+            click.echo(
+                f"Registered {len(registered)} new or changed model(s)" + (f": {', '.join(registered)}" if registered else ".")
+            )
 
     @models.command("rm")
     @click.argument("name")
@@ -193,12 +206,31 @@ def register(group: click.Group) -> None:
             return
         facts = info["facts"]
         table = Table(show_header=False)
-        for key, value in (("name", info["name"]), ("status", info["status"]), ("format", info["format"]),
-                           ("quantization", info["quantization"]), ("size", _size(info["size_bytes"])), ("sha256", info["sha256"]),
-                           ("source", info["source"]), ("parent", info["parent"]), ("default", info["is_default"])):
+        for key, value in (
+            ("name", info["name"]),
+            ("status", info["status"]),
+            ("format", info["format"]),
+            ("quantization", info["quantization"]),
+            ("size", _size(info["size_bytes"])),
+            ("sha256", info["sha256"]),
+            ("source", info["source"]),
+            ("parent", info["parent"]),
+            ("default", info["is_default"]),
+        ):
             table.add_row(key, str(value))
-        for key in ("architecture", "n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "context_length", "sliding_window",
-                    "n_vocab", "n_expert", "parameter_count"):
+        for key in (
+            "architecture",
+            "n_layer",
+            "n_embd",
+            "n_head",
+            "n_head_kv",
+            "head_dim",
+            "context_length",
+            "sliding_window",
+            "n_vocab",
+            "n_expert",
+            "parameter_count",
+        ):
             if facts.get(key) is not None:
                 table.add_row(key, str(facts[key]))
         table.add_row("chat template", "yes (rendered only in the sandbox)" if facts.get("has_chat_template") else "no")

@@ -27,8 +27,10 @@ def _memory_cell(memory: list[JsonObject]) -> str:
     lines = []
     for m in memory:
         used = m["weights"] + m["kv_cache"] + m["compute"] + m["overhead"]
-        lines.append(f"{m['device']}: {m['weights'] / GiB:.2f} W + {m['kv_cache'] / GiB:.2f} KV + {m['compute'] / GiB:.2f} C"
-                     f" + {m['overhead'] / GiB:.2f} O = {_gib(used)} of {_gib(m['free'])} free")
+        lines.append(
+            f"{m['device']}: {m['weights'] / GiB:.2f} W + {m['kv_cache'] / GiB:.2f} KV + {m['compute'] / GiB:.2f} C"
+            f" + {m['overhead'] / GiB:.2f} O = {_gib(used)} of {_gib(m['free'])} free"
+        )
     return "\n".join(lines) or "-"
 
 
@@ -48,17 +50,23 @@ def _print_doctor(report: JsonObject) -> None:
     cpu = hw["cpu"]
     flags = set(cpu["flags"])
     yes = lambda f: "yes" if f else "no"  # noqa: E731
-    click.echo(f"CPU:   {cpu['model']}: {cpu['physical_cores']} cores / {cpu['threads']} threads, {cpu['arch']}, "
-               f"{cpu['numa_nodes']} NUMA node(s)")
-    click.echo(f"       AVX2 {yes('avx2' in flags)}, AVX-512 {yes('avx512f' in flags)}, AMX {yes('amx_tile' in flags)}; "
-               f"flags: {' '.join(cpu['flags']) or '-'}")
+    click.echo(
+        f"CPU:   {cpu['model']}: {cpu['physical_cores']} cores / {cpu['threads']} threads, {cpu['arch']}, "
+        f"{cpu['numa_nodes']} NUMA node(s)"
+    )
+    click.echo(
+        f"       AVX2 {yes('avx2' in flags)}, AVX-512 {yes('avx512f' in flags)}, AMX {yes('amx_tile' in flags)}; "
+        f"flags: {' '.join(cpu['flags']) or '-'}"
+    )
     click.echo(f"RAM:   {_gib(cpu['memory_total'])} total, {_gib(cpu['memory_available'])} available")
     if not hw["gpus"]:
         click.echo("GPU:   none usable (CPU only)")
     for g in hw["gpus"]:
         extra = f", compute capability {g['compute_capability']}" if g.get("compute_capability") else ""
         mig = ", MIG instance" if g.get("mig_instance") else (", MIG enabled" if g.get("mig_enabled") else "")
-        click.echo(f"GPU{g['index']}:  {g['name']} ({g['vendor']}): {_gib(g['memory_free'])} free of {_gib(g['memory_total'])}{extra}{mig}")
+        click.echo(
+            f"GPU{g['index']}:  {g['name']} ({g['vendor']}): {_gib(g['memory_free'])} free of {_gib(g['memory_total'])}{extra}{mig}"
+        )
     if hw.get("nvidia_driver"):
         click.echo(f"NVIDIA driver {hw['nvidia_driver']}, CUDA {hw.get('cuda_version') or '?'}")
     if hw.get("rocm_version"):
@@ -82,21 +90,47 @@ def _speed_cell(row: JsonObject) -> str:
 
 
 def _print_plan(report: JsonObject) -> None:
-    table = Table("variant", "format", "quant", "size", "fits", "backend", "placement", "estimate", "memory", "speed", "why",
-                  title=f"{report['model']}: context {report['context']}, {report['parallel']} parallel")
+    table = Table(
+        "variant",
+        "format",
+        "quant",
+        "size",
+        "fits",
+        "backend",
+        "placement",
+        "estimate",
+        "memory",
+        "speed",
+        "why",
+        title=f"{report['model']}: context {report['context']}, {report['parallel']} parallel",
+    )
     for r in report["rows"]:
         fits = ("[bold green]chosen[/]" if r["chosen"] else "yes") if r["fits"] else "[red]no[/]"
         est = _gib(r["estimated_bytes"]) if r["estimated_bytes"] else "-"
-        table.add_row(r["variant"], r["format"], r["quantization"] or "-", _gib(r["size_bytes"]), fits, r["backend"] or "-",
-                      r["placement"], est, _memory_cell(r["memory"]), _speed_cell(r), r["reason"])
+        table.add_row(
+            r["variant"],
+            r["format"],
+            r["quantization"] or "-",
+            _gib(r["size_bytes"]),
+            fits,
+            r["backend"] or "-",
+            r["placement"],
+            est,
+            _memory_cell(r["memory"]),
+            _speed_cell(r),
+            r["reason"],
+        )
     console = Console()
     console.print(table)
     if report["plan"]:
         p = report["plan"]
         console.print(f"Plan: {p['model']} on {p['backend']}: {p['reason']}", highlight=False)
         if report.get("min_decode_tps"):
-            console.print(f"Speeds are estimates per stream at {report['parallel']} streams; the floor is "
-                          f"{report['min_decode_tps']:g} tok/s (min_decode_tokens_per_s).", highlight=False)
+            console.print(
+                f"Speeds are estimates per stream at {report['parallel']} streams; the floor is "
+                f"{report['min_decode_tps']:g} tok/s (min_decode_tokens_per_s).",
+                highlight=False,
+            )
     else:
         refusal = report["refusal"]
         console.print(f"[red]Does not fit:[/] {refusal['reason']}", highlight=False)
@@ -106,7 +140,14 @@ def _print_plan(report: JsonObject) -> None:
 
 def _local_plan(ctx: click.Context, model: str, context: int | None, parallel: int | None) -> JsonObject:
     from appliance.errors import ApplianceError
-    from appliance.planner.service import live_snapshot, plan_report, preferences_for, resolve_variants, software, variants_from_path
+    from appliance.planner.service import (
+        live_snapshot,
+        plan_report,
+        preferences_for,
+        resolve_variants,
+        software,
+        variants_from_path,
+    )
 
     settings = ctx.find_root().obj["settings"]
     try:

@@ -49,8 +49,11 @@ def unit_source(package_dir: Path | None = None, prefix: Path = SYSTEM_PREFIX) -
     the sources install.sh leaves in ``<prefix>/src`` is the last fallback.
     """
     package_dir = package_dir or Path(__file__).resolve().parents[1]
-    candidates = [package_dir / "systemd" / UNIT_NAME, package_dir.parent / "systemd" / UNIT_NAME,
-                  prefix / "src" / "systemd" / UNIT_NAME]
+    candidates = [
+        package_dir / "systemd" / UNIT_NAME,
+        package_dir.parent / "systemd" / UNIT_NAME,
+        prefix / "src" / "systemd" / UNIT_NAME,
+    ]
     for candidate in candidates:
         if candidate.is_file():
             return candidate
@@ -91,9 +94,9 @@ def initial_admin_password(settings, engine) -> str | None:  # type: ignore[no-u
     """
     from sqlalchemy import select
 
+    from appliance.accounts.users import ensure_initial_admin, verify_password
     from appliance.db.engine import session
     from appliance.db.tables import User
-    from appliance.accounts.users import ensure_initial_admin, verify_password
 
     path = password_file(settings)
     password = ensure_initial_admin(engine)
@@ -161,7 +164,9 @@ def write_system_config(path: Path, overrides: dict) -> None:  # type: ignore[ty
     on the new.
     """
     existing = path.read_text() if path.exists() else None
-    lines = existing.splitlines() if existing is not None else [f'data_dir = "{SYSTEM_DATA_DIR}"', 'host = "0.0.0.0"', "port = 8080"]
+    lines = (
+        existing.splitlines() if existing is not None else [f'data_dir = "{SYSTEM_DATA_DIR}"', 'host = "0.0.0.0"', "port = 8080"]
+    )
     # Top-level keys are the lines before the first [table] header; a `port` inside a table is another setting.
     top = next((i for i, line in enumerate(lines) if re.match(r"\s*\[", line)), len(lines))
     for key in ("host", "port"):

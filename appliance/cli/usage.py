@@ -50,7 +50,7 @@ class _Limit(click.ParamType):
 
 
 def _when(ts: float | None) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if ts else "-"
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M UTC") if ts else "-"
 
 
 def _fmt(value: object) -> str:
@@ -66,8 +66,14 @@ def _print_quota(body: dict) -> None:
     usage = body.get("usage", {})
     for d in DIMENSIONS:
         u = usage.get(d.name, {})
-        table.add_row(d.name, _fmt(body["limits"].get(d.name)) if body["limits"].get(d.name) is not None else "unlimited",
-                      _fmt(u.get("spent")), _fmt(u.get("reserved")), _fmt(u.get("remaining")), _when(u.get("resets_at")))
+        table.add_row(
+            d.name,
+            _fmt(body["limits"].get(d.name)) if body["limits"].get(d.name) is not None else "unlimited",
+            _fmt(u.get("spent")),
+            _fmt(u.get("reserved")),
+            _fmt(u.get("remaining")),
+            _when(u.get("resets_at")),
+        )
     alert = body.get("alert_percent")
     table.caption = f"budget alert at {_fmt(alert)}%" if alert is not None else "budget alert at the default share"
     Console().print(table)
@@ -87,7 +93,11 @@ def register(group: click.Group) -> None:
     @click.option("--tokens-per-month", type=_Limit())
     @click.option("--cost-per-month", type=_Limit(money=True))
     @click.option("--max-concurrent", type=_Limit())
-    @click.option("--alert-percent", type=_Limit(money=True), help="Raise a budget alert at this share (%) of a daily or monthly budget; 'none': the default.")
+    @click.option(
+        "--alert-percent",
+        type=_Limit(money=True),
+        help="Raise a budget alert at this share (%) of a daily or monthly budget; 'none': the default.",
+    )
     @click.pass_context
     def quota_set(ctx: click.Context, subject: str, **limits: float | int | None) -> None:
         """Set limits of KEY_OR_TEAM; 'none' removes one, options left out keep their value."""
@@ -119,10 +129,20 @@ def register(group: click.Group) -> None:
     @click.option("--model", help="Only this model or family.")
     @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
     @click.pass_context
-    def usage(ctx: click.Context, by: str, since: str | None, until: str | None, key: str | None, team: str | None,
-              model: str | None, fmt: str) -> None:
+    def usage(
+        ctx: click.Context,
+        by: str,
+        since: str | None,
+        until: str | None,
+        key: str | None,
+        team: str | None,
+        model: str | None,
+        fmt: str,
+    ) -> None:
         """Usage and cost from the ledger."""
-        params = {k: v for k, v in {"by": by, "since": since, "until": until, "key": key, "team": team, "model": model}.items() if v}
+        params = {
+            k: v for k, v in {"by": by, "since": since, "until": until, "key": key, "team": team, "model": model}.items() if v
+        }
         params["format"] = "csv" if fmt == "csv" else "json"
         body = request(ctx, "GET", "/admin/usage", params=params)
         if fmt == "csv":
@@ -156,8 +176,10 @@ def register(group: click.Group) -> None:
         if not body:
             raise click.UsageError("give at least one of --input, --output, --cached")
         row = request(ctx, "PUT", f"/admin/prices/{model}", json=body)
-        click.echo(f"{row['model']}: input {_fmt(row['input_per_m'])}, output {_fmt(row['output_per_m'])}, "
-                   f"cached {_fmt(row['cached_per_m'])} per 1M tokens")
+        click.echo(
+            f"{row['model']}: input {_fmt(row['input_per_m'])}, output {_fmt(row['output_per_m'])}, "
+            f"cached {_fmt(row['cached_per_m'])} per 1M tokens"
+        )
 
     @prices.command("show")
     @click.argument("model", required=False)

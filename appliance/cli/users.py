@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from appliance.cli.client import request
 from appliance.accounts.users import ROLES, password_problem
+from appliance.cli.client import request
 
 
 def _read_password(username: str, from_stdin: bool) -> str:
@@ -45,7 +45,9 @@ def register(group: click.Group) -> None:
     def passwd(ctx: click.Context, username: str, password_stdin: bool, must_change: bool) -> None:
         """Set a console user's password; their sessions end."""
         password = _read_password(username, password_stdin)
-        done = request(ctx, "PUT", f"/admin/users/{username}/password", json={"password": password, "must_change_password": must_change})
+        done = request(
+            ctx, "PUT", f"/admin/users/{username}/password", json={"password": password, "must_change_password": must_change}
+        )
         click.echo(f"Password set for {done['username']}; {done['sessions_ended']} session(s) ended.")
 
     @users.command("unlock")

@@ -66,8 +66,11 @@ def check_name(name: str, param: str = "name") -> str:
     if len(name) > NAME_MAX:
         raise BadRequest(f"the backup name is longer than {NAME_MAX} characters", param=param)
     if not _NAME.fullmatch(name) or ".." in name:
-        raise BadRequest("a backup name is a plain file name inside the backups folder: letters, digits, '.', '_' "
-                         "and '-', not starting with '.', without '..' or path separators", param=param)
+        raise BadRequest(
+            "a backup name is a plain file name inside the backups folder: letters, digits, '.', '_' "
+            "and '-', not starting with '.', without '..' or path separators",
+            param=param,
+        )
     return name
 
 
@@ -77,8 +80,11 @@ def name_from_path(path: str, folder: Path) -> str:
         raise BadRequest("the backup path is not a valid path", param="path")
     candidate = Path(path)
     if not candidate.is_absolute() or candidate.parent.resolve() != folder.resolve() or candidate.name in ("", ".", ".."):
-        raise BadRequest(f"backups are kept only in {folder}: pass a plain file name as `name` "
-                         f"(a `path` is accepted only when it names a file directly in that folder)", param="path")
+        raise BadRequest(
+            f"backups are kept only in {folder}: pass a plain file name as `name` "
+            f"(a `path` is accepted only when it names a file directly in that folder)",
+            param="path",
+        )
     return check_name(candidate.name, param="path")
 
 
@@ -116,8 +122,7 @@ def backup(db_path: Path, folder: Path, name: str | None = None) -> JsonObject:
             raise Conflict(f"a backup named {name!r} already exists; choose another name", param="name") from None
     finally:
         partial.unlink(missing_ok=True)
-    return {"name": name, "path": str(target), "bytes": target.stat().st_size,
-            "seconds": round(time.monotonic() - started, 3)}
+    return {"name": name, "path": str(target), "bytes": target.stat().st_size, "seconds": round(time.monotonic() - started, 3)}
 
 
 def scheduled_backup(db_path: Path, backup_dir: Path) -> Path:
@@ -193,8 +198,10 @@ def restore_source(folder: Path, *, name: str | None, path: str | None, local: b
     A name is always a file in the backups folder. A path from the local admin socket may be any
     readable file; from anywhere else it must name a file directly in the backups folder."""
     if (name is None) == (path is None):
-        raise BadRequest("name the backup to restore: `name` (a file in the backups folder) or, "
-                         "from the local admin socket, `path`", param="name")
+        raise BadRequest(
+            "name the backup to restore: `name` (a file in the backups folder) or, from the local admin socket, `path`",
+            param="name",
+        )
     if name is not None:
         return folder / check_name(name), True
     assert path is not None
@@ -246,12 +253,14 @@ def _verify(path: Path, page_size: int | None = None) -> str:
         for kind in ("trigger", "view"):
             found = sorted(n for t, n, _ in rows if t == kind)
             if found:
-                raise BadRequest(f"the backup defines {kind}s ({', '.join(found)[:200]}); appliance backups have none",
-                                 param="path")
+                raise BadRequest(
+                    f"the backup defines {kind}s ({', '.join(found)[:200]}); appliance backups have none", param="path"
+                )
         virtual = sorted(n for t, n, sql in rows if t == "table" and (sql or "").lstrip().upper().startswith("CREATE VIRTUAL"))
         if virtual:
-            raise BadRequest(f"the backup defines virtual tables ({', '.join(virtual)[:200]}); appliance backups have none",
-                             param="path")
+            raise BadRequest(
+                f"the backup defines virtual tables ({', '.join(virtual)[:200]}); appliance backups have none", param="path"
+            )
         other = sorted(f"{t} {n}" for t, n, _ in rows if t not in ("table", "index"))
         if other:
             raise BadRequest(f"the backup holds unexpected schema objects ({', '.join(other)[:200]})", param="path")
@@ -262,8 +271,9 @@ def _verify(path: Path, page_size: int | None = None) -> str:
         except sqlite3.DatabaseError as e:
             raise BadRequest(f"that database is not an appliance backup: {e}", param="path") from None
         if len(versions) != 1 or versions[0] not in schemas:
-            raise BadRequest(f"the backup records an unknown schema revision {versions!r:.100}; known: "
-                             f"{', '.join(schemas)}", param="path")
+            raise BadRequest(
+                f"the backup records an unknown schema revision {versions!r:.100}; known: {', '.join(schemas)}", param="path"
+            )
         revision = versions[0]
         try:
             got = _schema(conn)
@@ -271,8 +281,10 @@ def _verify(path: Path, page_size: int | None = None) -> str:
             raise BadRequest(f"the backup's schema cannot be read: {e}", param="path") from None
         differences = _differences(got, schemas[revision])
         if differences:
-            raise BadRequest(f"the backup's schema is not the appliance's schema at revision {revision}: "
-                             + "; ".join(differences[:8])[:400], param="path")
+            raise BadRequest(
+                f"the backup's schema is not the appliance's schema at revision {revision}: " + "; ".join(differences[:8])[:400],
+                param="path",
+            )
         conn.execute("PRAGMA journal_mode=DELETE")
         if page_size is not None and conn.execute("PRAGMA page_size").fetchone()[0] != page_size:
             conn.execute(f"PRAGMA page_size={int(page_size)}")
@@ -313,5 +325,4 @@ def restore(db_path: Path, source: Path, *, in_backups: bool) -> JsonObject:
                 verified.close()
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    return {"path": str(source), "revision": revision, "migrated_to": head,
-            "seconds": round(time.monotonic() - started, 3)}
+    return {"path": str(source), "revision": revision, "migrated_to": head, "seconds": round(time.monotonic() - started, 3)}

@@ -9,7 +9,6 @@ compares cheaply.
 from __future__ import annotations
 
 import time
-from typing import Optional
 
 from sqlalchemy import CheckConstraint, Column, Index, LargeBinary, UniqueConstraint
 from sqlmodel import Field, SQLModel
@@ -24,14 +23,14 @@ class User(SQLModel, table=True):
     ``sso_subject`` (the provider's issuer and subject), which keeps them off the local sign-in."""
 
     __tablename__ = "users"
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     username: str = Field(unique=True, index=True, max_length=64)
     password_hash: str
     role: str = Field(default="viewer", max_length=16)  # admin | operator | viewer
     must_change_password: bool = False
     created_at: float = Field(default_factory=now)
     disabled: bool = False
-    sso_subject: Optional[str] = Field(default=None, unique=True, index=True, max_length=255)
+    sso_subject: str | None = Field(default=None, unique=True, index=True, max_length=255)
 
 
 class Team(SQLModel, table=True):
@@ -39,38 +38,38 @@ class Team(SQLModel, table=True):
     so past usage rows and revoked keys still name it."""
 
     __tablename__ = "teams"
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     name: str = Field(unique=True, index=True, max_length=64)
     created_at: float = Field(default_factory=now)
-    deleted_at: Optional[float] = None
+    deleted_at: float | None = None
 
 
 class ApiKey(SQLModel, table=True):
     """An API key. Only the sha256 of the secret is stored; the prefix is shown in lists."""
 
     __tablename__ = "api_keys"
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     name: str = Field(max_length=128)
     prefix: str = Field(index=True, max_length=16)
     secret_hash: str = Field(unique=True, index=True, max_length=64)
     role: str = Field(default="user", max_length=16)  # admin | user
-    team_id: Optional[int] = Field(default=None, foreign_key="teams.id", index=True)
+    team_id: int | None = Field(default=None, foreign_key="teams.id", index=True)
     priority: str = Field(default="interactive", max_length=16)  # interactive | batch
-    allowed_models: Optional[str] = None  # JSON list of names; NULL = all
-    cache_policy: Optional[str] = None  # JSON object; NULL = defaults
+    allowed_models: str | None = None  # JSON list of names; NULL = all
+    cache_policy: str | None = None  # JSON object; NULL = defaults
     created_at: float = Field(default_factory=now)
-    expires_at: Optional[float] = None
-    revoked_at: Optional[float] = None
-    last_used_at: Optional[float] = None
+    expires_at: float | None = None
+    revoked_at: float | None = None
+    last_used_at: float | None = None
 
 
 class ModelFamily(SQLModel, table=True):
     __tablename__ = "model_families"
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     name: str = Field(unique=True, index=True, max_length=128)
-    default_variant: Optional[str] = Field(default=None, max_length=64)
-    license: Optional[str] = None
-    description: Optional[str] = None
+    default_variant: str | None = Field(default=None, max_length=64)
+    license: str | None = None
+    description: str | None = None
     created_at: float = Field(default_factory=now)
 
 
@@ -82,20 +81,19 @@ class ModelVariant(SQLModel, table=True):
     hub and not downloaded, which has no files."""
 
     __tablename__ = "model_variants"
-    __table_args__ = (UniqueConstraint("family_id", "name"),
-                      CheckConstraint(VARIANT_STATES, name="ck_model_variants_status"))
-    id: Optional[int] = Field(default=None, primary_key=True)
+    __table_args__ = (UniqueConstraint("family_id", "name"), CheckConstraint(VARIANT_STATES, name="ck_model_variants_status"))
+    id: int | None = Field(default=None, primary_key=True)
     family_id: int = Field(foreign_key="model_families.id", index=True)
     name: str = Field(max_length=64)  # e.g. q4_k_m, bf16
     format: str = Field(max_length=16)  # gguf | safetensors
-    quantization: Optional[str] = Field(default=None, max_length=32)
+    quantization: str | None = Field(default=None, max_length=32)
     path: str  # relative to the store
     size_bytes: int = 0
-    sha256: Optional[str] = Field(default=None, max_length=64)
+    sha256: str | None = Field(default=None, max_length=64)
     status: str = Field(default="ready", max_length=16, index=True)  # downloading | ready | corrupt | available
-    source: Optional[str] = None
-    parent_variant_id: Optional[int] = Field(default=None, foreign_key="model_variants.id")
-    facts: Optional[str] = None  # JSON: architecture facts from inspection
+    source: str | None = None
+    parent_variant_id: int | None = Field(default=None, foreign_key="model_variants.id")
+    facts: str | None = None  # JSON: architecture facts from inspection
     pinned: bool = False
     created_at: float = Field(default_factory=now)
 
@@ -112,15 +110,15 @@ class Instance(SQLModel, table=True):
     """A loaded engine instance (history kept; state is current for live ones)."""
 
     __tablename__ = "instances"
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     variant_id: int = Field(foreign_key="model_variants.id", index=True)
     backend: str = Field(max_length=16)
     state: str = Field(max_length=16)  # loading | ready | failed | stopped
-    pid: Optional[int] = None
-    plan: Optional[str] = None  # JSON of the plan used
+    pid: int | None = None
+    plan: str | None = None  # JSON of the plan used
     started_at: float = Field(default_factory=now)
-    stopped_at: Optional[float] = None
-    measured_bytes: Optional[int] = None
+    stopped_at: float | None = None
+    measured_bytes: int | None = None
 
 
 class Calibration(SQLModel, table=True):
@@ -128,16 +126,16 @@ class Calibration(SQLModel, table=True):
 
     __tablename__ = "calibrations"
     __table_args__ = (UniqueConstraint("variant_key", "backend", "context"),)
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     variant_key: str = Field(max_length=200)  # family:variant
     backend: str = Field(max_length=16)
     context: int
     estimated_bytes: int
     measured_bytes: int
     measured_at: float = Field(default_factory=now)
-    estimated_decode_tps: Optional[float] = None  # the planner's uncorrected decode tokens/s per stream
-    measured_decode_tps: Optional[float] = None  # what the engine decoded per stream
-    decode_streams: Optional[int] = None  # streams decoding together while it was measured
+    estimated_decode_tps: float | None = None  # the planner's uncorrected decode tokens/s per stream
+    measured_decode_tps: float | None = None  # what the engine decoded per stream
+    decode_streams: int | None = None  # streams decoding together while it was measured
 
 
 class Price(SQLModel, table=True):
@@ -155,16 +153,16 @@ class Quota(SQLModel, table=True):
 
     __tablename__ = "quotas"
     __table_args__ = (UniqueConstraint("subject_type", "subject_id"),)
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     subject_type: str = Field(max_length=8)  # key | team
     subject_id: int
-    requests_per_minute: Optional[int] = None
-    tokens_per_minute: Optional[int] = None
-    tokens_per_day: Optional[int] = None
-    tokens_per_month: Optional[int] = None
-    cost_per_month: Optional[float] = None
-    max_concurrent: Optional[int] = None
-    alert_percent: Optional[float] = None  # budget alert threshold; NULL: the budget_alert_percent setting, 0: none
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    tokens_per_day: int | None = None
+    tokens_per_month: int | None = None
+    cost_per_month: float | None = None
+    max_concurrent: int | None = None
+    alert_percent: float | None = None  # budget alert threshold; NULL: the budget_alert_percent setting, 0: none
 
 
 class QuotaCounter(SQLModel, table=True):
@@ -172,7 +170,7 @@ class QuotaCounter(SQLModel, table=True):
 
     __tablename__ = "quota_counters"
     __table_args__ = (UniqueConstraint("subject_type", "subject_id", "dimension", "window_start"),)
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     subject_type: str = Field(max_length=8)
     subject_id: int
     dimension: str = Field(max_length=32)  # requests_per_minute, tokens_per_day, cost_per_month, concurrent ...
@@ -186,7 +184,7 @@ class BudgetAlert(SQLModel, table=True):
     """A budget counter that crossed its alert threshold: at most one per counter, so one per window."""
 
     __tablename__ = "budget_alerts"
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     created_at: float = Field(default_factory=now, index=True)
     counter_id: int = Field(unique=True)  # quota_counters.id (kept after the counter is pruned)
     subject_type: str = Field(max_length=8)
@@ -198,16 +196,16 @@ class BudgetAlert(SQLModel, table=True):
     percent: float
     attempts: int = 0  # webhook deliveries tried
     next_attempt_at: float = 0.0
-    delivered_at: Optional[float] = None
-    last_error: Optional[str] = None
-    dismissed_at: Optional[float] = None
+    delivered_at: float | None = None
+    last_error: str | None = None
+    dismissed_at: float | None = None
 
 
 class Reservation(SQLModel, table=True):
     """An admitted request's hold on quota counters, until it settles."""
 
     __tablename__ = "reservations"
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     request_id: str = Field(unique=True, max_length=64)
     counters: str  # JSON list of [counter_id, amount]
     created_at: float = Field(default_factory=now)
@@ -222,34 +220,34 @@ class Usage(SQLModel, table=True):
         Index("ix_usage_key_created", "key_id", "created_at"),
         Index("ix_usage_team_created", "team_id", "created_at"),
     )
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     request_id: str = Field(unique=True, max_length=64)
     created_at: float = Field(default_factory=now)
-    key_id: Optional[int] = Field(default=None, foreign_key="api_keys.id")
-    team_id: Optional[int] = Field(default=None, foreign_key="teams.id")
+    key_id: int | None = Field(default=None, foreign_key="api_keys.id")
+    team_id: int | None = Field(default=None, foreign_key="teams.id")
     endpoint: str = Field(max_length=32)
     model: str = Field(max_length=200)
-    variant: Optional[str] = Field(default=None, max_length=64)
-    backend: Optional[str] = Field(default=None, max_length=16)
+    variant: str | None = Field(default=None, max_length=64)
+    backend: str | None = Field(default=None, max_length=16)
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
-    ttft_ms: Optional[float] = None
-    latency_ms: Optional[float] = None
+    ttft_ms: float | None = None
+    latency_ms: float | None = None
     status: int = 200
     cache_tier: str = Field(default="miss", max_length=16)  # miss | exact | semantic
     cost: float = 0.0
-    energy_joules: Optional[float] = None
+    energy_joules: float | None = None
 
 
 class UsageRollup(SQLModel, table=True):
     __tablename__ = "usage_rollups"
     __table_args__ = (UniqueConstraint("period", "bucket_start", "key_id", "team_id", "model"),)
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     period: str = Field(max_length=8)  # hour | day
     bucket_start: float
-    key_id: Optional[int] = None
-    team_id: Optional[int] = None
+    key_id: int | None = None
+    team_id: int | None = None
     model: str = Field(max_length=200)
     requests: int = 0
     prompt_tokens: int = 0
@@ -263,17 +261,17 @@ class CacheEntry(SQLModel, table=True):
 
     __tablename__ = "cache_entries"
     __table_args__ = (Index("ix_cache_entries_lru", "last_hit_at", "id"),)
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     cache_key: str = Field(unique=True, index=True, max_length=64)
     scope_key: str = Field(index=True, max_length=64)  # model + system prompt + sampling, for semantic matches
     model: str = Field(index=True, max_length=200)
-    key_id: Optional[int] = Field(default=None, index=True)
+    key_id: int | None = Field(default=None, index=True)
     endpoint: str = Field(max_length=32)
-    prompt_text: Optional[str] = None
+    prompt_text: str | None = None
     response: str  # JSON body of the non-streamed response
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    embedding: Optional[bytes] = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
+    embedding: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
     created_at: float = Field(default_factory=now)
     last_hit_at: float = Field(default_factory=now)
     hits: int = 0
@@ -284,28 +282,28 @@ class Job(SQLModel, table=True):
     """Long work (pulls, quantizations, loads) with its progress."""
 
     __tablename__ = "jobs"
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     kind: str = Field(max_length=32)
     state: str = Field(default="running", max_length=16)  # running | done | failed | cancelled
-    target: Optional[str] = None
+    target: str | None = None
     progress: float = 0.0
     done_bytes: int = 0
-    total_bytes: Optional[int] = None
-    message: Optional[str] = None
+    total_bytes: int | None = None
+    message: str | None = None
     created_at: float = Field(default_factory=now)
-    finished_at: Optional[float] = None
+    finished_at: float | None = None
 
 
 class AuditLog(SQLModel, table=True):
     """Who did what, when. Never holds a secret."""
 
     __tablename__ = "audit_log"
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     created_at: float = Field(default_factory=now, index=True)
     actor: str = Field(max_length=128)  # user:alice | key:ak_1234 | local-admin
     action: str = Field(max_length=64)
-    target: Optional[str] = None
-    detail: Optional[str] = None
+    target: str | None = None
+    detail: str | None = None
 
 
 class Setting(SQLModel, table=True):
@@ -324,7 +322,7 @@ class StoredResponse(SQLModel, table=True):
 
     __tablename__ = "stored_responses"
     id: str = Field(primary_key=True, max_length=64)  # resp_…
-    key_id: Optional[int] = Field(default=None, index=True)
+    key_id: int | None = Field(default=None, index=True)
     model: str = Field(max_length=200)
     conversation: str  # JSON list of the input items answered, earlier turns included
     response: str  # JSON of the Responses object

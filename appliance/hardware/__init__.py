@@ -9,6 +9,12 @@ from appliance.hardware.snapshot import CpuInfo, Finding, GpuInfo, HardwareSnaps
 from appliance.hardware.software import SoftwareInfo, detect_software, software_findings
 
 __all__ = [
-    "CpuInfo", "Finding", "GpuInfo", "HardwareSnapshot", "SoftwareInfo",
-    "detect_hardware", "detect_software", "software_findings",
+    "CpuInfo",
+    "Finding",
+    "GpuInfo",
+    "HardwareSnapshot",
+    "SoftwareInfo",
+    "detect_hardware",
+    "detect_software",
+    "software_findings",
 ]

@@ -62,9 +62,19 @@ def _hwmon(device: Path) -> Path | None:
 def _rocm_state(dev_root: Path) -> tuple[bool, Finding | None]:
     kfd = dev_root / "kfd"
     if not kfd.exists():
-        return False, Finding("amd", "error", "/dev/kfd is missing: the amdgpu kernel driver (KFD) is not loaded", "install the amdgpu-dkms driver and ROCm, then reboot")
+        return False, Finding(
+            "amd",
+            "error",
+            "/dev/kfd is missing: the amdgpu kernel driver (KFD) is not loaded",
+            "install the amdgpu-dkms driver and ROCm, then reboot",
+        )
     if not os.access(kfd, os.R_OK | os.W_OK):
-        return False, Finding("amd", "error", "no read-write access to /dev/kfd and /dev/dri/renderD*", "add the appliance user to the `render` and `video` groups")
+        return False, Finding(
+            "amd",
+            "error",
+            "no read-write access to /dev/kfd and /dev/dri/renderD*",
+            "add the appliance user to the `render` and `video` groups",
+        )
     return True, None
 
 
@@ -92,20 +102,22 @@ def sysfs_gpus(sys_root: Path, rocm: bool) -> list[GpuInfo]:
         temp = _read_int(hw / "temp1_input") if hw else None
         busy = _read_int(dev / "gpu_busy_percent")
         name = _read_str(dev / "product_name") or f"AMD GPU {_read_str(dev / 'device') or '?'}"
-        gpus.append(GpuInfo(
-            index=len(gpus),
-            vendor="amd",
-            name=name,
-            uuid=_read_str(dev / "unique_id"),
-            memory_total=total,
-            memory_free=max(0, total - used),
-            memory_used=used,
-            utilization_pct=float(busy) if busy is not None else None,
-            temperature_c=temp / 1000 if temp is not None else None,
-            power_draw_w=power / 1e6 if power is not None else None,
-            power_limit_w=cap / 1e6 if cap is not None else None,
-            rocm=rocm,
-        ))
+        gpus.append(
+            GpuInfo(
+                index=len(gpus),
+                vendor="amd",
+                name=name,
+                uuid=_read_str(dev / "unique_id"),
+                memory_total=total,
+                memory_free=max(0, total - used),
+                memory_used=used,
+                utilization_pct=float(busy) if busy is not None else None,
+                temperature_c=temp / 1000 if temp is not None else None,
+                power_draw_w=power / 1e6 if power is not None else None,
+                power_limit_w=cap / 1e6 if cap is not None else None,
+                rocm=rocm,
+            )
+        )
     return gpus
 
 
@@ -128,25 +140,27 @@ def amdsmi_gpus(amdsmi: AmdSmi, rocm: bool) -> list[GpuInfo]:
         temp = None
         sensors = getattr(amdsmi, "AmdSmiTemperatureType", None)
         if sensors is not None:
-            metrics = getattr(amdsmi, "AmdSmiTemperatureMetric")
+            metrics = amdsmi.AmdSmiTemperatureMetric
             temp = _call(amdsmi.amdsmi_get_temp_metric, h, sensors.HOTSPOT, metrics.CURRENT)
         draw = power.get("current_socket_power") or power.get("average_socket_power")
         target = asic.get("target_graphics_version")
-        gpus.append(GpuInfo(
-            index=i,
-            vendor="amd",
-            name=str(asic.get("market_name") or "AMD GPU"),
-            uuid=_call(amdsmi.amdsmi_get_gpu_device_uuid, h),
-            memory_total=total,
-            memory_free=max(0, total - used),
-            memory_used=used,
-            compute_capability=str(target) if target is not None else None,
-            utilization_pct=_num(activity.get("gfx_activity")),
-            temperature_c=_num(temp),
-            power_draw_w=_num(draw),
-            power_limit_w=_num(power.get("power_limit")),
-            rocm=rocm,
-        ))
+        gpus.append(
+            GpuInfo(
+                index=i,
+                vendor="amd",
+                name=str(asic.get("market_name") or "AMD GPU"),
+                uuid=_call(amdsmi.amdsmi_get_gpu_device_uuid, h),
+                memory_total=total,
+                memory_free=max(0, total - used),
+                memory_used=used,
+                compute_capability=str(target) if target is not None else None,
+                utilization_pct=_num(activity.get("gfx_activity")),
+                temperature_c=_num(temp),
+                power_draw_w=_num(draw),
+                power_limit_w=_num(power.get("power_limit")),
+                rocm=rocm,
+            )
+        )
     return gpus
 
 
@@ -154,7 +168,9 @@ def _num(v: object) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def detect_amd(amdsmi: AmdSmi | None = None, sys_root: Path = Path("/sys"), dev_root: Path = Path("/dev"), *, use_library: bool = True) -> DetectorResult:
+def detect_amd(
+    amdsmi: AmdSmi | None = None, sys_root: Path = Path("/sys"), dev_root: Path = Path("/dev"), *, use_library: bool = True
+) -> DetectorResult:
     """List AMD GPUs with findings; never raises. ``amdsmi`` is injectable for tests."""
     result = DetectorResult()
     present = pci_devices(sys_root, AMD_PCI_VENDOR)
@@ -182,5 +198,12 @@ def detect_amd(amdsmi: AmdSmi | None = None, sys_root: Path = Path("/sys"), dev_
             result.findings.append(Finding("amd", "info", f"amdsmi unavailable ({type(exc).__name__}); read the GPUs from sysfs"))
     result.gpus = sysfs_gpus(sys_root, rocm)
     if present and not result.gpus:
-        result.findings.append(Finding("amd", "error", f"{len(present)} AMD GPU(s) on the PCI bus but no amdgpu memory info", "install or load the amdgpu kernel driver"))
+        result.findings.append(
+            Finding(
+                "amd",
+                "error",
+                f"{len(present)} AMD GPU(s) on the PCI bus but no amdgpu memory info",
+                "install or load the amdgpu kernel driver",
+            )
+        )
     return result

@@ -14,9 +14,27 @@ from appliance.hardware.snapshot import CpuInfo, Finding
 from appliance.hardware.units import GiB
 
 INTERESTING_FLAGS = (
-    "sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl",
-    "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16",
-    "asimd", "asimddp", "sve", "sve2", "i8mm", "bf16",
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx_vnni",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_int8",
+    "amx_bf16",
+    "asimd",
+    "asimddp",
+    "sve",
+    "sve2",
+    "i8mm",
+    "bf16",
 )
 NO_LIMIT = 1 << 60
 
@@ -91,10 +109,14 @@ def detect_cpu(proc_root: Path = Path("/proc"), sys_root: Path = Path("/sys")) -
     arch = platform.machine() or "unknown"
     kept = tuple(f for f in INTERESTING_FLAGS if f in flags)
     if arch in ("x86_64", "AMD64") and "avx2" not in flags:
-        findings.append(Finding(
-            "cpu", "warning", "CPU lacks AVX2: llama.cpp runs several times slower",
-            "use a CPU with AVX2 (any x86-64 since 2013), or expose it to the VM (e.g. `-cpu host` in QEMU/KVM)",
-        ))
+        findings.append(
+            Finding(
+                "cpu",
+                "warning",
+                "CPU lacks AVX2: llama.cpp runs several times slower",
+                "use a CPU with AVX2 (any x86-64 since 2013), or expose it to the VM (e.g. `-cpu host` in QEMU/KVM)",
+            )
+        )
     info = CpuInfo(
         model=model or platform.processor() or "unknown",
         physical_cores=physical,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from appliance.hardware.amd import AmdSmi, detect_amd
 from appliance.hardware.base import DetectorResult

@@ -27,13 +27,25 @@ def _init_failure(exc: BaseException, present: int) -> Finding:
             return Finding("nvidia", "error", f"NVML library (libnvidia-ml.so) not found, yet {where}", DRIVER_FIX)
         return Finding("nvidia", "info", f"no NVIDIA driver (NVML library not found); {where}")
     if "DriverNotLoaded" in name:
-        return Finding("nvidia", "error", f"NVIDIA kernel driver is not loaded; {where}", "load it with `modprobe nvidia` (or reinstall the driver and reboot)")
+        return Finding(
+            "nvidia",
+            "error",
+            f"NVIDIA kernel driver is not loaded; {where}",
+            "load it with `modprobe nvidia` (or reinstall the driver and reboot)",
+        )
     if "NoPermission" in name:
-        return Finding("nvidia", "error", "no permission to open /dev/nvidia*", "add the appliance user to the group owning /dev/nvidia* (usually `video`) and allow the devices in the unit (DeviceAllow=)")
+        return Finding(
+            "nvidia",
+            "error",
+            "no permission to open /dev/nvidia*",
+            "add the appliance user to the group owning /dev/nvidia* (usually `video`) and allow the devices in the unit (DeviceAllow=)",
+        )
     return Finding("nvidia", "error", f"NVML failed to start: {exc}", DRIVER_FIX)
 
 
-def _device(session: NvmlSession, handle: NvmlHandle, index: int, *, mig_enabled: bool, mig_instance: bool, name: str | None = None) -> GpuInfo:
+def _device(
+    session: NvmlSession, handle: NvmlHandle, index: int, *, mig_enabled: bool, mig_instance: bool, name: str | None = None
+) -> GpuInfo:
     nvml = session.open()
     mem = nvml.nvmlDeviceGetMemoryInfo(handle)
     cc = session.optional(nvml.nvmlDeviceGetCudaComputeCapability, handle)
@@ -91,9 +103,13 @@ def _read_devices(session: NvmlSession, result: DetectorResult) -> None:
         if mig:
             instances = _mig_instances(session, handle, gpu)
             result.gpus.extend(instances)
-            result.findings.append(Finding(
-                "nvidia", "info", f"GPU {i} ({gpu.name}) is in MIG mode: {len(instances)} instance(s) listed, each usable on its own",
-            ))
+            result.findings.append(
+                Finding(
+                    "nvidia",
+                    "info",
+                    f"GPU {i} ({gpu.name}) is in MIG mode: {len(instances)} instance(s) listed, each usable on its own",
+                )
+            )
         else:
             result.gpus.append(gpu)
 
@@ -104,16 +120,22 @@ def detect_nvidia(nvml: NvmlModule | None = None, sys_root: Path = Path("/sys"),
     present = len(pci_devices(sys_root, NVIDIA_PCI_VENDOR))
     blocked = unusable_device_nodes(sorted(dev_root.glob("nvidia*")))
     if blocked:
-        result.findings.append(Finding(
-            "nvidia", "error", f"no read-write access to {', '.join(p.name for p in blocked)}",
-            "add the appliance user to the group owning the device nodes (usually `video`)",
-        ))
+        result.findings.append(
+            Finding(
+                "nvidia",
+                "error",
+                f"no read-write access to {', '.join(p.name for p in blocked)}",
+                "add the appliance user to the group owning the device nodes (usually `video`)",
+            )
+        )
     with session_for(nvml) as session:
         try:
             session.open()
         except NvmlNotImportable as exc:
             sev = "error" if present else "info"
-            result.findings.append(Finding("nvidia", sev, f"nvidia-ml-py is not importable ({type(exc.cause).__name__})", "pip install nvidia-ml-py"))
+            result.findings.append(
+                Finding("nvidia", sev, f"nvidia-ml-py is not importable ({type(exc.cause).__name__})", "pip install nvidia-ml-py")
+            )
             return result
         except NvmlInitFailed as exc:
             result.findings.append(_init_failure(exc.cause, present))

@@ -139,14 +139,26 @@ class ClusterView:
 
     def all_findings(self) -> tuple[Finding, ...]:
         """The read's own findings and each node's (GPUs of an unknown type)."""
-        head = [Finding("ray", "warning", f"Ray cluster at {self.address} could not be read: {self.error}; "
-                        "plans use this box's GPUs only",
-                        "start the cluster (ray start --head on this box) or fix ray_address")] if self.error else []
+        head = (
+            [
+                Finding(
+                    "ray",
+                    "warning",
+                    f"Ray cluster at {self.address} could not be read: {self.error}; plans use this box's GPUs only",
+                    "start the cluster (ray start --head on this box) or fix ray_address",
+                )
+            ]
+            if self.error
+            else []
+        )
         return (*head, *self.findings, *(f for n in self.nodes for f in n.findings))
 
     def to_dict(self) -> JsonObject:
         return {
-            "address": self.address, "ok": self.ok, "error": self.error, "ray_version": self.ray_version,
+            "address": self.address,
+            "ok": self.ok,
+            "error": self.error,
+            "ray_version": self.ray_version,
             "read_at": self.read_at,
             "local": self.local.to_dict() if self.local else None,
             "nodes": [n.to_dict() for n in self.nodes],
@@ -174,16 +186,37 @@ def node_snapshot(node: JsonObject) -> HardwareSnapshot:
     gpus: list[GpuInfo] = []
     known = ACCELERATORS.get(types[0]) if types else None
     if count and known is None:
-        what = f"of type {types[0]!r}, which the appliance's table does not know" if types else "of unknown type (Ray set no accelerator_type)"
-        findings.append(Finding("ray", "warning", f"Ray node {node_id[:8]} ({hostname}, {address}) has {count} GPU(s) {what}: "
-                                "plans do not use them", "add the GPU to appliance/hardware/ray_cluster.py's ACCELERATORS"))
+        what = (
+            f"of type {types[0]!r}, which the appliance's table does not know"
+            if types
+            else "of unknown type (Ray set no accelerator_type)"
+        )
+        findings.append(
+            Finding(
+                "ray",
+                "warning",
+                f"Ray node {node_id[:8]} ({hostname}, {address}) has {count} GPU(s) {what}: plans do not use them",
+                "add the GPU to appliance/hardware/ray_cluster.py's ACCELERATORS",
+            )
+        )
     elif count and known is not None:
-        gpus = [GpuInfo(index=i, vendor=known.vendor, name=known.name, memory_total=known.memory, memory_free=known.memory,
-                        memory_used=0, compute_capability=known.compute_capability, rocm=known.vendor == "amd")
-                for i in range(count)]
+        gpus = [
+            GpuInfo(
+                index=i,
+                vendor=known.vendor,
+                name=known.name,
+                memory_total=known.memory,
+                memory_free=known.memory,
+                memory_used=0,
+                compute_capability=known.compute_capability,
+                rocm=known.vendor == "amd",
+            )
+            for i in range(count)
+        ]
     cpu = CpuInfo(model="unknown (Ray node)", physical_cores=cpus, threads=cpus, memory_total=memory, memory_available=memory)
-    return HardwareSnapshot(cpu=cpu, gpus=tuple(gpus), findings=tuple(findings), hostname=hostname,
-                            description=f"Ray node {node_id} at {address}")
+    return HardwareSnapshot(
+        cpu=cpu, gpus=tuple(gpus), findings=tuple(findings), hostname=hostname, description=f"Ray node {node_id} at {address}"
+    )
 
 
 def _unique_hostnames(snaps: list[HardwareSnapshot]) -> list[HardwareSnapshot]:
@@ -203,7 +236,7 @@ def parse_probe_output(address: str, stdout: str, read_at: float = 0.0) -> Clust
     if not lines:
         return ClusterView(address, error="the Ray probe printed no result", read_at=read_at)
     try:
-        data = json.loads(lines[-1][len(PROBE_MARK):])
+        data = json.loads(lines[-1][len(PROBE_MARK) :])
     except ValueError as exc:
         return ClusterView(address, error=f"the Ray probe printed invalid JSON ({exc})", read_at=read_at)
     if not isinstance(data, dict):
@@ -220,8 +253,9 @@ def parse_probe_output(address: str, stdout: str, read_at: float = 0.0) -> Clust
     snaps = _unique_hostnames([node_snapshot(n) for n in alive])
     local = next((s for n, s in zip(alive, snaps) if str(n.get("NodeID")) == self_id), None)
     others = tuple(s for n, s in zip(alive, snaps) if str(n.get("NodeID")) != self_id)
-    return ClusterView(address, nodes=others, local=local, ray_version=str(data.get("ray_version") or "") or None,
-                       read_at=read_at)
+    return ClusterView(
+        address, nodes=others, local=local, ray_version=str(data.get("ray_version") or "") or None, read_at=read_at
+    )
 
 
 def _first_sentence(line: str) -> str:
@@ -234,9 +268,11 @@ def describe(view: ClusterView) -> str:
     """One line for the log and ``doctor``: the nodes and their GPUs, or why there are none."""
     if view.error:
         return f"Ray cluster at {view.address} could not be read: {view.error}"
+
     def one(s: HardwareSnapshot) -> str:
         gpus = f"{len(s.gpus)}x {s.gpus[0].name}" if s.gpus else "no usable GPU"
         return f"{s.hostname} ({gpus}, {s.cpu.threads} CPU)"
+
     others = ", ".join(one(n) for n in view.nodes) or "none"
     here = one(view.local) if view.local else "not in the cluster"
     return f"Ray {view.ray_version} cluster at {view.address}: this box {here}; other nodes: {others}"
@@ -251,8 +287,15 @@ def read_cluster(address: str, python: Path | str, timeout: float = READ_TIMEOUT
     env = {**os.environ, **_RAY_ENV}
     env.pop("RAY_ADDRESS", None)
     try:
-        proc = subprocess.Popen([str(python), "-c", PROBE, address], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdin=subprocess.DEVNULL, text=True, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            [str(python), "-c", PROBE, address],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
     except OSError as exc:
         return ClusterView(address, error=f"could not run {python}: {exc.strerror or exc}", read_at=now)
     try:
@@ -267,6 +310,9 @@ def read_cluster(address: str, python: Path | str, timeout: float = READ_TIMEOUT
     view = parse_probe_output(address, out, now)
     if view.error == "the Ray probe printed no result":
         lines = [line.strip() for line in (err or "").splitlines() if line.strip()]
-        return ClusterView(address, error=f"the Ray probe failed: {_first_sentence(lines[-1]) if lines else f'exit status {proc.returncode}'}",
-                           read_at=now)
+        return ClusterView(
+            address,
+            error=f"the Ray probe failed: {_first_sentence(lines[-1]) if lines else f'exit status {proc.returncode}'}",
+            read_at=now,
+        )
     return view

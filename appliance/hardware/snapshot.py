@@ -139,7 +139,7 @@ class HardwareSnapshot:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
 
     @classmethod
-    def from_dict(cls, data: JsonObject) -> "HardwareSnapshot":
+    def from_dict(cls, data: JsonObject) -> HardwareSnapshot:
         """Inverse of :meth:`to_dict`; unknown keys are ignored."""
         cpu = CpuInfo(**_known(CpuInfo, data["cpu"]))
         gpus = tuple(GpuInfo(**_known(GpuInfo, g)) for g in data.get("gpus", ()))
@@ -148,7 +148,7 @@ class HardwareSnapshot:
         return cls(**_known(cls, rest), cpu=cpu, gpus=gpus, findings=findings)
 
     @classmethod
-    def from_json(cls, text: str) -> "HardwareSnapshot":
+    def from_json(cls, text: str) -> HardwareSnapshot:
         return cls.from_dict(json.loads(text))
 
 

@@ -25,7 +25,13 @@ ENGINE_RECORD = "appliance-engine.json"
 """Written into the environment (``sys.prefix``) by ``tools/engine_build.sh``: the flavour it built."""
 REBUILD_FIX = "./install.sh --rebuild-engine (from the appliance's source folder), then restart the daemon"
 OFFLOAD_PROBE_TIMEOUT_S = 60.0
-_GPU_LIBS = {"cuda": "libggml-cuda", "hip": "libggml-hip", "vulkan": "libggml-vulkan", "metal": "libggml-metal", "sycl": "libggml-sycl"}
+_GPU_LIBS = {
+    "cuda": "libggml-cuda",
+    "hip": "libggml-hip",
+    "vulkan": "libggml-vulkan",
+    "metal": "libggml-metal",
+    "sycl": "libggml-sycl",
+}
 
 
 @dataclass(frozen=True)
@@ -124,29 +130,66 @@ def software_findings(sw: SoftwareInfo, snapshot: HardwareSnapshot) -> list[Find
     """What is missing given the hardware: a CPU-only llama.cpp beside GPUs, no vLLM, ..."""
     out: list[Finding] = []
     if sw.llamacpp_version is None:
-        out.append(Finding("llama.cpp", "error", "llama-cpp-python is not installed: GGUF models cannot be served", f"pip install llama-cpp-python=={LLAMACPP_PIN}"))
+        out.append(
+            Finding(
+                "llama.cpp",
+                "error",
+                "llama-cpp-python is not installed: GGUF models cannot be served",
+                f"pip install llama-cpp-python=={LLAMACPP_PIN}",
+            )
+        )
     elif sw.llamacpp_version != LLAMACPP_PIN:
-        out.append(Finding("llama.cpp", "warning", f"llama-cpp-python {sw.llamacpp_version} is installed; the engine is written against {LLAMACPP_PIN}", f"pip install llama-cpp-python=={LLAMACPP_PIN}"))
+        out.append(
+            Finding(
+                "llama.cpp",
+                "warning",
+                f"llama-cpp-python {sw.llamacpp_version} is installed; the engine is written against {LLAMACPP_PIN}",
+                f"pip install llama-cpp-python=={LLAMACPP_PIN}",
+            )
+        )
     nvidia = any(g.vendor == "nvidia" for g in snapshot.gpus)
     amd = any(g.vendor == "amd" for g in snapshot.gpus)
     built = f" (built as the {sw.engine_flavour} flavour)" if sw.engine_flavour else ""
     if sw.llamacpp_version and nvidia and not _offloads(sw, "cuda"):
-        out.append(Finding(
-            "llama.cpp", "error", f"llama-cpp-python{built} cannot use the NVIDIA GPU: GGUF models will run on the CPU only",
-            REBUILD_FIX,
-        ))
+        out.append(
+            Finding(
+                "llama.cpp",
+                "error",
+                f"llama-cpp-python{built} cannot use the NVIDIA GPU: GGUF models will run on the CPU only",
+                REBUILD_FIX,
+            )
+        )
     if sw.llamacpp_version and amd and not _offloads(sw, "hip"):
-        out.append(Finding(
-            "llama.cpp", "error", f"llama-cpp-python{built} cannot use the AMD GPU (no ROCm/HIP build): GGUF models will run on the CPU only",
-            f"install ROCm, then {REBUILD_FIX}",
-        ))
+        out.append(
+            Finding(
+                "llama.cpp",
+                "error",
+                f"llama-cpp-python{built} cannot use the AMD GPU (no ROCm/HIP build): GGUF models will run on the CPU only",
+                f"install ROCm, then {REBUILD_FIX}",
+            )
+        )
     if sw.llamacpp_version and sw.gpu_offload and not (nvidia or amd):
         out.append(Finding("llama.cpp", "info", f"llama-cpp-python{built} is a GPU build, but no usable GPU was detected"))
     if not sw.vllm_available and nvidia:
-        out.append(Finding("vllm", "warning", "vLLM is not installed: safetensors (Hugging Face) variants cannot be served", "./install.sh --with-vllm (or set vllm_python to an interpreter that has vLLM)"))
+        out.append(
+            Finding(
+                "vllm",
+                "warning",
+                "vLLM is not installed: safetensors (Hugging Face) variants cannot be served",
+                "./install.sh --with-vllm (or set vllm_python to an interpreter that has vLLM)",
+            )
+        )
     elif not sw.vllm_available and amd:
-        out.append(Finding("vllm", "warning", "vLLM is not installed: safetensors (Hugging Face) variants cannot be served; the package registry has no ROCm build of vLLM",
-                           "install vLLM for ROCm by AMD's instructions into its own environment and set vllm_python to its interpreter"))
+        out.append(
+            Finding(
+                "vllm",
+                "warning",
+                "vLLM is not installed: safetensors (Hugging Face) variants cannot be served; the package registry has no ROCm build of vLLM",
+                "install vLLM for ROCm by AMD's instructions into its own environment and set vllm_python to its interpreter",
+            )
+        )
     if not sw.vllm_available and not (nvidia or amd):
-        out.append(Finding("vllm", "info", "vLLM is not installed (optional on a CPU-only box; GGUF models run through llama.cpp)"))
+        out.append(
+            Finding("vllm", "info", "vLLM is not installed (optional on a CPU-only box; GGUF models run through llama.cpp)")
+        )
     return out

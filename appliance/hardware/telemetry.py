@@ -42,15 +42,17 @@ class _NvmlProbe:
         for index, (handle, name) in enumerate(zip(self.handles, self.names)):
             sensors = self.session.sensors(handle)
             mem = self.session.optional(nvml.nvmlDeviceGetMemoryInfo, handle)
-            gpus.append({
-                "index": index,
-                "name": name,
-                "utilization_percent": sensors.utilization_pct,
-                "memory_used_bytes": mem.used if mem is not None else None,
-                "memory_total_bytes": mem.total if mem is not None else None,
-                "power_watts": sensors.power_mw / 1000.0 if sensors.power_mw is not None else None,
-                "temperature_celsius": sensors.temperature_c,
-            })
+            gpus.append(
+                {
+                    "index": index,
+                    "name": name,
+                    "utilization_percent": sensors.utilization_pct,
+                    "memory_used_bytes": mem.used if mem is not None else None,
+                    "memory_total_bytes": mem.total if mem is not None else None,
+                    "power_watts": sensors.power_mw / 1000.0 if sensors.power_mw is not None else None,
+                    "temperature_celsius": sensors.temperature_c,
+                }
+            )
         return gpus
 
 

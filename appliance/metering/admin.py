@@ -18,11 +18,11 @@ from sqlalchemy import Engine, delete, select, text
 from sqlalchemy.orm import Session
 
 from appliance.db.engine import session
+from appliance.db.tables import ApiKey, AuditLog, Price, Quota, Team
 from appliance.errors import BadRequest, Conflict, NotFound
+from appliance.jsontypes import JsonObject
 from appliance.metering.meter import Meter
 from appliance.metering.quotas import BY_NAME, DIMENSIONS, Windows
-from appliance.db.tables import ApiKey, AuditLog, Price, Quota, Team
-from appliance.jsontypes import JsonObject
 
 TEAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 PRICE_FIELDS = ("input_per_m", "output_per_m", "cached_per_m")
@@ -53,7 +53,11 @@ class QuotaService:
             raise BadRequest("Subject must be 'key:<id or prefix>' or 'team:<name>'.", param="subject")
         with session(self.db) as s:
             if kind == "key":
-                query = select(ApiKey).where(ApiKey.id == int(name)) if name.isdigit() else select(ApiKey).where(ApiKey.prefix == name)
+                query = (
+                    select(ApiKey).where(ApiKey.id == int(name))
+                    if name.isdigit()
+                    else select(ApiKey).where(ApiKey.prefix == name)
+                )
                 key = s.execute(query).scalars().first()
                 if key is None:
                     raise NotFound(f"No API key {name}.")
@@ -72,8 +76,12 @@ class QuotaService:
         with session(self.db) as s:
             row = s.execute(select(Quota).where(Quota.subject_type == sub.type, Quota.subject_id == sub.id)).scalars().first()
             limits = {d.name: (getattr(row, d.name) if row else None) for d in DIMENSIONS}
-            return {"subject": sub.label, "limits": limits, "alert_percent": row.alert_percent if row else None,
-                    "usage": self._usage(s, sub)}
+            return {
+                "subject": sub.label,
+                "limits": limits,
+                "alert_percent": row.alert_percent if row else None,
+                "usage": self._usage(s, sub),
+            }
 
     def _usage(self, s: Session, sub: Subject) -> JsonObject:
         now = self._clock()
@@ -82,8 +90,10 @@ class QuotaService:
         for d in DIMENSIONS:
             start, end = windows.bounds(d.window, now)
             row = s.execute(
-                text("SELECT limit_value, spent, reserved FROM quota_counters WHERE subject_type = :t AND subject_id = :i"
-                     " AND dimension = :d AND window_start = :w"),
+                text(
+                    "SELECT limit_value, spent, reserved FROM quota_counters WHERE subject_type = :t AND subject_id = :i"
+                    " AND dimension = :d AND window_start = :w"
+                ),
                 {"t": sub.type, "i": sub.id, "d": d.name, "w": start},
             ).first()
             if row is not None:
@@ -106,11 +116,16 @@ class QuotaService:
             raise BadRequest(f"Unknown quota field(s): {', '.join(sorted(unknown))}.")
         changes = dict(changes)
         alert = changes.pop(ALERT_FIELD, _UNCHANGED)
-        if alert is not _UNCHANGED and alert is not None and (
-                not isinstance(alert, (int, float)) or isinstance(alert, bool) or not 0 <= alert <= 100):
+        if (
+            alert is not _UNCHANGED
+            and alert is not None
+            and (not isinstance(alert, (int, float)) or isinstance(alert, bool) or not 0 <= alert <= 100)
+        ):
             raise BadRequest(f"{ALERT_FIELD} must be a percentage from 0 to 100, or null for the default.", param=ALERT_FIELD)
         for name, value in changes.items():
-            if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0 or not math.isfinite(value)):
+            if value is not None and (
+                not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0 or not math.isfinite(value)
+            ):
                 raise BadRequest(f"{name} must be a non-negative number or null.", param=name)
             if value is not None and BY_NAME[name].unit != "cost" and not float(value).is_integer():
                 raise BadRequest(f"{name} must be a whole number.", param=name)
@@ -131,8 +146,10 @@ class QuotaService:
                 if value is not None:  # running windows take the new limit at once
                     start, _ = windows.bounds(BY_NAME[name].window, now)
                     s.execute(
-                        text("UPDATE quota_counters SET limit_value = :v WHERE subject_type = :t AND subject_id = :i"
-                             " AND dimension = :d AND window_start >= :w"),
+                        text(
+                            "UPDATE quota_counters SET limit_value = :v WHERE subject_type = :t AND subject_id = :i"
+                            " AND dimension = :d AND window_start >= :w"
+                        ),
                         {"v": float(value), "t": sub.type, "i": sub.id, "d": name, "w": start},
                     )
             after = {d.name: getattr(row, d.name) for d in DIMENSIONS} | {ALERT_FIELD: row.alert_percent}
@@ -177,7 +194,13 @@ class QuotaService:
         for name, value in changes.items():
             if name not in PRICE_FIELDS:
                 raise BadRequest(f"Unknown price field {name}.", param=name)
-            if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or not math.isfinite(value):
+            if (
+                value is None
+                or isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or value < 0
+                or not math.isfinite(value)
+            ):
                 raise BadRequest(f"{name} must be a non-negative number.", param=name)
         with session(self.db) as s:
             row = s.get(Price, model) or Price(model=model)
@@ -212,7 +235,9 @@ class QuotaService:
         with session(self.db) as s:
             existing = s.execute(select(Team).where(Team.name == name)).scalars().first()
             if existing is not None and existing.deleted_at is not None:
-                raise Conflict(f"Team {name} was deleted; its name stays reserved so past usage keeps one meaning. Choose another name.")
+                raise Conflict(
+                    f"Team {name} was deleted; its name stays reserved so past usage keeps one meaning. Choose another name."
+                )
             if existing is not None:
                 raise Conflict(f"Team {name} already exists.")
             team = Team(name=name)
@@ -225,9 +250,11 @@ class QuotaService:
     def list_teams(self) -> list[JsonObject]:
         with session(self.db) as s:
             rows = s.execute(
-                text("SELECT t.id, t.name, t.created_at, count(k.id) FROM teams t"
-                     " LEFT JOIN api_keys k ON k.team_id = t.id AND k.revoked_at IS NULL WHERE t.deleted_at IS NULL"
-                     " GROUP BY t.id ORDER BY t.name")
+                text(
+                    "SELECT t.id, t.name, t.created_at, count(k.id) FROM teams t"
+                    " LEFT JOIN api_keys k ON k.team_id = t.id AND k.revoked_at IS NULL WHERE t.deleted_at IS NULL"
+                    " GROUP BY t.id ORDER BY t.name"
+                )
             ).all()
         return [{"id": i, "name": n, "created_at": c, "keys": k} for i, n, c, k in rows]
 
@@ -240,10 +267,15 @@ class QuotaService:
             team = s.execute(select(Team).where(Team.name == name, Team.deleted_at.is_(None))).scalars().first()  # type: ignore[union-attr]
             if team is None:
                 raise NotFound(f"No team {name}.")
-            live = s.execute(text("SELECT count(*) FROM api_keys WHERE team_id = :t AND revoked_at IS NULL"), {"t": team.id}).scalar_one()
+            live = s.execute(
+                text("SELECT count(*) FROM api_keys WHERE team_id = :t AND revoked_at IS NULL"), {"t": team.id}
+            ).scalar_one()
             if live:
-                raise Conflict(f"Team {name} still has {live} active key{'s' if live != 1 else ''}; revoke them or move them "
-                               "to another team first.", code="team_has_keys")
+                raise Conflict(
+                    f"Team {name} still has {live} active key{'s' if live != 1 else ''}; revoke them or move them "
+                    "to another team first.",
+                    code="team_has_keys",
+                )
             team.deleted_at = self._clock()
             s.add(team)
             s.execute(delete(Quota).where(Quota.subject_type == "team", Quota.subject_id == team.id))
@@ -255,4 +287,11 @@ class QuotaService:
 
     # -- audit -------------------------------------------------------------------------
     def _audit(self, s: Session, actor: str, action: str, target: str, detail: JsonObject | None) -> None:
-        s.add(AuditLog(actor=actor, action=action, target=target, detail=json.dumps(detail, sort_keys=True) if detail is not None else None))
+        s.add(
+            AuditLog(
+                actor=actor,
+                action=action,
+                target=target,
+                detail=json.dumps(detail, sort_keys=True) if detail is not None else None,
+            )
+        )

@@ -32,7 +32,15 @@ from appliance.errors import Conflict, EngineUnavailable, QuotaExceeded, RateLim
 from appliance.metering.errors import Refused
 from appliance.metering.pricing import PER, PriceBook
 from appliance.metering.quotas import (
-    DAY, DIMENSIONS, CounterState, Dimension, Windows, completion_cap, ratelimit_headers, refusal_message, retry_after,
+    DAY,
+    DIMENSIONS,
+    CounterState,
+    Dimension,
+    Windows,
+    completion_cap,
+    ratelimit_headers,
+    refusal_message,
+    retry_after,
 )
 from appliance.metrics import Metrics
 from appliance.settings import Settings
@@ -117,8 +125,15 @@ class _Budget:
 class Admissions:
     """Admits requests against the quotas, on the meter's connection under its lock."""
 
-    def __init__(self, settings: Settings, conn: sqlite3.Connection, lock: threading.RLock, prices: PriceBook,
-                 metrics: Metrics, clock: Callable[[], float]):
+    def __init__(
+        self,
+        settings: Settings,
+        conn: sqlite3.Connection,
+        lock: threading.RLock,
+        prices: PriceBook,
+        metrics: Metrics,
+        clock: Callable[[], float],
+    ):
         self._settings = settings
         self._conn = conn
         self._lock = lock
@@ -149,8 +164,18 @@ class Admissions:
             self._limits[(subject, subject_id)] = (now + QUOTA_CACHE_SECONDS, limits)
         return limits
 
-    def prepare(self, principal: Principal, *, request_id: str, endpoint: str, model: str, estimated_tokens: int,
-                cached: bool, cap: bool, max_tokens: int | None) -> tuple[Admission, Reservation | None]:
+    def prepare(
+        self,
+        principal: Principal,
+        *,
+        request_id: str,
+        endpoint: str,
+        model: str,
+        estimated_tokens: int,
+        cached: bool,
+        cap: bool,
+        max_tokens: int | None,
+    ) -> tuple[Admission, Reservation | None]:
         """The admission, and the reservation still to make in a transaction (None: no quota applies)."""
         key_id = principal.id if principal.kind == "key" else None
         team_id = principal.team_id
@@ -178,8 +203,9 @@ class Admissions:
             admission.estimated_tokens = max(0, admission.estimated_tokens) + outcome.capped
         return admission
 
-    def _plan(self, now: float, model: str, estimated_tokens: int, cached: bool,
-              subjects: tuple[tuple[str, int | None, Limits], ...]) -> list[Plan]:
+    def _plan(
+        self, now: float, model: str, estimated_tokens: int, cached: bool, subjects: tuple[tuple[str, int | None, Limits], ...]
+    ) -> list[Plan]:
         tokens = 0 if cached and not self._settings.cache_counts_against_quota else max(0, estimated_tokens)
         plans = []
         for subject, subject_id, limits in subjects:
@@ -198,8 +224,11 @@ class Admissions:
 
     def _refuse(self, refusal: Refusal, now: float, model: str) -> None:
         refused = refusal.plan
-        refused_state = next(state for p, state in zip(refusal.plans, refusal.states)
-                             if (p.subject, p.subject_id, p.dimension) == (refused.subject, refused.subject_id, refused.dimension))
+        refused_state = next(
+            state
+            for p, state in zip(refusal.plans, refusal.states)
+            if (p.subject, p.subject_id, p.dimension) == (refused.subject, refused.subject_id, refused.dimension)
+        )
         headers = ratelimit_headers(refusal.states, now)
         headers["Retry-After"] = retry_after(refused_state, now)
         self._metrics.observe_refusal(model, refused.dimension.name)
@@ -269,8 +298,9 @@ def busy(exc: sqlite3.OperationalError) -> EngineUnavailable:
     return EngineUnavailable("The metering database is busy; retry shortly.", headers={"Retry-After": "1"})
 
 
-def _capped(conn: sqlite3.Connection, plans: list[Plan], prompt: int, requested: int | None,
-            per_cost_token: float) -> tuple[list[Plan], int | None]:
+def _capped(
+    conn: sqlite3.Connection, plans: list[Plan], prompt: int, requested: int | None, per_cost_token: float
+) -> tuple[list[Plan], int | None]:
     """Cap the completion to what every token and cost counter has left.
 
     Returns the plans with token and cost amounts set to prompt + cap, and the cap;
@@ -286,16 +316,23 @@ def _capped(conn: sqlite3.Connection, plans: list[Plan], prompt: int, requested:
         return plans, None
     if cap < 1:
         # the tightest counter: the one the prompt plus one token overruns by most
-        worst = max((b for b in budgets if b.per_token > 0),
-                    key=lambda b: ((prompt + 1) * b.per_token - b.remaining) / max(b.per_token, 1e-300))
+        worst = max(
+            (b for b in budgets if b.per_token > 0),
+            key=lambda b: ((prompt + 1) * b.per_token - b.remaining) / max(b.per_token, 1e-300),
+        )
         raise Refused(replace(worst.plan, amount=(prompt + 1) * worst.per_token))
     total = prompt + cap
-    return [replace(p, amount=float(total) if p.dimension.unit == "tokens" else total * per_cost_token)
-            if p.dimension.unit in ("tokens", "cost") else p for p in plans], cap
+    return [
+        replace(p, amount=float(total) if p.dimension.unit == "tokens" else total * per_cost_token)
+        if p.dimension.unit in ("tokens", "cost")
+        else p
+        for p in plans
+    ], cap
 
 
-def _reserve(conn: sqlite3.Connection, request_id: str, now: float,
-             plans: list[Plan]) -> tuple[tuple[Hold, ...], list[CounterState]]:
+def _reserve(
+    conn: sqlite3.Connection, request_id: str, now: float, plans: list[Plan]
+) -> tuple[tuple[Hold, ...], list[CounterState]]:
     holds, states = [], []
     for p in plans:
         args = (p.amount, p.subject, p.subject_id, p.dimension.name, p.window_start)
@@ -332,5 +369,7 @@ def prune_counters(conn: sqlite3.Connection, now: float) -> int:
     for window, before in (("minute", now - 3600), ("day", now - 2 * DAY), ("month", now - 62 * DAY)):
         dims = [d.name for d in DIMENSIONS if d.window == window]
         marks = ", ".join("?" * len(dims))
-        n += conn.execute(f"DELETE FROM quota_counters WHERE dimension IN ({marks}) AND window_start < ?", (*dims, before)).rowcount
+        n += conn.execute(
+            f"DELETE FROM quota_counters WHERE dimension IN ({marks}) AND window_start < ?", (*dims, before)
+        ).rowcount
     return n

@@ -100,9 +100,16 @@ class Alert:
 
     def payload(self) -> dict[str, object]:
         return {
-            "type": "budget.alert", "id": self.id, "created_at": self.created_at, "subject": self.subject,
-            "dimension": self.dimension, "window_start": self.window_start, "window_end": self.window_end,
-            "limit": self.limit, "spent": self.spent, "percent": self.percent,
+            "type": "budget.alert",
+            "id": self.id,
+            "created_at": self.created_at,
+            "subject": self.subject,
+            "dimension": self.dimension,
+            "window_start": self.window_start,
+            "window_end": self.window_end,
+            "limit": self.limit,
+            "spent": self.spent,
+            "percent": self.percent,
         }
 
 
@@ -112,8 +119,10 @@ def labelled(table: str, alias: str) -> tuple[str, str]:
     Returns the label expression (``key:<prefix>`` or ``team:<name>``; NULL once the key or
     team is gone) and the FROM clause joining the keys and teams."""
     label = f"CASE {alias}.subject_type WHEN 'key' THEN 'key:' || k.prefix ELSE 'team:' || t.name END"
-    joins = (f"{table} {alias} LEFT JOIN api_keys k ON {alias}.subject_type = 'key' AND k.id = {alias}.subject_id"
-             f" LEFT JOIN teams t ON {alias}.subject_type = 'team' AND t.id = {alias}.subject_id")
+    joins = (
+        f"{table} {alias} LEFT JOIN api_keys k ON {alias}.subject_type = 'key' AND k.id = {alias}.subject_id"
+        f" LEFT JOIN teams t ON {alias}.subject_type = 'team' AND t.id = {alias}.subject_id"
+    )
     return label, joins
 
 
@@ -130,10 +139,25 @@ def _alerts(db: Engine, where: str, params: dict[str, object]) -> list[Alert]:
     with db.connect() as conn:
         rows = conn.execute(text(f"{_SELECT} {where}"), params).all()
     out = []
-    for (id_, created, stype, sid, dim, start, limit, spent, percent, attempts, delivered, error, dismissed, label) in rows:
+    for id_, created, stype, sid, dim, start, limit, spent, percent, attempts, delivered, error, dismissed, label in rows:
         _, end = windows.bounds(by_name[dim].window, start) if dim in by_name else (start, start)
-        out.append(Alert(id_, created, label or f"{stype}:#{sid}", dim, start, end, limit, spent, percent, attempts,
-                         delivered, error, dismissed))
+        out.append(
+            Alert(
+                id_,
+                created,
+                label or f"{stype}:#{sid}",
+                dim,
+                start,
+                end,
+                limit,
+                spent,
+                percent,
+                attempts,
+                delivered,
+                error,
+                dismissed,
+            )
+        )
     return out
 
 
@@ -145,8 +169,10 @@ def list_alerts(db: Engine, *, include_dismissed: bool = True, limit: int = 200)
 def dismiss_alert(db: Engine, alert_id: int, now: float | None = None) -> bool:
     """Hide an alert from the console's banner; returns False when there is no such open alert."""
     with db.begin() as conn:
-        result = conn.execute(text("UPDATE budget_alerts SET dismissed_at = :t WHERE id = :i AND dismissed_at IS NULL"),
-                              {"t": time.time() if now is None else now, "i": alert_id})
+        result = conn.execute(
+            text("UPDATE budget_alerts SET dismissed_at = :t WHERE id = :i AND dismissed_at IS NULL"),
+            {"t": time.time() if now is None else now, "i": alert_id},
+        )
     return result.rowcount == 1
 
 
@@ -164,8 +190,14 @@ def next_attempt_delay(attempts: int) -> float:
 class AlertNotifier:
     """Delivers undelivered alerts to the configured webhook; the scheduler calls :meth:`deliver_due`."""
 
-    def __init__(self, settings: Settings, db: Engine, *, clock: Callable[[], float] = time.time,
-                 transport: httpx.AsyncBaseTransport | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        db: Engine,
+        *,
+        clock: Callable[[], float] = time.time,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
         self.settings = settings
         self.db = db
         self._clock = clock
@@ -180,13 +212,17 @@ class AlertNotifier:
         if not self.enabled:
             return 0
         now = self._clock()
-        due = _alerts(self.db, "WHERE a.delivered_at IS NULL AND a.attempts < :max AND a.next_attempt_at <= :now"
-                               " ORDER BY a.id LIMIT :n", {"max": MAX_ATTEMPTS, "now": now, "n": BATCH})
+        due = _alerts(
+            self.db,
+            "WHERE a.delivered_at IS NULL AND a.attempts < :max AND a.next_attempt_at <= :now ORDER BY a.id LIMIT :n",
+            {"max": MAX_ATTEMPTS, "now": now, "n": BATCH},
+        )
         if not due:
             return 0
         delivered = 0
-        async with httpx.AsyncClient(timeout=DELIVERY_TIMEOUT_SECONDS, transport=self._transport,
-                                     follow_redirects=False, trust_env=False) as client:
+        async with httpx.AsyncClient(
+            timeout=DELIVERY_TIMEOUT_SECONDS, transport=self._transport, follow_redirects=False, trust_env=False
+        ) as client:
             for alert in due:
                 error = await self._post(client, alert)
                 self._record(alert, error)
@@ -196,9 +232,12 @@ class AlertNotifier:
     async def _post(self, client: httpx.AsyncClient, alert: Alert) -> str | None:
         body = json.dumps(alert.payload(), separators=(",", ":")).encode()
         timestamp = str(int(self._clock()))
-        headers = {"Content-Type": "application/json", "User-Agent": "llm-appliance-alerts",
-                   "X-Appliance-Timestamp": timestamp,
-                   "X-Appliance-Signature": sign(self.settings.alert_webhook_secret or "", timestamp, body)}
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "llm-appliance-alerts",
+            "X-Appliance-Timestamp": timestamp,
+            "X-Appliance-Signature": sign(self.settings.alert_webhook_secret or "", timestamp, body),
+        }
         try:
             response = await client.post(self.settings.alert_webhook_url or "", content=body, headers=headers)
         except httpx.HTTPError as exc:
@@ -212,10 +251,14 @@ class AlertNotifier:
         attempts = alert.attempts + 1
         with self.db.begin() as conn:
             if error is None:
-                conn.execute(text("UPDATE budget_alerts SET attempts = :a, delivered_at = :t, last_error = NULL WHERE id = :i"),
-                             {"a": attempts, "t": now, "i": alert.id})
+                conn.execute(
+                    text("UPDATE budget_alerts SET attempts = :a, delivered_at = :t, last_error = NULL WHERE id = :i"),
+                    {"a": attempts, "t": now, "i": alert.id},
+                )
             else:
-                conn.execute(text("UPDATE budget_alerts SET attempts = :a, next_attempt_at = :n, last_error = :e WHERE id = :i"),
-                             {"a": attempts, "n": now + next_attempt_delay(attempts), "e": error, "i": alert.id})
+                conn.execute(
+                    text("UPDATE budget_alerts SET attempts = :a, next_attempt_at = :n, last_error = :e WHERE id = :i"),
+                    {"a": attempts, "n": now + next_attempt_delay(attempts), "e": error, "i": alert.id},
+                )
         if error is not None:
             log.warning("budget alert %d not delivered (attempt %d of %d): %s", alert.id, attempts, MAX_ATTEMPTS, error)

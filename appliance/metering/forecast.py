@@ -52,14 +52,25 @@ def budget_forecasts(db: Engine, now: float) -> list[BudgetForecast]:
         params[f"d{i}"], params[f"w{i}"] = name, start
     clauses = " OR ".join(f"(c.dimension = :d{i} AND c.window_start = :w{i})" for i in range(len(current)))
     with db.connect() as conn:
-        rows = conn.execute(text(
-            f"SELECT c.subject_type, c.subject_id, c.dimension, c.limit_value, c.spent, {_LABEL} FROM {_COUNTERS_LABELLED}"
-            f" WHERE c.limit_value > 0 AND ({clauses}) ORDER BY c.spent / c.limit_value DESC"), params).all()
+        rows = conn.execute(
+            text(
+                f"SELECT c.subject_type, c.subject_id, c.dimension, c.limit_value, c.spent, {_LABEL} FROM {_COUNTERS_LABELLED}"
+                f" WHERE c.limit_value > 0 AND ({clauses}) ORDER BY c.spent / c.limit_value DESC"
+            ),
+            params,
+        ).all()
     out = []
     for subject_type, subject_id, dimension, limit, spent, label in rows:
         start, end = current[dimension]
-        out.append(BudgetForecast(label or f"{subject_type}:#{subject_id}", dimension, start, end, limit, spent,
-                                  reached_at(spent, limit, start, end, now)))
+        out.append(
+            BudgetForecast(
+                label or f"{subject_type}:#{subject_id}",
+                dimension,
+                start,
+                end,
+                limit,
+                spent,
+                reached_at(spent, limit, start, end, now),
+            )
+        )
     return out
-
-

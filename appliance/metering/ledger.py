@@ -85,8 +85,13 @@ class GroupCommitWriter(Generic[Record, Result]):
 
     ``apply`` writes one record inside the batch's transaction and returns what its submitter gets."""
 
-    def __init__(self, conn: sqlite3.Connection, lock: threading.Lock | threading.RLock,
-                 apply: Callable[[sqlite3.Connection, Record], Result], name: str = "ledger-writer"):
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        lock: threading.Lock | threading.RLock,
+        apply: Callable[[sqlite3.Connection, Record], Result],
+        name: str = "ledger-writer",
+    ):
         self._conn = conn
         self._lock = lock
         self._apply = apply

@@ -41,7 +41,14 @@ from appliance.accounts.keys import Principal
 from appliance.db.checkpoint import DEFAULT_AUTOCHECKPOINT_PAGES, WalCheckpointer
 from appliance.db.engine import configure_connection
 from appliance.metering.admission import (
-    Admission, Admissions, Granted, Refusal, Reservation, busy, prune_counters, release_reservations,
+    Admission,
+    Admissions,
+    Granted,
+    Refusal,
+    Reservation,
+    busy,
+    prune_counters,
+    release_reservations,
 )
 from appliance.metering.ledger import GroupCommitWriter, WriterStats, transaction
 from appliance.metering.pricing import PriceBook, cost_of
@@ -87,7 +94,8 @@ class Meter:
         self._in_flight = 0  # requests between the start of their admission and their settle or release
         self._in_flight_lock = threading.Lock()  # admit_now counts from other threads
         self._writer: GroupCommitWriter[Settlement | Reservation, float | Granted | Refusal | None] = GroupCommitWriter(
-            self._conn, self._lock, _apply)
+            self._conn, self._lock, _apply
+        )
         self.checkpointer = WalCheckpointer(db.url.database or "")
         self._closed = False
 
@@ -175,19 +183,44 @@ class Meter:
         meanwhile is released as a 499, so nothing stays held."""
         self._count_in_flight(1)
         try:
-            admission = await self._admit(principal, request_id=request_id, endpoint=endpoint, model=model,
-                                          estimated_tokens=estimated_tokens, cached=cached, cap=cap, max_tokens=max_tokens)
+            admission = await self._admit(
+                principal,
+                request_id=request_id,
+                endpoint=endpoint,
+                model=model,
+                estimated_tokens=estimated_tokens,
+                cached=cached,
+                cap=cap,
+                max_tokens=max_tokens,
+            )
         except BaseException:
             self._count_in_flight(-1)
             raise
         admission.in_flight = True
         return admission
 
-    async def _admit(self, principal: Principal, *, request_id: str, endpoint: str, model: str, estimated_tokens: int,
-                     cached: bool, cap: bool, max_tokens: int | None) -> Admission:
-        admission, reservation = self._admissions.prepare(principal, request_id=request_id, endpoint=endpoint, model=model,
-                                                          estimated_tokens=estimated_tokens, cached=cached, cap=cap,
-                                                          max_tokens=max_tokens)
+    async def _admit(
+        self,
+        principal: Principal,
+        *,
+        request_id: str,
+        endpoint: str,
+        model: str,
+        estimated_tokens: int,
+        cached: bool,
+        cap: bool,
+        max_tokens: int | None,
+    ) -> Admission:
+        admission, reservation = self._admissions.prepare(
+            principal,
+            request_id=request_id,
+            endpoint=endpoint,
+            model=model,
+            estimated_tokens=estimated_tokens,
+            cached=cached,
+            cap=cap,
+            max_tokens=max_tokens,
+        )
         if reservation is None:
             return admission
         if not self._writer.running:
@@ -205,12 +238,29 @@ class Meter:
             raise busy(exc) from None
         return self._admissions.conclude(admission, reservation, outcome)
 
-    def admit_now(self, principal: Principal, *, request_id: str, endpoint: str, model: str, estimated_tokens: int,
-                  cached: bool = False, cap: bool = False, max_tokens: int | None = None) -> Admission:
+    def admit_now(
+        self,
+        principal: Principal,
+        *,
+        request_id: str,
+        endpoint: str,
+        model: str,
+        estimated_tokens: int,
+        cached: bool = False,
+        cap: bool = False,
+        max_tokens: int | None = None,
+    ) -> Admission:
         """:meth:`admit` in a transaction of its own, for callers without an event loop (any thread)."""
-        admission, reservation = self._admissions.prepare(principal, request_id=request_id, endpoint=endpoint, model=model,
-                                                          estimated_tokens=estimated_tokens, cached=cached, cap=cap,
-                                                          max_tokens=max_tokens)
+        admission, reservation = self._admissions.prepare(
+            principal,
+            request_id=request_id,
+            endpoint=endpoint,
+            model=model,
+            estimated_tokens=estimated_tokens,
+            cached=cached,
+            cap=cap,
+            max_tokens=max_tokens,
+        )
         if reservation is not None:
             admission = self._admissions.conclude(admission, reservation, self._reserve_now(reservation))
         self._count_in_flight(1)
@@ -257,10 +307,28 @@ class Meter:
         admission.finished = True
         hit = cache_tier in CACHE_HIT_TIERS
         rate = self.prices.rate(model, variant)
-        cost = cost_of(rate, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cached_tokens=cached_tokens, cache_hit=hit)
-        row = UsageRow(admission.request_id, admission.admitted_at, admission.key_id, admission.team_id, admission.endpoint, model,
-                       variant, backend, prompt_tokens, completion_tokens, cached_tokens, ttft_ms, latency_ms, status, cache_tier,
-                       cost, energy_joules)
+        cost = cost_of(
+            rate, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cached_tokens=cached_tokens, cache_hit=hit
+        )
+        row = UsageRow(
+            admission.request_id,
+            admission.admitted_at,
+            admission.key_id,
+            admission.team_id,
+            admission.endpoint,
+            model,
+            variant,
+            backend,
+            prompt_tokens,
+            completion_tokens,
+            cached_tokens,
+            ttft_ms,
+            latency_ms,
+            status,
+            cache_tier,
+            cost,
+            energy_joules,
+        )
         admission.cost = cost
         return await self._commit(admission, row, prompt_tokens + completion_tokens, hit, cost)
 
@@ -279,9 +347,32 @@ class Meter:
             return
         admission.finished = True
         latency_ms = (time.perf_counter() - admission.started) * 1000.0
-        cost = cost_of(self.prices.rate(model), prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cached_tokens=0, cache_hit=False)
-        row = UsageRow(admission.request_id, admission.admitted_at, admission.key_id, admission.team_id, admission.endpoint, model,
-                       None, None, prompt_tokens, completion_tokens, 0, None, latency_ms, status, "miss", cost, None)
+        cost = cost_of(
+            self.prices.rate(model),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            cached_tokens=0,
+            cache_hit=False,
+        )
+        row = UsageRow(
+            admission.request_id,
+            admission.admitted_at,
+            admission.key_id,
+            admission.team_id,
+            admission.endpoint,
+            model,
+            None,
+            None,
+            prompt_tokens,
+            completion_tokens,
+            0,
+            None,
+            latency_ms,
+            status,
+            "miss",
+            cost,
+            None,
+        )
         admission.cost = cost
         await self._commit(admission, row, prompt_tokens + completion_tokens, False, cost)
 
@@ -301,14 +392,19 @@ class Meter:
 
     async def _commit(self, admission: Admission, row: UsageRow, tokens: int, hit: bool, cost: float) -> float:
         counts_tokens = not hit or self.settings.cache_counts_against_quota
-        settlement = Settlement(row, charges(admission.holds, tokens, cost, counts_tokens), bool(admission.holds), cost,
-                                self.settings.budget_alert_percent)
+        settlement = Settlement(
+            row,
+            charges(admission.holds, tokens, cost, counts_tokens),
+            bool(admission.holds),
+            cost,
+            self.settings.budget_alert_percent,
+        )
         if self._writer.running:
             try:
                 return await self._writer.submit(settlement, alone=self._in_flight == 0)
             except RuntimeError:  # stopping right now: write it ourselves
                 pass
-        (result, error), = self._writer.write_now([settlement])
+        ((result, error),) = self._writer.write_now([settlement])
         if error is not None:
             raise error
         assert result is not None

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 PER = 1_000_000.0
 
@@ -45,13 +45,20 @@ def cost_of(rate: Rate, *, prompt_tokens: int, completion_tokens: int, cached_to
     if cache_hit:
         return (prompt_tokens + completion_tokens) * rate.cached_per_m / PER
     cached = min(max(cached_tokens, 0), prompt_tokens)
-    return ((prompt_tokens - cached) * rate.input_per_m + cached * rate.cached_per_m + completion_tokens * rate.output_per_m) / PER
+    return (
+        (prompt_tokens - cached) * rate.input_per_m + cached * rate.cached_per_m + completion_tokens * rate.output_per_m
+    ) / PER
 
 
 class PriceBook:
     """In-memory copy of the ``prices`` table."""
 
-    def __init__(self, loader: Callable[[], Iterable[tuple[str, float, float, float]]], ttl: float = 30.0, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        loader: Callable[[], Iterable[tuple[str, float, float, float]]],
+        ttl: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self._loader = loader
         self._ttl = ttl
         self._clock = clock

@@ -143,7 +143,7 @@ def refusal_message(state: CounterState, amount: float) -> str:
     return f"Rate limit reached for {owner}: {what} limit {_number(state.limit)}."
 
 
-def completion_cap(prompt_tokens: int, requested: int | None, allowances: "list[tuple[float, float]]") -> int | None:
+def completion_cap(prompt_tokens: int, requested: int | None, allowances: list[tuple[float, float]]) -> int | None:
     """The most completion tokens a request may generate within what is left.
 
     ``allowances`` holds, for each token or cost counter of the key and its team,

@@ -10,9 +10,8 @@ import csv
 import io
 import re
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
-
-from typing import Sequence
 
 from sqlalchemy import Engine, Row, text
 
@@ -31,11 +30,30 @@ GROUPS = {
     "team": ("u.team_id AS team_id, t.name AS team", "u.team_id"),
     "model": ("u.model AS model", "u.model"),
     "day": ("date(u.created_at, 'unixepoch') AS day", "date(u.created_at, 'unixepoch')"),
-    "hour": ("strftime('%Y-%m-%dT%H:00:00Z', u.created_at, 'unixepoch') AS hour", "strftime('%Y-%m-%dT%H', u.created_at, 'unixepoch')"),
+    "hour": (
+        "strftime('%Y-%m-%dT%H:00:00Z', u.created_at, 'unixepoch') AS hour",
+        "strftime('%Y-%m-%dT%H', u.created_at, 'unixepoch')",
+    ),
 }
-_GROUP_COLUMNS = {"key": ("key_id", "key", "key_name"), "team": ("team_id", "team"), "model": ("model",), "day": ("day",), "hour": ("hour",)}
-SUMS = ("requests", "failed", "prompt_tokens", "completion_tokens", "cached_tokens", "total_tokens", "cost", "energy_joules",
-        "cache_hits", "cache_tokens")
+_GROUP_COLUMNS = {
+    "key": ("key_id", "key", "key_name"),
+    "team": ("team_id", "team"),
+    "model": ("model",),
+    "day": ("day",),
+    "hour": ("hour",),
+}
+SUMS = (
+    "requests",
+    "failed",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "total_tokens",
+    "cost",
+    "energy_joules",
+    "cache_hits",
+    "cache_tokens",
+)
 PERCENTILES = ("ttft_p50_ms", "ttft_p95_ms", "latency_p50_ms", "latency_p95_ms")
 MEASURES = (*SUMS, "cache_saved", *PERCENTILES)
 _AGGREGATES = (
@@ -112,8 +130,9 @@ def query_usage(
         # a family name matches all its variants
         where.append("(u.model = :model OR substr(u.model, 1, length(:model) + 1) = :model || ':')")
         params["model"] = model
-    source = (" FROM usage u LEFT JOIN api_keys k ON k.id = u.key_id LEFT JOIN teams t ON t.id = u.team_id"
-              f" WHERE {' AND '.join(where)}")
+    source = (
+        f" FROM usage u LEFT JOIN api_keys k ON k.id = u.key_id LEFT JOIN teams t ON t.id = u.team_id WHERE {' AND '.join(where)}"
+    )
     groups = [GROUPS[b][1] for b in by]
     marks = [f"{g} AS _g{i}" for i, g in enumerate(groups)]
     select = ", ".join([GROUPS[b][0] for b in by] + marks + [_AGGREGATES])
@@ -121,8 +140,10 @@ def query_usage(
     if by:
         sql += f" GROUP BY {', '.join(groups)} ORDER BY {', '.join(groups)}"
     timing_sql = f"SELECT {', '.join([*marks, 'u.ttft_ms', 'u.latency_ms', 'u.cache_tier'])}{source} AND u.status < 400"
-    hits_sql = (f"SELECT {', '.join([*marks, 'u.model', 'u.variant'])}, sum(u.prompt_tokens), sum(u.completion_tokens), sum(u.cost)"
-                f"{source} AND u.cache_tier != 'miss' GROUP BY {', '.join([*groups, 'u.model', 'u.variant'])}")
+    hits_sql = (
+        f"SELECT {', '.join([*marks, 'u.model', 'u.variant'])}, sum(u.prompt_tokens), sum(u.completion_tokens), sum(u.cost)"
+        f"{source} AND u.cache_tier != 'miss' GROUP BY {', '.join([*groups, 'u.model', 'u.variant'])}"
+    )
     with db.connect() as conn:
         found = [dict(r._mapping) for r in conn.execute(text(sql), params)]
         timings = conn.execute(text(timing_sql), params).all()
@@ -158,8 +179,12 @@ def _timings(timings: Sequence[Row], width: int) -> tuple[dict[tuple, list[float
 
 def _percentiles(ttfts: list[float], latencies: list[float]) -> JsonObject:
     ttfts, latencies = sorted(ttfts), sorted(latencies)
-    return {"ttft_p50_ms": percentile(ttfts, 50), "ttft_p95_ms": percentile(ttfts, 95),
-            "latency_p50_ms": percentile(latencies, 50), "latency_p95_ms": percentile(latencies, 95)}
+    return {
+        "ttft_p50_ms": percentile(ttfts, 50),
+        "ttft_p95_ms": percentile(ttfts, 95),
+        "latency_p50_ms": percentile(latencies, 50),
+        "latency_p95_ms": percentile(latencies, 95),
+    }
 
 
 def _cache_saved(hits: Sequence[Row], width: int, prices: PriceBook) -> dict[tuple, float]:
@@ -167,8 +192,13 @@ def _cache_saved(hits: Sequence[Row], width: int, prices: PriceBook) -> dict[tup
     saved: dict[tuple, float] = {}
     for row in hits:
         group, (model, variant, prompt, completion, charged) = tuple(row[:width]), row[width:]
-        full = cost_of(prices.rate(model, variant), prompt_tokens=int(prompt), completion_tokens=int(completion), cached_tokens=0,
-                       cache_hit=False)
+        full = cost_of(
+            prices.rate(model, variant),
+            prompt_tokens=int(prompt),
+            completion_tokens=int(completion),
+            cached_tokens=0,
+            cache_hit=False,
+        )
         saved[group] = saved.get(group, 0.0) + full - float(charged or 0)
     return saved
 

@@ -34,7 +34,8 @@ def _get(conn: Connection, key: str) -> str | None:
 
 def _put(conn: Connection, key: str, value: str) -> None:
     conn.execute(
-        text("INSERT INTO kv (key, value) VALUES (:k, :v) ON CONFLICT(key) DO UPDATE SET value = excluded.value"), {"k": key, "v": value}
+        text("INSERT INTO kv (key, value) VALUES (:k, :v) ON CONFLICT(key) DO UPDATE SET value = excluded.value"),
+        {"k": key, "v": value},
     )
 
 
@@ -56,8 +57,10 @@ def rollup(db: Engine, now: float | None = None, *, full: bool = False) -> int:
         hourly = []
         for hour in hours:
             rows = conn.execute(
-                text(f"SELECT key_id, team_id, model, {_SUMS} FROM usage WHERE created_at >= :s AND created_at < :e"
-                     " GROUP BY key_id, team_id, model"),
+                text(
+                    f"SELECT key_id, team_id, model, {_SUMS} FROM usage WHERE created_at >= :s AND created_at < :e"
+                    " GROUP BY key_id, team_id, model"
+                ),
                 {"s": hour, "e": hour + HOUR},
             ).all()
             hourly += [(hour, *row) for row in rows]
@@ -70,18 +73,22 @@ def rollup(db: Engine, now: float | None = None, *, full: bool = False) -> int:
             conn.execute(text("DELETE FROM usage_rollups WHERE period = 'hour' AND bucket_start = :b"), {"b": hour})
         if hourly:
             conn.execute(
-                text("INSERT INTO usage_rollups (period, bucket_start, key_id, team_id, model, requests, prompt_tokens,"
-                     " completion_tokens, cached_tokens, cost) VALUES ('hour', :b, :k, :t, :m, :r, :p, :c, :x, :cost)"),
+                text(
+                    "INSERT INTO usage_rollups (period, bucket_start, key_id, team_id, model, requests, prompt_tokens,"
+                    " completion_tokens, cached_tokens, cost) VALUES ('hour', :b, :k, :t, :m, :r, :p, :c, :x, :cost)"
+                ),
                 [dict(zip(("b", "k", "t", "m", "r", "p", "c", "x", "cost"), row)) for row in hourly],
             )
         for day in days:
             conn.execute(text("DELETE FROM usage_rollups WHERE period = 'day' AND bucket_start = :d"), {"d": day})
             conn.execute(
-                text("INSERT INTO usage_rollups (period, bucket_start, key_id, team_id, model, requests, prompt_tokens,"
-                     " completion_tokens, cached_tokens, cost)"
-                     " SELECT 'day', :d, key_id, team_id, model, sum(requests), sum(prompt_tokens), sum(completion_tokens),"
-                     " sum(cached_tokens), sum(cost) FROM usage_rollups WHERE period = 'hour' AND bucket_start >= :d"
-                     " AND bucket_start < :e GROUP BY key_id, team_id, model"),
+                text(
+                    "INSERT INTO usage_rollups (period, bucket_start, key_id, team_id, model, requests, prompt_tokens,"
+                    " completion_tokens, cached_tokens, cost)"
+                    " SELECT 'day', :d, key_id, team_id, model, sum(requests), sum(prompt_tokens), sum(completion_tokens),"
+                    " sum(cached_tokens), sum(cost) FROM usage_rollups WHERE period = 'hour' AND bucket_start >= :d"
+                    " AND bucket_start < :e GROUP BY key_id, team_id, model"
+                ),
                 {"d": day, "e": day + DAY},
             )
         _put(conn, WATERMARK, str(top))

@@ -9,8 +9,9 @@ of the values do not exceed, so it is always a value that was really measured.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Literal, Sequence
+from typing import Literal
 
 Bucket = Literal["hour", "day"]
 

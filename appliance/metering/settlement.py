@@ -89,8 +89,9 @@ def apply_settlement(conn: sqlite3.Connection, settlement: Settlement) -> float:
     """Write one settle/release inside the writer's transaction; returns its cost."""
     held: dict[int, float] = {}
     if settlement.holds:
-        row = conn.execute("DELETE FROM reservations WHERE request_id = ? RETURNING counters",
-                           (settlement.row.request_id,)).fetchone()
+        row = conn.execute(
+            "DELETE FROM reservations WHERE request_id = ? RETURNING counters", (settlement.row.request_id,)
+        ).fetchone()
         if row is not None:
             held = {int(cid): float(amount) for cid, amount in json.loads(row[0])}
     for counter_id, spent, budget in settlement.charges:
@@ -112,8 +113,9 @@ def insert_usage(conn: sqlite3.Connection, row: UsageRow) -> None:
     except sqlite3.IntegrityError as exc:
         text = str(exc)
         if "usage.request_id" in text:
-            n = conn.execute("SELECT count(*) FROM usage WHERE request_id = ? OR request_id LIKE ?",
-                             (row.request_id, row.request_id + "~%")).fetchone()[0]
+            n = conn.execute(
+                "SELECT count(*) FROM usage WHERE request_id = ? OR request_id LIKE ?", (row.request_id, row.request_id + "~%")
+            ).fetchone()[0]
             log.warning("duplicate request id in usage; recording it as %s~%d", row.request_id, n)
             insert_usage(conn, row._replace(request_id=f"{row.request_id}~{n}"))
         elif "FOREIGN KEY" in text:

@@ -41,8 +41,15 @@ def parse_to(value: str | None, now: float, *, param: str = "to") -> float | Non
     return parse_time(value, now, param=param)
 
 
-def custom_range(start: str | None, end: str | None, now: float, *, start_param: str = "from", end_param: str = "to",
-                 end_excludes_date: bool = False) -> tuple[float, float]:
+def custom_range(
+    start: str | None,
+    end: str | None,
+    now: float,
+    *,
+    start_param: str = "from",
+    end_param: str = "to",
+    end_excludes_date: bool = False,
+) -> tuple[float, float]:
     """``[since, until)`` from the ``from`` and ``to`` parameters: until now, and 30 days back, where left out.
 
     ``end_excludes_date`` reads a bare date as the end the way the older ``until`` does: that day's start."""
@@ -88,11 +95,13 @@ def resolve_filters(
                 raise BadRequest(f"There is no team {team[:64]!r}.", param="team")
         if key:
             by_id = key.isdigit() and len(key) < 19
-            key_id = conn.execute(text("SELECT id FROM api_keys WHERE id = :k" if by_id else "SELECT id FROM api_keys WHERE prefix = :k"),
-                                  {"k": int(key) if by_id else key[:MAX_NAME]}).scalar()
+            key_id = conn.execute(
+                text("SELECT id FROM api_keys WHERE id = :k" if by_id else "SELECT id FROM api_keys WHERE prefix = :k"),
+                {"k": int(key) if by_id else key[:MAX_NAME]},
+            ).scalar()
             if key_id is None:
                 raise BadRequest(f"There is no API key {key[:24]!r}.", param="key")
-        if model and not _known_model(conn, model[:MAX_NAME + 1]):
+        if model and not _known_model(conn, model[: MAX_NAME + 1]):
             raise BadRequest(f"No model {model[:64]!r} is installed or has recorded usage.", param="model")
     return UsageFilters(since=since, until=until, team_id=team_id, key_id=key_id, model=model)
 
@@ -100,9 +109,11 @@ def resolve_filters(
 def _known_model(conn: Connection, model: str) -> bool:
     family = model.partition(":")[0]
     known = conn.execute(
-        text("SELECT 1 FROM usage WHERE model = :m OR substr(model, 1, length(:m) + 1) = :m || ':'"
-             " UNION ALL SELECT 1 FROM model_families f LEFT JOIN model_variants v ON v.family_id = f.id"
-             " WHERE f.name = :m OR (f.name = :f AND f.name || ':' || v.name = :m) LIMIT 1"),
+        text(
+            "SELECT 1 FROM usage WHERE model = :m OR substr(model, 1, length(:m) + 1) = :m || ':'"
+            " UNION ALL SELECT 1 FROM model_families f LEFT JOIN model_variants v ON v.family_id = f.id"
+            " WHERE f.name = :m OR (f.name = :f AND f.name || ':' || v.name = :m) LIMIT 1"
+        ),
         {"m": model, "f": family},
     ).first()
     return known is not None
@@ -122,7 +133,13 @@ def filter_choices(db: Engine) -> FilterChoices:
         teams = [name for (name,) in conn.execute(text("SELECT name FROM teams ORDER BY name"))]
         keys = [(prefix, name) for prefix, name in conn.execute(text("SELECT prefix, name FROM api_keys ORDER BY name, prefix"))]
         models = {m for (m,) in conn.execute(text("SELECT DISTINCT model FROM usage"))}
-        models |= {m for (m,) in conn.execute(text(
-            "SELECT f.name FROM model_families f UNION SELECT f.name || ':' || v.name FROM model_variants v JOIN model_families f ON f.id = v.family_id"))}
+        models |= {
+            m
+            for (m,) in conn.execute(
+                text(
+                    "SELECT f.name FROM model_families f UNION SELECT f.name || ':' || v.name FROM model_variants v JOIN model_families f ON f.id = v.family_id"
+                )
+            )
+        }
     models |= {m.partition(":")[0] for m in models}
     return FilterChoices(teams=teams, keys=keys, models=sorted(models))

@@ -80,7 +80,7 @@ class ModelFacts:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: JsonObject) -> "ModelFacts":
+    def from_dict(cls, data: JsonObject) -> ModelFacts:
         """Inverse of :meth:`to_dict`; unknown keys are ignored so older rows still load."""
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})

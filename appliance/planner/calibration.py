@@ -18,8 +18,8 @@ measured over estimated (:func:`appliance.planner.speed.speed_correction`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from sqlalchemy import Engine
 from sqlmodel import select
@@ -106,12 +106,21 @@ def record_load(engine: Engine, plan: Plan, rss_bytes: int | None, gpu_bytes: in
         measured = rss_bytes
     estimated = plan.raw_estimated_bytes
     with dbmod.session(engine) as s:
-        row = s.exec(select(Calibration).where(
-            Calibration.variant_key == plan.model, Calibration.backend == plan.backend, Calibration.context == plan.context,
-        )).first()
+        row = s.exec(
+            select(Calibration).where(
+                Calibration.variant_key == plan.model,
+                Calibration.backend == plan.backend,
+                Calibration.context == plan.context,
+            )
+        ).first()
         if row is None:
-            row = Calibration(variant_key=plan.model, backend=plan.backend, context=plan.context,
-                              estimated_bytes=estimated, measured_bytes=measured)
+            row = Calibration(
+                variant_key=plan.model,
+                backend=plan.backend,
+                context=plan.context,
+                estimated_bytes=estimated,
+                measured_bytes=measured,
+            )
         elif row.estimated_bytes == estimated:
             row.measured_bytes = max(row.measured_bytes, measured)
             row.measured_at = now()
@@ -120,8 +129,15 @@ def record_load(engine: Engine, plan: Plan, rss_bytes: int | None, gpu_bytes: in
         s.add(row)
         s.commit()
         point = _point(row)
-    log.info("calibration %s %s ctx=%d: estimated %d, measured %d (%+.1f%%)", point.variant_key, point.backend,
-             point.context, point.estimated_bytes, point.measured_bytes, 100 * estimation_error(point))
+    log.info(
+        "calibration %s %s ctx=%d: estimated %d, measured %d (%+.1f%%)",
+        point.variant_key,
+        point.backend,
+        point.context,
+        point.estimated_bytes,
+        point.measured_bytes,
+        100 * estimation_error(point),
+    )
     return point
 
 
@@ -139,8 +155,9 @@ class DecodeSpeed:
 
 def decode_speed_from_stats(stats: dict[str, JsonValue]) -> DecodeSpeed | None:
     """The llama.cpp worker's ``/stats`` counters of decode-only steps, as a per-stream rate; None when too few."""
-    tokens, ms, stream_ms = (stats.get(k) for k in ("decode_only_tokens_total", "decode_only_ms_total",
-                                                     "decode_only_stream_ms_total"))
+    tokens, ms, stream_ms = (
+        stats.get(k) for k in ("decode_only_tokens_total", "decode_only_ms_total", "decode_only_stream_ms_total")
+    )
     if not (isinstance(tokens, int) and isinstance(ms, int) and isinstance(stream_ms, int)):
         return None
     if tokens < MIN_DECODE_TOKENS or ms <= 0 or stream_ms <= 0:
@@ -159,24 +176,43 @@ def record_decode_speed(engine: Engine, plan: Plan, speed: DecodeSpeed) -> Calib
         return None
     estimated = plan.decode_curve[speed.streams - 1]
     with dbmod.session(engine) as s:
-        row = s.exec(select(Calibration).where(
-            Calibration.variant_key == plan.model, Calibration.backend == plan.backend, Calibration.context == plan.context,
-        )).first()
+        row = s.exec(
+            select(Calibration).where(
+                Calibration.variant_key == plan.model,
+                Calibration.backend == plan.backend,
+                Calibration.context == plan.context,
+            )
+        ).first()
         if row is None:
-            row = Calibration(variant_key=plan.model, backend=plan.backend, context=plan.context,
-                              estimated_bytes=0, measured_bytes=0)
+            row = Calibration(
+                variant_key=plan.model, backend=plan.backend, context=plan.context, estimated_bytes=0, measured_bytes=0
+            )
         row.estimated_decode_tps, row.measured_decode_tps, row.decode_streams = estimated, speed.tokens_per_s, speed.streams
         s.add(row)
         s.commit()
         point = _point(row)
-    log.info("calibration %s %s: decode %.1f tok/s per stream at %d streams, estimated %.1f", plan.model, plan.backend,
-             speed.tokens_per_s, speed.streams, estimated)
+    log.info(
+        "calibration %s %s: decode %.1f tok/s per stream at %d streams, estimated %.1f",
+        plan.model,
+        plan.backend,
+        speed.tokens_per_s,
+        speed.streams,
+        estimated,
+    )
     return point
 
 
 def _point(r: Calibration) -> CalibrationPoint:
-    return CalibrationPoint(r.variant_key, r.backend, r.context, r.estimated_bytes, r.measured_bytes,
-                            r.estimated_decode_tps, r.measured_decode_tps, r.decode_streams)
+    return CalibrationPoint(
+        r.variant_key,
+        r.backend,
+        r.context,
+        r.estimated_bytes,
+        r.measured_bytes,
+        r.estimated_decode_tps,
+        r.measured_decode_tps,
+        r.decode_streams,
+    )
 
 
 def load_calibrations(engine: Engine) -> tuple[CalibrationPoint, ...]:
@@ -194,9 +230,16 @@ def estimation_error(point: CalibrationPoint) -> float:
 def calibration_report(points: Iterable[CalibrationPoint]) -> list[JsonObject]:
     """Rows for people: key, backend, context, both sizes and the error in percent."""
     return [
-        {"variant": p.variant_key, "backend": p.backend, "context": p.context, "estimated_bytes": p.estimated_bytes,
-         "measured_bytes": p.measured_bytes, "error_pct": round(100 * estimation_error(p), 1),
-         "decode_streams": p.decode_streams, "estimated_decode_tps": p.estimated_decode_tps,
-         "measured_decode_tps": p.measured_decode_tps}
+        {
+            "variant": p.variant_key,
+            "backend": p.backend,
+            "context": p.context,
+            "estimated_bytes": p.estimated_bytes,
+            "measured_bytes": p.measured_bytes,
+            "error_pct": round(100 * estimation_error(p), 1),
+            "decode_streams": p.decode_streams,
+            "estimated_decode_tps": p.estimated_decode_tps,
+            "measured_decode_tps": p.measured_decode_tps,
+        }
         for p in sorted(points, key=lambda p: (p.variant_key, p.backend, p.context))
     ]

@@ -64,16 +64,18 @@ def llamacpp_gpus(snapshot: HardwareSnapshot, prefs: Preferences) -> list[GpuInf
     out = []
     for g in snapshot.gpus:
         cc = g.cc_tuple
-        if g.vendor == "nvidia" and (cc is None or cc >= LLAMACPP_MIN_CC):
-            out.append(g)
-        elif g.vendor == "amd" and g.rocm:
+        if g.vendor == "nvidia" and (cc is None or cc >= LLAMACPP_MIN_CC) or g.vendor == "amd" and g.rocm:
             out.append(g)
     return out
 
 
 def vllm_gpus(snapshot: HardwareSnapshot) -> list[GpuInfo]:
     """GPUs vLLM supports: NVIDIA compute capability >= 7.0, AMD with ROCm."""
-    return [g for g in snapshot.gpus if (g.vendor == "nvidia" and (g.cc_tuple or (0, 0)) >= VLLM_MIN_CC) or (g.vendor == "amd" and g.rocm)]
+    return [
+        g
+        for g in snapshot.gpus
+        if (g.vendor == "nvidia" and (g.cc_tuple or (0, 0)) >= VLLM_MIN_CC) or (g.vendor == "amd" and g.rocm)
+    ]
 
 
 def gpu_groups(gpus: list[GpuInfo]) -> list[list[GpuInfo]]:

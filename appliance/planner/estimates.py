@@ -28,9 +28,21 @@ N_UBATCH = 512
 """llama.cpp's default micro-batch; the compute buffers scale with it."""
 KV_PAD = 256
 """llama.cpp pads KV cells to a multiple of 256."""
-KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32,
-            "q4_1": 20 / 32, "q4_0": 18 / 32, "iq4_nl": 18 / 32, "auto": 2.0, "fp8": 1.0,
-            "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
+KV_BYTES = {
+    "f32": 4.0,
+    "f16": 2.0,
+    "bf16": 2.0,
+    "q8_0": 34 / 32,
+    "q5_1": 24 / 32,
+    "q5_0": 22 / 32,
+    "q4_1": 20 / 32,
+    "q4_0": 18 / 32,
+    "iq4_nl": 18 / 32,
+    "auto": 2.0,
+    "fp8": 1.0,
+    "fp8_e4m3": 1.0,
+    "fp8_e5m2": 1.0,
+}
 
 ENGINE_PROCESS_BYTES = 64 * MiB
 """Resident size of an engine process before the model: Python + libllama measured 43 MiB on

@@ -8,11 +8,27 @@ from __future__ import annotations
 
 from appliance.hardware.snapshot import GpuInfo, HardwareSnapshot
 from appliance.planner.common import (
-    TIER_CPU, TIER_FULL_GPU, TIER_PARTIAL, Attempt, PlanFields, ctx_text, gib, labels, shortfall, worst_row,
+    TIER_CPU,
+    TIER_FULL_GPU,
+    TIER_PARTIAL,
+    Attempt,
+    PlanFields,
+    ctx_text,
+    gib,
+    labels,
+    shortfall,
+    worst_row,
 )
 from appliance.planner.estimates import (
-    CPU_COMPUTE_BASE, GPU_RUNTIME_BYTES, N_UBATCH, WeightSplit, llamacpp_cpu_compute, llamacpp_gpu_compute,
-    llamacpp_host_overhead, llamacpp_kv_bytes, split_weights,
+    CPU_COMPUTE_BASE,
+    GPU_RUNTIME_BYTES,
+    N_UBATCH,
+    WeightSplit,
+    llamacpp_cpu_compute,
+    llamacpp_gpu_compute,
+    llamacpp_host_overhead,
+    llamacpp_kv_bytes,
+    split_weights,
 )
 from appliance.planner.quality import quantization_of
 from appliance.planner.types import DeviceMemory, Preferences, Variant
@@ -42,7 +58,9 @@ class _Shape:
     def __init__(self, v: Variant, snapshot: HardwareSnapshot, prefs: Preferences, extra: int = 0):
         self.v, self.f, self.prefs = v, v.facts, prefs
         self.ctx, self.ctx_note = llamacpp_context(v, prefs)
-        self.kv_dtype = prefs.kv_cache_dtype if prefs.kv_cache_dtype and prefs.kv_cache_dtype.lower() not in ("auto", "fp8") else "f16"
+        self.kv_dtype = (
+            prefs.kv_cache_dtype if prefs.kv_cache_dtype and prefs.kv_cache_dtype.lower() not in ("auto", "fp8") else "f16"
+        )
         self.w: WeightSplit = split_weights(self.f, v.size_bytes)
         self.kv = llamacpp_kv_bytes(self.f, self.ctx, prefs.parallel, self.kv_dtype, prefs.swa_full)
         self.kv_layer = self.kv / self.f.n_layer
@@ -55,8 +73,15 @@ class _Shape:
         return f"{self.quant}, {ctx_text(self.ctx)} ctx{self.ctx_note}"
 
     def fields(self, n_gpu_layers: int, devices: tuple[str, ...], tensor_split: tuple[float, ...] = ()) -> PlanFields:
-        return PlanFields(context=self.ctx, threads=self.threads, kv_cache_dtype=self.kv_dtype, swa_full=self.prefs.swa_full,
-                          n_gpu_layers=n_gpu_layers, devices=devices, tensor_split=tensor_split)
+        return PlanFields(
+            context=self.ctx,
+            threads=self.threads,
+            kv_cache_dtype=self.kv_dtype,
+            swa_full=self.prefs.swa_full,
+            n_gpu_layers=n_gpu_layers,
+            devices=devices,
+            tensor_split=tensor_split,
+        )
 
     def host_row(self, layers_on_cpu: int, output_on_cpu: bool, full_offload: bool) -> DeviceMemory:
         f, w = self.f, self.w
@@ -116,8 +141,16 @@ def full_gpu(v: Variant, snapshot: HardwareSnapshot, prefs: Preferences, gpus: l
     rows = []
     for i, (g, n) in enumerate(zip(gpus, layers)):
         last = i == len(gpus) - 1
-        rows.append(DeviceMemory.of(g.device_id, int(n * w.layer + (w.output if last else 0)), int(n * s.kv_layer),
-                                    llamacpp_gpu_compute(f, last), runtime, g.memory_free))
+        rows.append(
+            DeviceMemory.of(
+                g.device_id,
+                int(n * w.layer + (w.output if last else 0)),
+                int(n * s.kv_layer),
+                llamacpp_gpu_compute(f, last),
+                runtime,
+                g.memory_free,
+            )
+        )
     memory = (*rows, host)
     where = labels(gpus)
     if any(m.headroom < margin for m in memory):
@@ -126,8 +159,18 @@ def full_gpu(v: Variant, snapshot: HardwareSnapshot, prefs: Preferences, gpus: l
     split = f" ({'/'.join(map(str, layers))})" if len(gpus) > 1 else ""
     summary = f"{s.head()}, all {f.n_layer} layers on {where}{split}, {gib(spare)} headroom"
     fractions = tuple(round(n / f.n_layer, 4) for n in layers) if len(gpus) > 1 else ()
-    return Attempt(v, "llamacpp", TIER_FULL_GPU, True, memory, summary, where, s.ctx,
-                   s.fields(-1, tuple(g.device_id for g in gpus), fractions), 1.0)
+    return Attempt(
+        v,
+        "llamacpp",
+        TIER_FULL_GPU,
+        True,
+        memory,
+        summary,
+        where,
+        s.ctx,
+        s.fields(-1, tuple(g.device_id for g in gpus), fractions),
+        1.0,
+    )
 
 
 def partial(v: Variant, snapshot: HardwareSnapshot, prefs: Preferences, gpus: list[GpuInfo], extra: int = 0) -> Attempt:
@@ -145,13 +188,23 @@ def partial(v: Variant, snapshot: HardwareSnapshot, prefs: Preferences, gpus: li
     on_gpu = min(f.n_layer, sum(capacity))
     where = labels(gpus)
     if on_gpu == 0:
-        rows = tuple(DeviceMemory.of(g.device_id, int(w.layer), int(s.kv_layer), llamacpp_gpu_compute(f, False), GPU_RUNTIME_BYTES, g.memory_free) for g in gpus)
+        rows = tuple(
+            DeviceMemory.of(
+                g.device_id, int(w.layer), int(s.kv_layer), llamacpp_gpu_compute(f, False), GPU_RUNTIME_BYTES, g.memory_free
+            )
+            for g in gpus
+        )
         bad = min(rows, key=lambda m: m.headroom)
         why = f"not even one layer fits: {shortfall(bad, margin, _label(bad.device, gpus))}"
         return Attempt(v, "llamacpp", TIER_PARTIAL, False, rows, why, where, s.ctx)
     layers = _split_layers([c for c in capacity], on_gpu) if len(gpus) > 1 else [on_gpu]
-    rows = tuple(DeviceMemory.of(g.device_id, int(n * w.layer), int(n * s.kv_layer), llamacpp_gpu_compute(f, False), GPU_RUNTIME_BYTES, g.memory_free)
-                 for g, n in zip(gpus, layers) if n > 0)
+    rows = tuple(
+        DeviceMemory.of(
+            g.device_id, int(n * w.layer), int(n * s.kv_layer), llamacpp_gpu_compute(f, False), GPU_RUNTIME_BYTES, g.memory_free
+        )
+        for g, n in zip(gpus, layers)
+        if n > 0
+    )
     used_gpus = [g for g, n in zip(gpus, layers) if n > 0]
     host = s.host_row(f.n_layer - on_gpu, True, False)
     memory = (*rows, host)
@@ -159,11 +212,23 @@ def partial(v: Variant, snapshot: HardwareSnapshot, prefs: Preferences, gpus: li
     if any(m.headroom < margin for m in memory):
         return _fail(s, TIER_PARTIAL, memory, gpus, placement)
     spare = min(r.headroom for r in rows)
-    summary = (f"{s.head()}, {placement}, {f.n_layer - on_gpu} on CPU ({s.threads} threads), "
-               f"{gib(spare)} GPU headroom, {gib(host.headroom)} RAM headroom")
+    summary = (
+        f"{s.head()}, {placement}, {f.n_layer - on_gpu} on CPU ({s.threads} threads), "
+        f"{gib(spare)} GPU headroom, {gib(host.headroom)} RAM headroom"
+    )
     fractions = tuple(round(n / on_gpu, 4) for n in layers if n > 0) if len(used_gpus) > 1 else ()
-    return Attempt(v, "llamacpp", TIER_PARTIAL, True, memory, summary, placement, s.ctx,
-                   s.fields(on_gpu, tuple(g.device_id for g in used_gpus), fractions), on_gpu / f.n_layer)
+    return Attempt(
+        v,
+        "llamacpp",
+        TIER_PARTIAL,
+        True,
+        memory,
+        summary,
+        placement,
+        s.ctx,
+        s.fields(on_gpu, tuple(g.device_id for g in used_gpus), fractions),
+        on_gpu / f.n_layer,
+    )
 
 
 def cpu_only(v: Variant, snapshot: HardwareSnapshot, prefs: Preferences, extra: int = 0) -> Attempt:

@@ -28,19 +28,32 @@ the speed estimates (:func:`appliance.planner.speed.speed_correction`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Sequence
 
 from appliance.errors import BadRequest
 from appliance.hardware.snapshot import HardwareSnapshot
 from appliance.planner.common import (
-    TIER_CPU, TIER_FULL_GPU, TIER_PARTIAL, TIER_VLLM, Attempt, gib, gpu_groups, llamacpp_gpus,
+    TIER_CPU,
+    TIER_FULL_GPU,
+    TIER_PARTIAL,
+    TIER_VLLM,
+    Attempt,
+    gib,
+    gpu_groups,
+    llamacpp_gpus,
 )
 from appliance.planner.llamacpp import cpu_only, full_gpu, llamacpp_context, llamacpp_flash_attn, partial
 from appliance.planner.quality import meets_floor, quality_key, quantization_of
 from appliance.planner.speed import Speed, decode_curve, estimate_speed, speed_correction, speed_text
 from appliance.planner.types import (
-    CalibrationPoint, DeviceMemory, Plan, PlanRow, Preferences, Refusal, Variant,
+    CalibrationPoint,
+    DeviceMemory,
+    Plan,
+    PlanRow,
+    Preferences,
+    Refusal,
+    Variant,
 )
 from appliance.planner.vllm import vllm_context, vllm_cpu, vllm_gpu
 
@@ -126,7 +139,16 @@ def _within_budget(a: Attempt, budget: int) -> Attempt:
     total = sum(m.used for m in a.memory)
     if not a.fits or total <= budget:
         return a
-    return Attempt(a.variant, a.backend, a.tier, False, a.memory, f"needs {gib(total)} > the memory budget {gib(budget)}", a.placement, a.context)
+    return Attempt(
+        a.variant,
+        a.backend,
+        a.tier,
+        False,
+        a.memory,
+        f"needs {gib(total)} > the memory budget {gib(budget)}",
+        a.placement,
+        a.context,
+    )
 
 
 def _best(e: _Eval) -> Attempt | None:
@@ -138,10 +160,13 @@ def _preference_order(evals: list[_Eval]) -> list[Attempt]:
     at least half the layers on GPU (then by GPU share), CPU; by quality within each."""
     fits = [a for e in evals for a in e.attempts if a.fits]
     partials = [a for a in fits if a.tier == TIER_PARTIAL]
-    return [*(a for a in fits if a.tier == TIER_VLLM), *(a for a in fits if a.tier == TIER_FULL_GPU),
-            *(a for a in partials if a.gpu_fraction >= PARTIAL_MIN_SHARE),
-            *sorted((a for a in partials if a.gpu_fraction < PARTIAL_MIN_SHARE), key=lambda a: -a.gpu_fraction),
-            *(a for a in fits if a.tier == TIER_CPU)]
+    return [
+        *(a for a in fits if a.tier == TIER_VLLM),
+        *(a for a in fits if a.tier == TIER_FULL_GPU),
+        *(a for a in partials if a.gpu_fraction >= PARTIAL_MIN_SHARE),
+        *sorted((a for a in partials if a.gpu_fraction < PARTIAL_MIN_SHARE), key=lambda a: -a.gpu_fraction),
+        *(a for a in fits if a.tier == TIER_CPU),
+    ]
 
 
 def _speeds(evals: list[_Eval]) -> dict[int, Speed]:
@@ -214,7 +239,7 @@ def _to_plan(a: Attempt, e: _Eval, evals: list[_Eval], snapshot: HardwareSnapsho
         reason += f", {speed_text(speed)}"
     if above is not None:
         reason += f"; {quantization_of(above.variant) or above.variant.name} {_why_not(above, a, speeds, floor)}"
-    if speed is not None and 0 < floor and speed.decode_tps < floor:
+    if speed is not None and floor > 0 and speed.decode_tps < floor:
         reason += f"; nothing that fits reaches the {floor:g} tok/s floor per stream, so the fastest is chosen"
     f = a.fields
     return Plan(
@@ -250,8 +275,9 @@ def _to_plan(a: Attempt, e: _Eval, evals: list[_Eval], snapshot: HardwareSnapsho
     )
 
 
-def _refusal(model: str, evals: list[_Eval], snapshot: HardwareSnapshot, prefs: Preferences,
-             calibrations: Sequence[CalibrationPoint]) -> Refusal:
+def _refusal(
+    model: str, evals: list[_Eval], snapshot: HardwareSnapshot, prefs: Preferences, calibrations: Sequence[CalibrationPoint]
+) -> Refusal:
     live = [e for e in evals if not e.blocked and e.attempts]
     rejected = tuple((e.variant.name, _why_not(e, e.attempts[0]) if e.attempts else e.blocked or "") for e in evals)
     if not live:
@@ -274,8 +300,12 @@ def _refusal(model: str, evals: list[_Eval], snapshot: HardwareSnapshot, prefs: 
     return Refusal(model, reason, tuple(needed), rejected)
 
 
-def plan(snapshot: HardwareSnapshot, variants: Sequence[Variant], preferences: Preferences,
-         calibrations: Sequence[CalibrationPoint] = ()) -> Plan | Refusal:
+def plan(
+    snapshot: HardwareSnapshot,
+    variants: Sequence[Variant],
+    preferences: Preferences,
+    calibrations: Sequence[CalibrationPoint] = (),
+) -> Plan | Refusal:
     """Choose variant, backend and placement for one model, or refuse with what is needed.
 
     ``variants`` are the variants of one family (their ``family`` names the model).
@@ -293,8 +323,12 @@ def plan(snapshot: HardwareSnapshot, variants: Sequence[Variant], preferences: P
     return _to_plan(chosen, e, evals, snapshot, preferences)
 
 
-def plan_all(snapshot: HardwareSnapshot, variants: Sequence[Variant], preferences: Preferences,
-             calibrations: Sequence[CalibrationPoint] = ()) -> tuple[PlanRow, ...]:
+def plan_all(
+    snapshot: HardwareSnapshot,
+    variants: Sequence[Variant],
+    preferences: Preferences,
+    calibrations: Sequence[CalibrationPoint] = (),
+) -> tuple[PlanRow, ...]:
     """One row per variant, best quality first: fits or not, how, why, and the memory breakdown."""
     _check(preferences)
     evals = [_evaluate(v, snapshot, preferences, calibrations) for v in _ordered(variants)]
@@ -314,13 +348,21 @@ def plan_all(snapshot: HardwareSnapshot, variants: Sequence[Variant], preference
             reason = summary if chosen is None or a is chosen else f"{summary}; not chosen: {_why_not(e, chosen, speeds, floor)}"
         else:
             reason = _why_not(e, shown)
-        rows.append(PlanRow(
-            variant=v.name, format=v.format, quantization=quantization_of(v) or None, size_bytes=v.size_bytes,
-            fits=a is not None, chosen=a is not None and a is chosen, backend=shown.backend if shown else None,
-            placement=shown.placement if shown else "-", reason=reason,
-            estimated_bytes=sum(m.used for m in shown.memory) if shown else 0,
-            memory=shown.memory if shown else (),
-            decode_tps=round(speed.decode_tps, 2) if speed else None,
-            prompt_tps=round(speed.prompt_tps, 1) if speed else None,
-        ))
+        rows.append(
+            PlanRow(
+                variant=v.name,
+                format=v.format,
+                quantization=quantization_of(v) or None,
+                size_bytes=v.size_bytes,
+                fits=a is not None,
+                chosen=a is not None and a is chosen,
+                backend=shown.backend if shown else None,
+                placement=shown.placement if shown else "-",
+                reason=reason,
+                estimated_bytes=sum(m.used for m in shown.memory) if shown else 0,
+                memory=shown.memory if shown else (),
+                decode_tps=round(speed.decode_tps, 2) if speed else None,
+                prompt_tps=round(speed.prompt_tps, 1) if speed else None,
+            )
+        )
     return tuple(rows)

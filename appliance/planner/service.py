@@ -12,9 +12,9 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
 
 from sqlalchemy import Engine
 
@@ -26,10 +26,10 @@ from appliance.hardware.software import SoftwareInfo, with_offload_probe
 from appliance.hardware.units import GiB
 from appliance.jsontypes import JsonObject
 from appliance.modelfacts import ModelFacts, inspect_gguf, inspect_hf
+from appliance.planner.calibration import load_calibrations
 from appliance.planner.plan import CalibrationPoint, Plan, Preferences, Variant, plan, plan_all
 from appliance.planner.types import PlanRow
 from appliance.settings import Settings
-from appliance.planner.calibration import load_calibrations
 from appliance.store.hub.pulls import Candidate, Chooser
 from appliance.store.store import ModelStore
 from appliance.store.variants import VariantInfo
@@ -144,14 +144,21 @@ def hardware_report(settings: Settings, snapshot: HardwareSnapshot | None = None
     snap = snapshot or detect_hardware()
     sw = with_offload_probe(software(settings))
     view = cluster_view(settings)
-    findings = sorted([*snap.findings, *software_findings(sw, snap), *cluster_findings(settings, view)],
-                      key=lambda f: SEVERITY_ORDER.get(f.severity, 3))
+    findings = sorted(
+        [*snap.findings, *software_findings(sw, snap), *cluster_findings(settings, view)],
+        key=lambda f: SEVERITY_ORDER.get(f.severity, 3),
+    )
     return {
         "hardware": snap.to_dict(),
         "cluster": view.to_dict() if view is not None else None,
-        "software": {"llamacpp_version": sw.llamacpp_version, "llamacpp_gpu_backends": list(sw.llamacpp_backends),
-                     "llamacpp_flavour": sw.engine_flavour, "llamacpp_gpu_offload": sw.gpu_offload,
-                     "vllm_available": sw.vllm_available, "vllm_version": sw.vllm_version},
+        "software": {
+            "llamacpp_version": sw.llamacpp_version,
+            "llamacpp_gpu_backends": list(sw.llamacpp_backends),
+            "llamacpp_flavour": sw.engine_flavour,
+            "llamacpp_gpu_offload": sw.gpu_offload,
+            "vllm_available": sw.vllm_available,
+            "vllm_version": sw.vllm_version,
+        },
         "findings": [f.__dict__ for f in findings],
         "ok": not any(f.severity == "error" for f in findings),
     }
@@ -174,10 +181,23 @@ def variants_from_path(path: Path) -> list[Variant]:
 def facts_from_catalog(variant: CatalogVariant, f: ArchFacts) -> ModelFacts:
     """Planner facts from a catalog variant and its published architecture numbers (the same names)."""
     swa = f.n_layer - f.n_layer // f.sliding_window_pattern if f.sliding_window and f.sliding_window_pattern else 0
-    return ModelFacts(format=variant.format, architecture=f.architecture, n_layer=f.n_layer, n_embd=f.n_embd, n_head=f.n_head,
-                      n_head_kv=f.n_head_kv, head_dim=f.head_dim, context_length=f.context_length, sliding_window=f.sliding_window,
-                      swa_layers=swa, n_vocab=f.n_vocab, n_expert=f.n_expert, n_expert_used=f.n_expert_used,
-                      file_type=variant.quantization, parameter_count=f.parameter_count)
+    return ModelFacts(
+        format=variant.format,
+        architecture=f.architecture,
+        n_layer=f.n_layer,
+        n_embd=f.n_embd,
+        n_head=f.n_head,
+        n_head_kv=f.n_head_kv,
+        head_dim=f.head_dim,
+        context_length=f.context_length,
+        sliding_window=f.sliding_window,
+        swa_layers=swa,
+        n_vocab=f.n_vocab,
+        n_expert=f.n_expert,
+        n_expert_used=f.n_expert_used,
+        file_type=variant.quantization,
+        parameter_count=f.parameter_count,
+    )
 
 
 def split_name(name: str) -> tuple[str, str | None]:
@@ -193,8 +213,11 @@ def variants_from_catalog(name: str, catalog: Catalog | None = None) -> list[Var
     family = catalog.family(family_name)
     if family is None:
         return []
-    return [Variant(family.name, v.name, v.format, v.quantization, v.size_bytes, facts_from_catalog(v, v.facts), "")
-            for v in family.variants if variant_name in (None, v.name) and v.facts is not None]
+    return [
+        Variant(family.name, v.name, v.format, v.quantization, v.size_bytes, facts_from_catalog(v, v.facts), "")
+        for v in family.variants
+        if variant_name in (None, v.name) and v.facts is not None
+    ]
 
 
 def variants_from_store(store: ModelStore, name: str) -> list[Variant]:
@@ -248,8 +271,9 @@ def resolve_variants(name: str, *, store: ModelStore | None = None, catalog: Cat
     return found
 
 
-def plan_report(snapshot: HardwareSnapshot, variants: Sequence[Variant], prefs: Preferences,
-                calibrations: Sequence[CalibrationPoint] = ()) -> JsonObject:
+def plan_report(
+    snapshot: HardwareSnapshot, variants: Sequence[Variant], prefs: Preferences, calibrations: Sequence[CalibrationPoint] = ()
+) -> JsonObject:
     """The plan table: the decision (plan or refusal) and one row per variant."""
     decision = plan(snapshot, variants, prefs, calibrations)
     rows = plan_all(snapshot, variants, prefs, calibrations)

@@ -15,8 +15,8 @@ constants below say where they come from.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from appliance.hardware.snapshot import CpuInfo, GpuInfo, HardwareSnapshot
 from appliance.modelfacts import ModelFacts
@@ -30,17 +30,54 @@ TFLOPS = 1e12
 #: (name fragment, memory bandwidth GB/s, dense FP16 tensor TFLOP/s) from the vendors' data sheets;
 #: the first fragment found in the GPU's name (lower case) wins, so specific names come first.
 GPU_SPECS: tuple[tuple[str, float, float], ...] = (
-    ("gh200", 4000, 989), ("h200", 4800, 989), ("h100 nvl", 3900, 835), ("h100 pcie", 2000, 756),
-    ("h100", 3350, 989), ("h800", 3350, 989), ("b200", 8000, 2250), ("a100-pcie-40gb", 1555, 312),
-    ("a100-sxm4-40gb", 1555, 312), ("a100", 2039, 312), ("a800", 2039, 312), ("l40s", 864, 362), ("l40", 864, 181),
-    ("l4", 300, 121), ("a10g", 600, 70), ("a10", 600, 125), ("a30", 933, 165), ("a16", 200, 36), ("a2", 200, 18),
-    ("t4", 320, 65), ("v100", 900, 125), ("p100", 732, 19), ("p40", 346, 12),
-    ("rtx 5090", 1792, 209), ("rtx 5080", 960, 113), ("rtx 4090", 1008, 165), ("rtx 4080", 717, 97),
-    ("rtx 4070", 504, 58), ("rtx 4060", 272, 30), ("rtx 3090", 936, 71), ("rtx 3080", 760, 60), ("rtx 3070", 448, 41),
-    ("rtx 3060", 360, 25), ("rtx 6000 ada", 960, 182), ("rtx a6000", 768, 77), ("rtx a5000", 768, 56),
-    ("rtx a4000", 448, 38), ("mi355x", 8000, 2300), ("mi325x", 6000, 1307), ("mi300x", 5300, 1307),
-    ("mi300a", 5300, 980), ("mi250x", 3277, 383), ("mi250", 3277, 362), ("mi210", 1638, 181), ("mi100", 1229, 184),
-    ("7900 xtx", 960, 123), ("7900 xt", 800, 103), ("w7900", 864, 122),
+    ("gh200", 4000, 989),
+    ("h200", 4800, 989),
+    ("h100 nvl", 3900, 835),
+    ("h100 pcie", 2000, 756),
+    ("h100", 3350, 989),
+    ("h800", 3350, 989),
+    ("b200", 8000, 2250),
+    ("a100-pcie-40gb", 1555, 312),
+    ("a100-sxm4-40gb", 1555, 312),
+    ("a100", 2039, 312),
+    ("a800", 2039, 312),
+    ("l40s", 864, 362),
+    ("l40", 864, 181),
+    ("l4", 300, 121),
+    ("a10g", 600, 70),
+    ("a10", 600, 125),
+    ("a30", 933, 165),
+    ("a16", 200, 36),
+    ("a2", 200, 18),
+    ("t4", 320, 65),
+    ("v100", 900, 125),
+    ("p100", 732, 19),
+    ("p40", 346, 12),
+    ("rtx 5090", 1792, 209),
+    ("rtx 5080", 960, 113),
+    ("rtx 4090", 1008, 165),
+    ("rtx 4080", 717, 97),
+    ("rtx 4070", 504, 58),
+    ("rtx 4060", 272, 30),
+    ("rtx 3090", 936, 71),
+    ("rtx 3080", 760, 60),
+    ("rtx 3070", 448, 41),
+    ("rtx 3060", 360, 25),
+    ("rtx 6000 ada", 960, 182),
+    ("rtx a6000", 768, 77),
+    ("rtx a5000", 768, 56),
+    ("rtx a4000", 448, 38),
+    ("mi355x", 8000, 2300),
+    ("mi325x", 6000, 1307),
+    ("mi300x", 5300, 1307),
+    ("mi300a", 5300, 980),
+    ("mi250x", 3277, 383),
+    ("mi250", 3277, 362),
+    ("mi210", 1638, 181),
+    ("mi100", 1229, 184),
+    ("7900 xtx", 960, 123),
+    ("7900 xt", 800, 103),
+    ("w7900", 864, 122),
 )
 UNKNOWN_GPU = (300.0, 30.0)
 """An unlisted GPU is assumed as slow as an L4-class card, so the floor is never met by guesswork."""
@@ -152,8 +189,9 @@ def _device(device_id: str, snapshot: HardwareSnapshot, prefs: Preferences, thre
     return _Device(bw * GB * GPU_BANDWIDTH_EFFICIENCY, tf * TFLOPS * GPU_COMPUTE_EFFICIENCY, GPU_LAYER_OVERHEAD_S[backend])
 
 
-def estimate_speed(a: Attempt, snapshot: HardwareSnapshot, prefs: Preferences, correction: float = 1.0,
-                   streams: int | None = None) -> Speed | None:
+def estimate_speed(
+    a: Attempt, snapshot: HardwareSnapshot, prefs: Preferences, correction: float = 1.0, streams: int | None = None
+) -> Speed | None:
     """Decode and prompt tokens/s of a fitting attempt at ``streams`` (default ``prefs.parallel``) streams;
     None without a placement."""
     if not a.memory:
@@ -202,9 +240,14 @@ def estimate_speed(a: Attempt, snapshot: HardwareSnapshot, prefs: Preferences, c
     prompt_s = sum(flops * (read / total_read) / devices[dev].flops for dev, read in reads)
     if a.backend == "vllm":
         prompt_s = max(flops * (read / total_read) / devices[dev].flops for dev, read in reads) * pp
-    return Speed(decode_tps=correction / t, aggregate_tps=correction * streams / t,
-                 prompt_tps=correction / prompt_s if prompt_s else 0.0, streams=streams, bound=slowest[1],
-                 correction=correction)
+    return Speed(
+        decode_tps=correction / t,
+        aggregate_tps=correction * streams / t,
+        prompt_tps=correction / prompt_s if prompt_s else 0.0,
+        streams=streams,
+        bound=slowest[1],
+        correction=correction,
+    )
 
 
 def decode_curve(a: Attempt, snapshot: HardwareSnapshot, prefs: Preferences, most: int = 64) -> tuple[float, ...]:

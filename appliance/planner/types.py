@@ -99,7 +99,7 @@ class DeviceMemory:
     headroom: int
 
     @classmethod
-    def of(cls, device: str, weights: int, kv_cache: int, compute: int, overhead: int, free: int) -> "DeviceMemory":
+    def of(cls, device: str, weights: int, kv_cache: int, compute: int, overhead: int, free: int) -> DeviceMemory:
         used = weights + kv_cache + compute + overhead
         return cls(device, int(weights), int(kv_cache), int(compute), int(overhead), int(free), int(free - used))
 
@@ -173,7 +173,7 @@ class Plan:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: JsonObject) -> "Plan":
+    def from_dict(cls, data: JsonObject) -> Plan:
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         values["memory"] = tuple(DeviceMemory(**m) for m in values.get("memory", ()))

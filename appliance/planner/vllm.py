@@ -45,7 +45,9 @@ def capability_problem(v: Variant, gpus: list[GpuInfo]) -> str | None:
     return None
 
 
-def _rows(v: Variant, gpus: list[tuple[str, GpuInfo]], tp: int, pp: int, context: int, prefs: Preferences, extra: int) -> tuple[tuple[DeviceMemory, ...], float]:
+def _rows(
+    v: Variant, gpus: list[tuple[str, GpuInfo]], tp: int, pp: int, context: int, prefs: Preferences, extra: int
+) -> tuple[tuple[DeviceMemory, ...], float]:
     f = v.facts
     overhead = max(0, VLLM_GPU_OVERHEAD + extra // len(gpus))
     weights = weight_bytes(f, v.size_bytes) / (tp * pp)
@@ -58,8 +60,11 @@ def _rows(v: Variant, gpus: list[tuple[str, GpuInfo]], tp: int, pp: int, context
     rows = []
     for name, g in gpus:
         reserved = util * g.memory_total  # vLLM hands everything reserved beyond weights/activations to the KV cache
-        rows.append(DeviceMemory.of(name, int(weights), int(max(kv, reserved - weights - compute - overhead)),
-                                    compute, overhead, g.memory_free))
+        rows.append(
+            DeviceMemory.of(
+                name, int(weights), int(max(kv, reserved - weights - compute - overhead)), compute, overhead, g.memory_free
+            )
+        )
     return tuple(rows), util
 
 
@@ -68,18 +73,38 @@ def _pick(gpus: list[GpuInfo], n: int) -> list[GpuInfo]:
     return sorted(sorted(gpus, key=lambda g: (-g.memory_free, g.index))[:n], key=lambda g: g.index)
 
 
-def _attempt(v: Variant, prefs: Preferences, context: int, note: str, chosen: list[tuple[str, GpuInfo]], tp: int, pp: int, label: str, extra: int) -> Attempt:
+def _attempt(
+    v: Variant,
+    prefs: Preferences,
+    context: int,
+    note: str,
+    chosen: list[tuple[str, GpuInfo]],
+    tp: int,
+    pp: int,
+    label: str,
+    extra: int,
+) -> Attempt:
     rows, util = _rows(v, chosen, tp, pp, context, prefs, extra)
     margin = prefs.memory_margin
     tight = min(rows, key=lambda m: m.headroom)
     head = f"{quantization_of(v) or v.name}, {ctx_text(context)} ctx{note} x {prefs.parallel} seq"
     if tight.headroom < margin:
         names = {n: g.label for n, g in chosen}
-        return Attempt(v, "vllm", TIER_VLLM, False, rows, shortfall(tight, margin, names.get(tight.device, tight.device)), label, context)
+        return Attempt(
+            v, "vllm", TIER_VLLM, False, rows, shortfall(tight, margin, names.get(tight.device, tight.device)), label, context
+        )
     summary = f"{head}, vLLM {label}, gpu_memory_utilization {util:.2f}, {gib(tight.headroom)} headroom"
-    fields: PlanFields = {"context": context, "threads": None, "n_gpu_layers": -1, "devices": tuple(n for n, _ in chosen),
-              "tensor_parallel_size": tp, "pipeline_parallel_size": pp, "kv_cache_dtype": _kv_dtype(prefs),
-              "gpu_memory_utilization": util, "distributed_executor": "ray" if pp > 1 else None}
+    fields: PlanFields = {
+        "context": context,
+        "threads": None,
+        "n_gpu_layers": -1,
+        "devices": tuple(n for n, _ in chosen),
+        "tensor_parallel_size": tp,
+        "pipeline_parallel_size": pp,
+        "kv_cache_dtype": _kv_dtype(prefs),
+        "gpu_memory_utilization": util,
+        "distributed_executor": "ray" if pp > 1 else None,
+    }
     return Attempt(v, "vllm", TIER_VLLM, True, rows, summary, label, context, fields, 1.0)
 
 
@@ -137,7 +162,9 @@ def vllm_cpu(v: Variant, snapshot: HardwareSnapshot, prefs: Preferences, extra: 
     f, cpu = v.facts, snapshot.cpu
     context, note = vllm_context(v, prefs)
     if f.head_dim < 32:
-        return Attempt(v, "vllm", TIER_CPU, False, (), f"vLLM's CPU attention does not support head_dim {f.head_dim}", "CPU", context)
+        return Attempt(
+            v, "vllm", TIER_CPU, False, (), f"vLLM's CPU attention does not support head_dim {f.head_dim}", "CPU", context
+        )
     node_total = cpu.memory_total // max(1, cpu.numa_nodes)
     weights = weight_bytes(f, v.size_bytes)
     kv = vllm_kv_bytes(f, context, prefs.parallel, _kv_dtype(prefs))
@@ -148,8 +175,16 @@ def vllm_cpu(v: Variant, snapshot: HardwareSnapshot, prefs: Preferences, extra: 
     row = DeviceMemory.of("cpu", weights, kv_given, compute, overhead, min(cpu.memory_available, node_total))
     if row.headroom < prefs.memory_margin or util > 1:
         return Attempt(v, "vllm", TIER_CPU, False, (row,), shortfall(row, prefs.memory_margin, "RAM"), "CPU", context)
-    summary = (f"{quantization_of(v) or v.name}, {ctx_text(context)} ctx{note} x {prefs.parallel} seq, vLLM on CPU, "
-               f"gpu_memory_utilization {util:.2f} of the NUMA node's RAM, {gib(row.headroom)} headroom")
-    fields: PlanFields = {"context": context, "threads": prefs.threads or cpu.physical_cores, "n_gpu_layers": 0, "devices": ("cpu",),
-              "kv_cache_dtype": _kv_dtype(prefs), "gpu_memory_utilization": util}
+    summary = (
+        f"{quantization_of(v) or v.name}, {ctx_text(context)} ctx{note} x {prefs.parallel} seq, vLLM on CPU, "
+        f"gpu_memory_utilization {util:.2f} of the NUMA node's RAM, {gib(row.headroom)} headroom"
+    )
+    fields: PlanFields = {
+        "context": context,
+        "threads": prefs.threads or cpu.physical_cores,
+        "n_gpu_layers": 0,
+        "devices": ("cpu",),
+        "kv_cache_dtype": _kv_dtype(prefs),
+        "gpu_memory_utilization": util,
+    }
     return Attempt(v, "vllm", TIER_CPU, True, (row,), summary, "CPU", context, fields)

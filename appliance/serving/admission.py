@@ -39,14 +39,16 @@ class AdmissionQueue:
         queue.append(future)
         try:
             await asyncio.wait_for(asyncio.shield(future), self.timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             if future.done() and not future.cancelled():
                 self.release()  # the slot arrived just as we gave up: pass it on
             else:
                 future.cancel()
                 queue.remove(future)
             raise EngineUnavailable(
-                f"Waited {self.timeout_s:.0f} s for a free slot; the box is saturated.", code="queue_timeout", headers={"Retry-After": "5"}
+                f"Waited {self.timeout_s:.0f} s for a free slot; the box is saturated.",
+                code="queue_timeout",
+                headers={"Retry-After": "5"},
             ) from None
         except asyncio.CancelledError:
             if future.done() and not future.cancelled():

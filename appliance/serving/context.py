@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from litestar.datastructures import Headers
 
 from appliance.accounts.keys import Principal
-from appliance.openai_schema import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from appliance.hardware.energy import EnergyMark
 from appliance.metering.meter import Admission
+from appliance.openai_schema import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from appliance.serving.timing import RequestTiming
 from appliance.store.store import ResolvedVariant
 

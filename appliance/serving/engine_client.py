@@ -26,8 +26,8 @@ Transport failures (refused, reset, closed mid-answer, malformed HTTP) raise
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import AsyncIterator, Mapping
 
 MAX_HEADER_BYTES = 64 * 1024
 MAX_CHUNK_LINE = 1024
@@ -232,8 +232,14 @@ def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
 class EngineClient:
     """Requests to one engine socket over a small pool of kept-alive connections."""
 
-    def __init__(self, socket_path: Path | str, headers: Mapping[str, str] | None = None, *, max_idle: int = 16,
-                 connect_timeout: float = 5.0):
+    def __init__(
+        self,
+        socket_path: Path | str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        max_idle: int = 16,
+        connect_timeout: float = 5.0,
+    ):
         self.socket_path = str(socket_path)
         self.headers = {k.lower(): v for k, v in (headers or {}).items()}
         self.max_idle = max_idle
@@ -281,8 +287,9 @@ class EngineClient:
                 head += f"content-type: {content_type}\r\n".encode("latin-1")
         return head + b"\r\n"
 
-    async def request(self, method: str, path: str, body: bytes = b"", *,
-                      content_type: str | None = "application/json") -> EngineResponse:
+    async def request(
+        self, method: str, path: str, body: bytes = b"", *, content_type: str | None = "application/json"
+    ) -> EngineResponse:
         """Send one request and read the answer's status and headers; the body is read from the response."""
         if self._closed:
             raise EngineConnectionError("The engine client is closed.")

@@ -18,9 +18,9 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from appliance.drivers import Driver
 from appliance.errors import BadRequest, EngineUnavailable
@@ -85,8 +85,15 @@ def _pool_size(plan: Plan) -> int:
 class EngineProcess:
     """One engine child process serving one plan on one Unix socket."""
 
-    def __init__(self, name: str, plan: Plan, driver: Driver, settings: Settings, socket_path: Path,
-                 on_state: Callable[["EngineProcess"], None] | None = None):
+    def __init__(
+        self,
+        name: str,
+        plan: Plan,
+        driver: Driver,
+        settings: Settings,
+        socket_path: Path,
+        on_state: Callable[[EngineProcess], None] | None = None,
+    ):
         self.name = name
         self.plan = plan
         self.driver = driver
@@ -139,8 +146,14 @@ class EngineProcess:
         self._set_state("loading")
         log.info("starting engine %s", self.name, extra={"fields": {"backend": self.driver.name, "argv": argv[:3]}})
         self._proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True, limit=ENGINE_LOG_LINE_LIMIT, preexec_fn=_die_with_daemon(os.getpid()),
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+            limit=ENGINE_LOG_LINE_LIMIT,
+            preexec_fn=_die_with_daemon(os.getpid()),
         )
         self.pid = self._proc.pid
         self.started_at = time.time()
@@ -176,7 +189,9 @@ class EngineProcess:
                 code = self._proc.returncode if self._proc else None
                 if self._stderr_task:
                     await asyncio.wait([self._stderr_task], timeout=1.0)
-                raise EngineUnavailable(f"Engine for {self.name} exited during load (code {code}): {self.stats.last_error or 'no output'}")
+                raise EngineUnavailable(
+                    f"Engine for {self.name} exited during load (code {code}): {self.stats.last_error or 'no output'}"
+                )
             if self.socket_path.exists():
                 try:
                     async with asyncio.timeout(2.0):
@@ -205,7 +220,9 @@ class EngineProcess:
             log.warning("engine %s exited with code %s", self.name, code, extra={"fields": {"model": self.name}})
             if len(self.stats.restart_times) > MAX_RESTARTS_IN_WINDOW:
                 self._set_state("failed")
-                log.error("engine %s failed %d times in %d s; not restarting", self.name, MAX_RESTARTS_IN_WINDOW, RESTART_WINDOW_S)
+                log.error(
+                    "engine %s failed %d times in %d s; not restarting", self.name, MAX_RESTARTS_IN_WINDOW, RESTART_WINDOW_S
+                )
                 return
             self._set_state("restarting")
             await asyncio.sleep(backoff if self.stats.restarts else 0.0)
@@ -224,8 +241,10 @@ class EngineProcess:
             raise EngineUnavailable(f"Engine for {self.name} is {self.state}.", headers={"Retry-After": "5"})
         try:
             await asyncio.wait_for(self._ready.wait(), timeout)
-        except asyncio.TimeoutError:
-            raise EngineUnavailable(f"Engine for {self.name} is restarting; try again shortly.", headers={"Retry-After": "2"}) from None
+        except TimeoutError:
+            raise EngineUnavailable(
+                f"Engine for {self.name} is restarting; try again shortly.", headers={"Retry-After": "2"}
+            ) from None
 
     async def _kill(self) -> None:
         proc = self._proc
@@ -237,7 +256,7 @@ class EngineProcess:
             return
         try:
             await asyncio.wait_for(proc.wait(), STOP_GRACE_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:

@@ -14,7 +14,8 @@ import contextlib
 import json
 import logging
 import time
-from typing import AsyncIterator, Awaitable, TypeVar
+from collections.abc import AsyncIterator, Awaitable
+from typing import TypeVar
 
 import msgspec
 from litestar import Request, Response
@@ -28,15 +29,21 @@ from appliance.hardware.energy import EnergyMeter
 from appliance.jsontypes import JsonObject
 from appliance.metering.meter import Meter
 from appliance.metrics import Metrics
-from appliance.openai_schema import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, for_engine, with_tool_choice_settled
+from appliance.openai_schema import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    for_engine,
+    with_tool_choice_settled,
+)
 from appliance.serving.context import Body, RequestContext
 from appliance.serving.engine_client import EngineConnectionError, EngineResponse
 from appliance.serving.names import ModelNames
 from appliance.serving.prompt_tokens import PromptCounts, prompt_bound
 from appliance.serving.router import Instance, Router
 from appliance.serving.timing import SCOPE_KEY, RequestTiming
-from appliance.store.store import ResolvedVariant
 from appliance.settings import Settings
+from appliance.store.store import ResolvedVariant
 
 log = logging.getLogger("appliance.serving.gateway")
 
@@ -45,7 +52,9 @@ _encoder = msgspec.json.Encoder()
 
 
 def _engine_stopped(name: str) -> EngineUnavailable:
-    return EngineUnavailable(f"The engine serving `{name}` stopped; it is being restarted. Retry shortly.", headers={"Retry-After": "2"})
+    return EngineUnavailable(
+        f"The engine serving `{name}` stopped; it is being restarted. Retry shortly.", headers={"Retry-After": "2"}
+    )
 
 
 def requested_tokens(body: Body) -> int | None:
@@ -73,7 +82,12 @@ class EngineAnswerError(ApplianceError):
     def __init__(self, status: int, body: bytes):
         try:
             error = json.loads(body)["error"]
-            message, type_, param, code = error.get("message", ""), error.get("type", "invalid_request_error"), error.get("param"), error.get("code")
+            message, type_, param, code = (
+                error.get("message", ""),
+                error.get("type", "invalid_request_error"),
+                error.get("param"),
+                error.get("code"),
+            )
         except (ValueError, KeyError, TypeError):
             message, type_, param, code = body[:300].decode("utf-8", "replace") or "engine error", "server_error", None, None
         super().__init__(message, param=param, code=code)
@@ -112,8 +126,18 @@ async def _unless_client_leaves(request: Request, work: Awaitable[Response]) -> 
 
 
 class Gateway:
-    def __init__(self, settings: Settings, names: ModelNames, router: Router, meter: Meter, *, cache: ResponseCache | None = None,
-                 metrics: Metrics | None = None, energy: EnergyMeter | None = None, prompts: PromptCounts | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        names: ModelNames,
+        router: Router,
+        meter: Meter,
+        *,
+        cache: ResponseCache | None = None,
+        metrics: Metrics | None = None,
+        energy: EnergyMeter | None = None,
+        prompts: PromptCounts | None = None,
+    ):
         self.settings = settings
         self.names = names
         self.router = router
@@ -124,8 +148,9 @@ class Gateway:
         self.prompts = prompts
 
     # ------------------------------------------------------------------ entry
-    async def handle(self, request: Request, principal: Principal, endpoint: str, body: Body, *,
-                     ledger_endpoint: str | None = None) -> Response:
+    async def handle(
+        self, request: Request, principal: Principal, endpoint: str, body: Body, *, ledger_endpoint: str | None = None
+    ) -> Response:
         """Serve one OpenAI-compatible request for ``principal`` (authenticated by the access guard).
 
         ``ledger_endpoint`` names the endpoint in the usage ledger when the client spoke
@@ -134,8 +159,15 @@ class Gateway:
         if isinstance(body, ChatCompletionRequest):
             body = with_tool_choice_settled(body)
         target = self._allowed(principal, body)
-        ctx = RequestContext(principal=principal, endpoint=endpoint, target=target, body=body, headers=request.headers,
-                             stream=bool(getattr(body, "stream", False)), ledger_endpoint=ledger_endpoint or endpoint)
+        ctx = RequestContext(
+            principal=principal,
+            endpoint=endpoint,
+            target=target,
+            body=body,
+            headers=request.headers,
+            stream=bool(getattr(body, "stream", False)),
+            ledger_endpoint=ledger_endpoint or endpoint,
+        )
         timing = request.scope.get(SCOPE_KEY)  # type: ignore[call-overload]
         if isinstance(timing, RequestTiming):
             ctx.timing = timing
@@ -149,13 +181,20 @@ class Gateway:
         counted = await self.prompts.count(target, endpoint, body) if self.prompts is not None else None
         prompt = counted if counted is not None else prompt_bound(body)
         if isinstance(body, EmbeddingRequest):
-            ctx.admission = await self.meter.admit(principal, request_id=ctx.request_id, endpoint=ctx.ledger_endpoint, model=ctx.model,
-                                             estimated_tokens=prompt)
+            ctx.admission = await self.meter.admit(
+                principal, request_id=ctx.request_id, endpoint=ctx.ledger_endpoint, model=ctx.model, estimated_tokens=prompt
+            )
         else:
             # reserve the prompt, then cap the completion to what the key's and team's budgets have left
-            ctx.admission = await self.meter.admit(principal, request_id=ctx.request_id, endpoint=ctx.ledger_endpoint, model=ctx.model,
-                                             estimated_tokens=prompt, cap=True,
-                                             max_tokens=requested_tokens(body) or self._context(ctx.model))
+            ctx.admission = await self.meter.admit(
+                principal,
+                request_id=ctx.request_id,
+                endpoint=ctx.ledger_endpoint,
+                model=ctx.model,
+                estimated_tokens=prompt,
+                cap=True,
+                max_tokens=requested_tokens(body) or self._context(ctx.model),
+            )
             ctx.body = with_cap(body, ctx.admission.max_tokens)
         forward = for_engine(ctx.body, model=ctx.model)
         if ctx.stream:
@@ -191,8 +230,15 @@ class Gateway:
     def _energy(self, ctx: RequestContext) -> float | None:
         return self.energy.end(ctx.energy) if ctx.energy is not None and self.energy is not None else None
 
-    async def _settle(self, ctx: RequestContext, backend: str | None, usage: JsonObject, completion_default: int,
-                      ttft_ms: float | None, tier: str = "miss") -> None:
+    async def _settle(
+        self,
+        ctx: RequestContext,
+        backend: str | None,
+        usage: JsonObject,
+        completion_default: int,
+        ttft_ms: float | None,
+        tier: str = "miss",
+    ) -> None:
         """Write the usage row and settle quotas (durable before returning), then count the request."""
         latency_ms = ctx.elapsed_ms()
         prompt_tokens = int(usage.get("prompt_tokens") or 0)
@@ -200,9 +246,18 @@ class Gateway:
         cached_tokens = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
         energy = self._energy(ctx)
         await self.meter.settle(
-            ctx.admitted(), model=ctx.model, variant=ctx.target.variant, backend=backend, prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens, cached_tokens=cached_tokens, ttft_ms=ttft_ms, latency_ms=latency_ms,
-            status=200, cache_tier=tier, energy_joules=energy,
+            ctx.admitted(),
+            model=ctx.model,
+            variant=ctx.target.variant,
+            backend=backend,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            cached_tokens=cached_tokens,
+            ttft_ms=ttft_ms,
+            latency_ms=latency_ms,
+            status=200,
+            cache_tier=tier,
+            energy_joules=energy,
         )
         if self.metrics is not None:
             self.metrics.observe_request(ctx.model, 200, ttft_ms, latency_ms, prompt_tokens, completion_tokens, tier, energy)
@@ -210,8 +265,9 @@ class Gateway:
     async def _fail(self, ctx: RequestContext, status: int, completion_tokens: int, prompt_tokens: int = 0) -> None:
         """Record what a failed or abandoned request produced (charged), with its real status, and free the rest."""
         energy = self._energy(ctx)
-        await self.meter.release(ctx.admitted(), status=status, model=ctx.model, prompt_tokens=prompt_tokens,
-                                 completion_tokens=completion_tokens)
+        await self.meter.release(
+            ctx.admitted(), status=status, model=ctx.model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
+        )
         if self.metrics is not None:
             self.metrics.observe_request(ctx.model, status, None, ctx.elapsed_ms(), 0, completion_tokens, "miss", energy)
 
@@ -220,8 +276,10 @@ class Gateway:
 
     # ------------------------------------------------------------- plain call
     def _timed_out(self, ctx: RequestContext) -> EngineTimeout:
-        return EngineTimeout(f"The model `{ctx.model}` did not finish within request_timeout_seconds "
-                             f"({self.settings.request_timeout_seconds:g} s).")
+        return EngineTimeout(
+            f"The model `{ctx.model}` did not finish within request_timeout_seconds "
+            f"({self.settings.request_timeout_seconds:g} s)."
+        )
 
     def _deadline(self, ctx: RequestContext) -> float:
         """The event-loop time by which the whole request (queue, generation, stream) must be done."""
@@ -289,8 +347,14 @@ class Gateway:
         events = self._relay(ctx, upstream, lease, instance, deadline)
         return Stream(events, media_type="text/event-stream", headers={**self._headers(ctx), "cache-control": "no-cache"})
 
-    async def _relay(self, ctx: RequestContext, upstream: EngineResponse, lease: contextlib.AbstractAsyncContextManager[Instance],
-                     instance: Instance, deadline: float) -> AsyncIterator[bytes]:
+    async def _relay(
+        self,
+        ctx: RequestContext,
+        upstream: EngineResponse,
+        lease: contextlib.AbstractAsyncContextManager[Instance],
+        instance: Instance,
+        deadline: float,
+    ) -> AsyncIterator[bytes]:
         """Pass the engine's SSE events through; settle before the final [DONE].
 
         The ledger row carries the real outcome: 200 with the engine's usage; the
@@ -358,7 +422,9 @@ class Gateway:
             await self._fail(ctx, 504, events, int((usage or {}).get("prompt_tokens") or 0))
             yield b"data: " + json.dumps(self._timed_out(ctx).envelope()).encode() + b"\n\n" + DONE
         except EngineConnectionError:
-            error = error_envelope(f"The engine serving `{ctx.model}` stopped mid-stream.", "server_error", None, "engine_unavailable")
+            error = error_envelope(
+                f"The engine serving `{ctx.model}` stopped mid-stream.", "server_error", None, "engine_unavailable"
+            )
             settled = True
             await self._fail(ctx, 503, events)
             yield b"data: " + json.dumps(error).encode() + b"\n\n" + DONE
@@ -370,10 +436,19 @@ class Gateway:
 
     # ------------------------------------------------------------------ cache
     async def _serve_cached(self, ctx: RequestContext, hit: Hit) -> Response:
-        ctx.admission = await self.meter.admit(ctx.principal, request_id=ctx.request_id, endpoint=ctx.ledger_endpoint, model=ctx.model,
-                                         estimated_tokens=hit.prompt_tokens + hit.completion_tokens, cached=True)
-        usage = {"prompt_tokens": hit.prompt_tokens, "completion_tokens": hit.completion_tokens,
-                 "prompt_tokens_details": {"cached_tokens": hit.prompt_tokens}}
+        ctx.admission = await self.meter.admit(
+            ctx.principal,
+            request_id=ctx.request_id,
+            endpoint=ctx.ledger_endpoint,
+            model=ctx.model,
+            estimated_tokens=hit.prompt_tokens + hit.completion_tokens,
+            cached=True,
+        )
+        usage = {
+            "prompt_tokens": hit.prompt_tokens,
+            "completion_tokens": hit.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": hit.prompt_tokens},
+        }
         await self._settle(ctx, None, usage, 0, ctx.elapsed_ms(), hit.tier)
         headers = self._headers(ctx, hit.tier)
         if hit.similarity is not None:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import AsyncIterator
 
 from appliance.planner.types import Plan
 
@@ -39,9 +39,16 @@ class LoadPlanSummary:
 
     @classmethod
     def of(cls, plan: Plan) -> LoadPlanSummary:
-        return cls(backend=plan.backend, variant=plan.variant, context=plan.context, parallel=plan.parallel,
-                   devices=tuple(plan.devices), n_gpu_layers=plan.n_gpu_layers, estimated_bytes=plan.estimated_bytes,
-                   reason=plan.reason)
+        return cls(
+            backend=plan.backend,
+            variant=plan.variant,
+            context=plan.context,
+            parallel=plan.parallel,
+            devices=tuple(plan.devices),
+            n_gpu_layers=plan.n_gpu_layers,
+            estimated_bytes=plan.estimated_bytes,
+            reason=plan.reason,
+        )
 
     @property
     def placement(self) -> str:

@@ -19,8 +19,15 @@ def variant_for_planner(resolved: ResolvedVariant) -> Variant:
     facts = resolved.model_facts
     if facts is None:
         raise DoesNotFit(f"{resolved.name} has no architecture facts; re-import it so it can be inspected.")
-    return Variant(family=resolved.family, name=resolved.variant, format=resolved.format, quantization=resolved.quantization,
-                   size_bytes=resolved.size_bytes, facts=facts, path=str(resolved.file))
+    return Variant(
+        family=resolved.family,
+        name=resolved.variant,
+        format=resolved.format,
+        quantization=resolved.quantization,
+        size_bytes=resolved.size_bytes,
+        facts=facts,
+        path=str(resolved.file),
+    )
 
 
 class LoadPlanner:
@@ -31,8 +38,12 @@ class LoadPlanner:
         self._db = db
 
     def plan(self, resolved: ResolvedVariant) -> Plan:
-        result = plan(live_snapshot(), [variant_for_planner(resolved)], preferences_for(self._settings, software(self._settings)),
-                      load_calibrations(self._db))
+        result = plan(
+            live_snapshot(),
+            [variant_for_planner(resolved)],
+            preferences_for(self._settings, software(self._settings)),
+            load_calibrations(self._db),
+        )
         if isinstance(result, Refusal):
             raise result.to_error()
         return dataclasses.replace(result, model=resolved.name, model_path=str(resolved.file))

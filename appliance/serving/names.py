@@ -78,6 +78,8 @@ class ModelNames:
             if v.is_default:
                 known.setdefault(v.family, known[v.name])
         entries: list[JsonObject] = [{"id": v.name, "created": v.created_at, "capabilities": known[v.name]} for v in ready]
-        entries += [{"id": alias, "created": self.started_at, "target": target, "capabilities": known.get(target, [])}
-                    for alias, target in self.aliases().items()]
+        entries += [
+            {"id": alias, "created": self.started_at, "target": target, "capabilities": known.get(target, [])}
+            for alias, target in self.aliases().items()
+        ]
         return entries

@@ -14,8 +14,9 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Awaitable, Callable, Protocol
+from typing import Protocol
 
 from appliance.errors import ApplianceError, EngineUnavailable
 from appliance.jsontypes import JsonObject
@@ -152,8 +153,16 @@ class Router:
             self.events.publish(LoadEvent(name, "failed", began, plan=summary, error=_reason(exc)))
             raise
         engine = instance.engine
-        self.events.publish(LoadEvent(name, "loaded", began, plan=summary, rss_bytes=engine.rss_bytes(),
-                                      gpu_bytes=self._gpu_bytes(engine, plan) if self._gpu_bytes else None))
+        self.events.publish(
+            LoadEvent(
+                name,
+                "loaded",
+                began,
+                plan=summary,
+                rss_bytes=engine.rss_bytes(),
+                gpu_bytes=self._gpu_bytes(engine, plan) if self._gpu_bytes else None,
+            )
+        )
         log.info("loaded %s in %.1f s", name, time.time() - began, extra={"fields": {"model": name, "backend": plan.backend}})
         if self._on_loaded:
             try:
@@ -197,7 +206,9 @@ class Router:
             candidates = sorted((i for i in self.instances.values() if not i.pinned and i.idle), key=lambda i: i.last_used)
             if not candidates:
                 raise EngineUnavailable(
-                    "No room to load another model: every loaded model is pinned or busy.", code="no_capacity", headers={"Retry-After": "10"}
+                    "No room to load another model: every loaded model is pinned or busy.",
+                    code="no_capacity",
+                    headers={"Retry-After": "10"},
                 )
             victim = candidates[0]
             log.info("evicting %s to make room", victim.name, extra={"fields": {"model": victim.name}})

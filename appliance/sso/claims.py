@@ -66,9 +66,11 @@ def username_from(claims: Mapping[str, object], claim: str) -> str:
         if isinstance(value, str) and value.strip():
             value = value.strip()
             if not _USERNAME.match(value):
-                raise SignOnForbidden(f"unusable user name in claim {name}",
-                                      "Your user name at the identity provider cannot be used as a console user name "
-                                      "(1-64 letters, digits and . _ @ + -). Ask an administrator.")
+                raise SignOnForbidden(
+                    f"unusable user name in claim {name}",
+                    "Your user name at the identity provider cannot be used as a console user name "
+                    "(1-64 letters, digits and . _ @ + -). Ask an administrator.",
+                )
             return value
     raise SignOnRefused("id token names no user")
 

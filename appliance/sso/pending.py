@@ -55,8 +55,13 @@ class PendingSignOns:
 
     def begin(self, next_url: str) -> Started:
         state, browser = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
-        pending = PendingSignOn(nonce=secrets.token_urlsafe(32), code_verifier=secrets.token_urlsafe(48), next_url=next_url,
-                                browser_digest=_digest(browser), expires=self._clock() + self._ttl)
+        pending = PendingSignOn(
+            nonce=secrets.token_urlsafe(32),
+            code_verifier=secrets.token_urlsafe(48),
+            next_url=next_url,
+            browser_digest=_digest(browser),
+            expires=self._clock() + self._ttl,
+        )
         with self._lock:
             self._prune()
             while len(self._pending) >= self._limit:

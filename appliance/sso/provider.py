@@ -59,8 +59,14 @@ def _short(value: object) -> str:
 
 
 class IdentityProvider:
-    def __init__(self, issuer: str, client_id: str, client_secret: SecretStr | None,
-                 transport: httpx.AsyncBaseTransport | None = None, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        issuer: str,
+        client_id: str,
+        client_secret: SecretStr | None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.issuer = issuer
         self._client_id = client_id
         self._secret = client_secret

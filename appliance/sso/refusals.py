@@ -17,7 +17,9 @@ class SignOnRefused(ApplianceError):
     type = "authentication_error"
     code = "sso_refused"
 
-    def __init__(self, reason: str, message: str = "Single sign-on failed: the identity provider's answer could not be verified."):
+    def __init__(
+        self, reason: str, message: str = "Single sign-on failed: the identity provider's answer could not be verified."
+    ):
         super().__init__(message)
         self.reason = reason
 

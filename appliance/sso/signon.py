@@ -72,10 +72,18 @@ def sso_config(settings: Settings) -> SsoConfig | None:
         return None
     scopes = ("openid", *[s for s in settings.oidc_scopes if s != "openid"])
     public = settings.console_public_url.rstrip("/") if settings.console_public_url else None
-    return SsoConfig(issuer=settings.oidc_issuer, client_id=settings.oidc_client_id, client_secret=_read_secret(settings),
-                     provider_name=settings.oidc_provider_name, scopes=scopes, username_claim=settings.oidc_username_claim,
-                     groups_claim=settings.oidc_groups_claim, group_roles=dict(settings.oidc_group_roles),
-                     default_role=settings.oidc_default_role, public_url=public)
+    return SsoConfig(
+        issuer=settings.oidc_issuer,
+        client_id=settings.oidc_client_id,
+        client_secret=_read_secret(settings),
+        provider_name=settings.oidc_provider_name,
+        scopes=scopes,
+        username_claim=settings.oidc_username_claim,
+        groups_claim=settings.oidc_groups_claim,
+        group_roles=dict(settings.oidc_group_roles),
+        default_role=settings.oidc_default_role,
+        public_url=public,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +109,13 @@ def _challenge(verifier: str) -> str:
 
 
 class SingleSignOn:
-    def __init__(self, config: SsoConfig, provider: IdentityProvider, pending: PendingSignOns | None = None,
-                 clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        config: SsoConfig,
+        provider: IdentityProvider,
+        pending: PendingSignOns | None = None,
+        clock: Callable[[], float] = time.time,
+    ):
         self.config = config
         self.provider = provider
         self._pending = pending or PendingSignOns()
@@ -127,11 +140,18 @@ class SingleSignOn:
     async def begin(self, redirect_uri: str, next_url: str) -> Redirect:
         meta = await self.provider.metadata()
         started = self._pending.begin(next_url)
-        query = urlencode({
-            "response_type": "code", "client_id": self.config.client_id, "redirect_uri": redirect_uri,
-            "scope": " ".join(self.config.scopes), "state": started.state, "nonce": started.pending.nonce,
-            "code_challenge": _challenge(started.pending.code_verifier), "code_challenge_method": "S256",
-        })
+        query = urlencode(
+            {
+                "response_type": "code",
+                "client_id": self.config.client_id,
+                "redirect_uri": redirect_uri,
+                "scope": " ".join(self.config.scopes),
+                "state": started.state,
+                "nonce": started.pending.nonce,
+                "code_challenge": _challenge(started.pending.code_verifier),
+                "code_challenge_method": "S256",
+            }
+        )
         separator = "&" if "?" in meta.authorization_endpoint else "?"
         return Redirect(url=meta.authorization_endpoint + separator + query, browser=started.browser)
 
@@ -150,19 +170,24 @@ class SingleSignOn:
         id_token = await self.provider.exchange(code, pending.code_verifier, redirect_uri)
         claims = await verified_claims(id_token, self.provider.keys_for)
         meta = await self.provider.metadata()
-        check_claims(claims, Expected(issuer=meta.issuer, client_id=self.config.client_id, nonce=pending.nonce, now=self._clock()))
+        check_claims(
+            claims, Expected(issuer=meta.issuer, client_id=self.config.client_id, nonce=pending.nonce, now=self._clock())
+        )
         username = username_from(claims, self.config.username_claim)
         groups = groups_from(claims, self.config.groups_claim)
         role = role_for(groups, self.config.group_roles, self.config.default_role)
         if role is None:
-            raise SignOnForbidden(f"no console role for {username}",
-                                  "You signed in at the identity provider, but none of your groups gives access to this "
-                                  "console. Ask an administrator to add you to a group that does.")
+            raise SignOnForbidden(
+                f"no console role for {username}",
+                "You signed in at the identity provider, but none of your groups gives access to this "
+                "console. Ask an administrator to add you to a group that does.",
+            )
         subject = f"{meta.issuer} {claims['sub']}"
         if len(subject) > 255:  # the column's size; a digest keeps long identities distinct
             subject = "sha256:" + hashlib.sha256(subject.encode()).hexdigest()
-        return Identity(subject=subject, username=username, role=role, groups=tuple(groups), id_token=id_token,
-                        next_url=pending.next_url)
+        return Identity(
+            subject=subject, username=username, role=role, groups=tuple(groups), id_token=id_token, next_url=pending.next_url
+        )
 
     def remember_id_token(self, session_id: str, id_token: str) -> None:
         """Kept in memory for the provider's logout (``id_token_hint``); a restart forgets it."""

@@ -23,8 +23,10 @@ def user_from_sign_on(db: Engine, subject: str, username: str, role: str) -> Use
         row = s.execute(select(User).where(User.sso_subject == subject)).scalars().first()
         named = s.execute(select(User).where(User.username == username)).scalars().first()
         if named is not None and (row is None or named.id != row.id):
-            raise SignOnForbidden(f"user name {username} taken by another console user",
-                                  f"The console already has another user named {username}. Ask an administrator.")
+            raise SignOnForbidden(
+                f"user name {username} taken by another console user",
+                f"The console already has another user named {username}. Ask an administrator.",
+            )
         if row is None:
             row = User(username=username, password_hash=NO_PASSWORD, role=role, sso_subject=subject)
             s.add(row)

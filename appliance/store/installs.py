@@ -14,8 +14,8 @@ import os
 import shutil
 import threading
 import uuid
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 from appliance.errors import ApplianceError, BadRequest, Conflict, InsufficientStorage
 from appliance.jsontypes import JsonObject
@@ -35,8 +35,21 @@ log = logging.getLogger("appliance.store.installs")
 
 # Markers of the known Jinja sandbox escapes (CVE-2024-34359 and kin). Only a flag for
 # admins: templates are never rendered here, and the renderer is sandboxed anyway.
-_TEMPLATE_RED_FLAGS = ("__globals__", "__builtins__", "__class__", "__subclasses__", "__mro__", "__base__", "__init__",
-                       "__import__", "popen", "os.system", "subprocess", "eval(", "exec(")
+_TEMPLATE_RED_FLAGS = (
+    "__globals__",
+    "__builtins__",
+    "__class__",
+    "__subclasses__",
+    "__mro__",
+    "__base__",
+    "__init__",
+    "__import__",
+    "popen",
+    "os.system",
+    "subprocess",
+    "eval(",
+    "exec(",
+)
 
 
 class BusyNames:
@@ -68,9 +81,19 @@ class Installer:
         self.registry = registry
         self.busy = busy
 
-    def install_gguf(self, family: str, variant: str, *, source: str, ctx: JobContext, write: Callable[[Path], str | None],
-                     parent_id: int | None = None, expected_sha256: str | None = None, needed_bytes: int | None = None,
-                     resumable: Callable[[BaseException], bool] = lambda _exc: False) -> VariantInfo:
+    def install_gguf(
+        self,
+        family: str,
+        variant: str,
+        *,
+        source: str,
+        ctx: JobContext,
+        write: Callable[[Path], str | None],
+        parent_id: int | None = None,
+        expected_sha256: str | None = None,
+        needed_bytes: int | None = None,
+        resumable: Callable[[BaseException], bool] = lambda _exc: False,
+    ) -> VariantInfo:
         """The one install path of a GGUF variant.
 
         ``write(partial)`` produces ``<file>.partial`` and returns its sha256 if it hashed it on the way (else it
@@ -81,8 +104,12 @@ class Installer:
         with self.busy.claim(family, variant):
             final, partial = self.layout.gguf_file(family, variant), self.layout.partial_file(family, variant)
             if split_gguf.SPLIT_RE.match(final.name):
-                raise BadRequest(f"`{full_name(family, variant)}` ends like a part of a split model (-00001-of-00002); "
-                                 "choose another variant name", param="name", code="invalid_model_name")
+                raise BadRequest(
+                    f"`{full_name(family, variant)}` ends like a part of a split model (-00001-of-00002); "
+                    "choose another variant name",
+                    param="name",
+                    code="invalid_model_name",
+                )
             check_free_space(self.layout.root, needed_bytes)
             row_id = self._begin(family, variant, fmt="gguf", source=source, path=final, parent_id=parent_id)
             try:
@@ -111,8 +138,14 @@ class Installer:
     def import_gguf(self, source: Path, family: str, variant: str, ctx: JobContext) -> VariantInfo:
         """Copy a checked GGUF file into the store, hashing it on the way."""
         size = source.stat().st_size
-        return self.install_gguf(family, variant, source=f"import:{source.name}", ctx=ctx, needed_bytes=size,
-                                 write=lambda partial: imp.copy_file(source, partial, ctx, total=size)[0])
+        return self.install_gguf(
+            family,
+            variant,
+            source=f"import:{source.name}",
+            ctx=ctx,
+            needed_bytes=size,
+            write=lambda partial: imp.copy_file(source, partial, ctx, total=size)[0],
+        )
 
     def import_hf(self, source: Path, family: str, variant: str, ctx: JobContext) -> VariantInfo:
         """Copy a Hugging Face safetensors folder into a staging folder, then rename it into place."""
@@ -128,11 +161,27 @@ class Installer:
                 done += size
                 return digest, size
 
-            return self._install_folder(family, variant, source=f"import:{source.name}", ctx=ctx,
-                                        relatives=[f.relative.as_posix() for f in files], fill=copy, scan_staged=False)
+            return self._install_folder(
+                family,
+                variant,
+                source=f"import:{source.name}",
+                ctx=ctx,
+                relatives=[f.relative.as_posix() for f in files],
+                fill=copy,
+                scan_staged=False,
+            )
 
-    def install_gguf_parts(self, family: str, variant: str, *, source: str, ctx: JobContext, count: int,
-                           write: Callable[[int, Path], str], resumable: Callable[[BaseException], bool]) -> VariantInfo:
+    def install_gguf_parts(
+        self,
+        family: str,
+        variant: str,
+        *,
+        source: str,
+        ctx: JobContext,
+        count: int,
+        write: Callable[[int, Path], str],
+        resumable: Callable[[BaseException], bool],
+    ) -> VariantInfo:
         """A split GGUF model: ``write(number, partial)`` fills each part's partial file and returns its sha256; then
         every part is inspected, fsynced and renamed into place, and only then is the row ``ready``. On failure the
         partial files and the row go, unless ``resumable(exc)`` keeps them for a later pull to resume."""
@@ -142,7 +191,9 @@ class Installer:
             row_id = self._begin(family, variant, fmt="gguf", source=source, path=finals[0])
             try:
                 digests = [write(number, partial) for number, partial in enumerate(partials, start=1)]
-                entries = [(final.name, partial.stat().st_size, digest) for final, partial, digest in zip(finals, partials, digests)]
+                entries = [
+                    (final.name, partial.stat().st_size, digest) for final, partial, digest in zip(finals, partials, digests)
+                ]
                 ctx.stage("inspecting")
                 facts = self.inspect_parts(partials)
                 for final, partial in zip(finals, partials):
@@ -159,22 +210,46 @@ class Installer:
                 raise
             for partial in partials:
                 remove_partial(partial)  # the downloads' .json sidecars
-            return self.registry.finish(row_id, size=sum(size for _, size, _ in entries), sha256=imp.tree_digest(entries),
-                                        facts=facts)
+            return self.registry.finish(
+                row_id, size=sum(size for _, size, _ in entries), sha256=imp.tree_digest(entries), facts=facts
+            )
 
-    def install_hf_files(self, family: str, variant: str, *, source: str, ctx: JobContext, files: Sequence[tuple[str, int]],
-                         write: Callable[[str, Path], str]) -> VariantInfo:
+    def install_hf_files(
+        self,
+        family: str,
+        variant: str,
+        *,
+        source: str,
+        ctx: JobContext,
+        files: Sequence[tuple[str, int]],
+        write: Callable[[str, Path], str],
+    ) -> VariantInfo:
         """A safetensors folder fetched file by file: ``write(relative, target)`` fills each file in a hidden staging
         folder and returns its sha256; the folder then passes the import policy (no code, no pickles, no ``auto_map``)
         and inspection before its atomic rename into place."""
         with self.busy.claim(family, variant):
             check_free_space(self.layout.root, sum(size for _, size in files))
-            return self._install_folder(family, variant, source=source, ctx=ctx, relatives=[relative for relative, _ in files],
-                                        fill=lambda relative, target: (write(relative, target), target.stat().st_size),
-                                        scan_staged=True)
+            return self._install_folder(
+                family,
+                variant,
+                source=source,
+                ctx=ctx,
+                relatives=[relative for relative, _ in files],
+                fill=lambda relative, target: (write(relative, target), target.stat().st_size),
+                scan_staged=True,
+            )
 
-    def _install_folder(self, family: str, variant: str, *, source: str, ctx: JobContext, relatives: Sequence[str],
-                        fill: Callable[[str, Path], tuple[str, int]], scan_staged: bool) -> VariantInfo:
+    def _install_folder(
+        self,
+        family: str,
+        variant: str,
+        *,
+        source: str,
+        ctx: JobContext,
+        relatives: Sequence[str],
+        fill: Callable[[str, Path], tuple[str, int]],
+        scan_staged: bool,
+    ) -> VariantInfo:
         """Fill a hidden staging folder file by file (``fill`` returns each file's sha256 and size), check it
         (the import policy again when ``scan_staged``), inspect it and rename it into place; on any failure the
         staging folder and the row go. The caller holds the variant's claim."""
@@ -201,8 +276,9 @@ class Installer:
             if disk_full(exc):
                 raise _no_space() from None
             raise
-        return self.registry.finish(row_id, size=sum(size for _, size, _ in entries), sha256=imp.tree_digest(entries),
-                                    facts=facts)
+        return self.registry.finish(
+            row_id, size=sum(size for _, size, _ in entries), sha256=imp.tree_digest(entries), facts=facts
+        )
 
     def move_to_trash(self, path: Path) -> Path:
         """Rename ``path`` into the store's trash folder (atomic); where it went."""
@@ -235,8 +311,7 @@ class Installer:
         self.registry.refuse_installed(family, variant)
         self.layout.family_dir(family).mkdir(exist_ok=True, mode=0o750)
         self.layout.variant_dir(family, variant).mkdir(exist_ok=True, mode=0o750)
-        return self.registry.begin(family, variant, fmt=fmt, source=source, path=self.layout.relative(path),
-                                   parent_id=parent_id)
+        return self.registry.begin(family, variant, fmt=fmt, source=source, path=self.layout.relative(path), parent_id=parent_id)
 
     def _abandon(self, row_id: int) -> None:
         """Drop an install's row (and its family, if that was all it had); a ready file left behind is kept."""
@@ -261,7 +336,9 @@ class Installer:
         out = cls.inspect(parts[0], "gguf")
         tensors = [t for part in parts[1:] for t in read_header(part).tensors]
         out["tensor_bytes"] = (out.get("tensor_bytes") or 0) + sum(t.n_bytes for t in tensors)
-        out["nonlayer_bytes"] = (out.get("nonlayer_bytes") or 0) + sum(t.n_bytes for t in tensors if not t.name.startswith("blk."))
+        out["nonlayer_bytes"] = (out.get("nonlayer_bytes") or 0) + sum(
+            t.n_bytes for t in tensors if not t.name.startswith("blk.")
+        )
         out["parameter_count"] = (out.get("parameter_count") or 0) + sum(t.n_elements for t in tensors)
         if any(t.name == "output.weight" for t in tensors):
             out["tied_embeddings"] = False

@@ -21,8 +21,8 @@ import subprocess
 import threading
 import time
 from collections import deque
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable
 
 from sqlalchemy import Engine, update
 
@@ -73,14 +73,35 @@ class Job:
         return self.state in TERMINAL
 
     def view(self) -> JsonObject:
-        return {"id": self.id, "kind": self.kind, "target": self.target, "state": self.state, "progress": self.progress,
-                "done_bytes": self.done_bytes, "total_bytes": self.total_bytes, "message": self.message,
-                "result": self.result, "error": self.error, "created_at": self.created_at, "finished_at": self.finished_at}
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "target": self.target,
+            "state": self.state,
+            "progress": self.progress,
+            "done_bytes": self.done_bytes,
+            "total_bytes": self.total_bytes,
+            "message": self.message,
+            "result": self.result,
+            "error": self.error,
+            "created_at": self.created_at,
+            "finished_at": self.finished_at,
+        }
 
     def _emit(self, type_: str, **extra: str) -> JsonObject:
         with self._lock:
-            event = {"seq": next(self._seq), "type": type_, "job": self.id, "state": self.state, "done_bytes": self.done_bytes,
-                     "total_bytes": self.total_bytes, "progress": self.progress, "message": self.message, "time": time.time(), **extra}
+            event = {
+                "seq": next(self._seq),
+                "type": type_,
+                "job": self.id,
+                "state": self.state,
+                "done_bytes": self.done_bytes,
+                "total_bytes": self.total_bytes,
+                "progress": self.progress,
+                "message": self.message,
+                "time": time.time(),
+                **extra,
+            }
             self._events.append(event)
             return event
 
@@ -267,19 +288,34 @@ class JobRegistry:
                 if job.cancel_event.is_set():
                     self._finish(job, "cancelled", message="cancelled")
                 else:
-                    self._finish(job, "failed", message=exc.message,
-                                 error={"message": exc.message, "type": exc.type, "code": exc.code, "status": exc.status})
+                    self._finish(
+                        job,
+                        "failed",
+                        message=exc.message,
+                        error={"message": exc.message, "type": exc.type, "code": exc.code, "status": exc.status},
+                    )
             except Exception as exc:  # the job ends either way; the log has the traceback
                 log.exception("job %s (%s) crashed", job.id, job.kind)
-                self._finish(job, "failed", message=f"internal error ({type(exc).__name__})",
-                             error={"message": "internal error", "type": "server_error", "code": "internal_error", "status": 500})
+                self._finish(
+                    job,
+                    "failed",
+                    message=f"internal error ({type(exc).__name__})",
+                    error={"message": "internal error", "type": "server_error", "code": "internal_error", "status": 500},
+                )
             else:
                 self._finish(job, "done", result=result, message="done")
             finally:
                 job._process = None
 
-    def _finish(self, job: Job, state: str, *, message: str | None = None, result: JsonObject | None = None,
-                error: JsonObject | None = None) -> None:
+    def _finish(
+        self,
+        job: Job,
+        state: str,
+        *,
+        message: str | None = None,
+        result: JsonObject | None = None,
+        error: JsonObject | None = None,
+    ) -> None:
         job.message = message
         job.result = result
         job.error = error
@@ -310,17 +346,29 @@ class JobRegistry:
             return
         try:
             with dbmod.session(self._db) as s:
-                s.execute(update(JobRow).where(JobRow.id == job.id).values(
-                    state=job.state, progress=job.progress or 0.0, done_bytes=job.done_bytes, total_bytes=job.total_bytes,
-                    message=job.message, finished_at=job.finished_at))
+                s.execute(
+                    update(JobRow)
+                    .where(JobRow.id == job.id)
+                    .values(
+                        state=job.state,
+                        progress=job.progress or 0.0,
+                        done_bytes=job.done_bytes,
+                        total_bytes=job.total_bytes,
+                        message=job.message,
+                        finished_at=job.finished_at,
+                    )
+                )
                 s.commit()
         except Exception:  # progress rows are best effort; the in-memory job stays right
             log.warning("could not record job %s in the database", job.id, exc_info=True)
 
     def _fail_leftovers(self) -> None:
         with dbmod.session(self._db) as s:  # type: ignore[arg-type]
-            s.execute(update(JobRow).where(JobRow.state.in_(("queued", "running")))  # type: ignore[attr-defined]
-                      .values(state="failed", message="interrupted by a restart", finished_at=time.time()))
+            s.execute(
+                update(JobRow)
+                .where(JobRow.state.in_(("queued", "running")))  # type: ignore[attr-defined]
+                .values(state="failed", message="interrupted by a restart", finished_at=time.time())
+            )
             s.commit()
 
     def _forget_old(self) -> None:

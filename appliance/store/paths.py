@@ -27,8 +27,11 @@ def check_part(value: object, what: str) -> str:
     """One name part (family or variant), or BadRequest. Never echoes control characters."""
     if not isinstance(value, str) or not NAME_RE.fullmatch(value):
         shown = value if isinstance(value, str) and value.isprintable() and len(value) <= MAX_NAME else "the given value"
-        raise BadRequest(f"invalid {what} name {shown!r}: use lowercase letters, digits, '.', '_' and '-', starting with a letter or digit",
-                         param="name", code="invalid_model_name")
+        raise BadRequest(
+            f"invalid {what} name {shown!r}: use lowercase letters, digits, '.', '_' and '-', starting with a letter or digit",
+            param="name",
+            code="invalid_model_name",
+        )
     return value
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 from urllib.parse import urlsplit
 
 from appliance.errors import BadRequest
@@ -94,8 +94,12 @@ def _why_plain(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | 
         return "a private network"
     if address.is_multicast:
         return "multicast"
-    if address.is_unspecified or address.is_reserved or not address.is_global or (
-            isinstance(address, ipaddress.IPv6Address) and address.is_site_local):
+    if (
+        address.is_unspecified
+        or address.is_reserved
+        or not address.is_global
+        or (isinstance(address, ipaddress.IPv6Address) and address.is_site_local)
+    ):
         return "a non-public network"
     return None
 
@@ -118,7 +122,9 @@ def resolve_checked(host: str, port: int, allow: Iterable[str]) -> str:
     for addr in addresses:
         why = _why_internal(addr)
         if why is not None and not _allowed(host, addr, allow):
-            raise PullNotAllowed(f"pulls may not reach {host} ({addr} is {why}); an admin can add the host to allow_private_pull_hosts")
+            raise PullNotAllowed(
+                f"pulls may not reach {host} ({addr} is {why}); an admin can add the host to allow_private_pull_hosts"
+            )
     # Connect to a checked address; IPv4 first, as most model hosts and local mirrors serve it.
     return str(next((a for a in addresses if a.version == 4), addresses[0]))
 

@@ -20,8 +20,8 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject
@@ -67,8 +67,12 @@ def check_request(source: VariantInfo, to: str) -> str:
         raise BadRequest("only GGUF variants can be quantized here", param="name", code="invalid_quantization")
     src = (source.quantization or "").lower()
     if src not in SOURCE_BITS:
-        raise BadRequest(f"`{source.name}` is {source.quantization or 'of unknown precision'}; quantize from an F32, F16, BF16 "
-                         "or Q8_0 variant", param="name", code="invalid_quantization")
+        raise BadRequest(
+            f"`{source.name}` is {source.quantization or 'of unknown precision'}; quantize from an F32, F16, BF16 "
+            "or Q8_0 variant",
+            param="name",
+            code="invalid_quantization",
+        )
     if TARGETS[target][1] >= SOURCE_BITS[src]:
         raise BadRequest(f"{target} is not smaller than the source's {src}", param="to", code="invalid_quantization")
     return target
@@ -81,17 +85,26 @@ def quantized_writer(source: ResolvedVariant, target: str, *, threads: int, ctx:
     requantize = (source.quantization or "").lower() == "q8_0"
 
     def write(partial: Path) -> None:
-        run_quantizer(src_path, partial, target, threads=threads, allow_requantize=requantize, ctx=ctx,
-                      total=source.size_bytes)
+        run_quantizer(src_path, partial, target, threads=threads, allow_requantize=requantize, ctx=ctx, total=source.size_bytes)
 
     return write
 
 
-def run_quantizer(src: Path, dst: Path, target: str, *, threads: int, allow_requantize: bool, ctx: JobContext,
-                  total: int) -> None:
+def run_quantizer(
+    src: Path, dst: Path, target: str, *, threads: int, allow_requantize: bool, ctx: JobContext, total: int
+) -> None:
     """Run the child quantizer; progress in source bytes (tensor i of n ≈ i/n of the file)."""
     ctx.stage(f"quantizing to {target}")
-    cmd = [sys.executable, "-m", "appliance.store.quantize", str(src), str(dst), target, str(threads), "1" if allow_requantize else "0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "appliance.store.quantize",
+        str(src),
+        str(dst),
+        target,
+        str(threads),
+        "1" if allow_requantize else "0",
+    ]
     with tempfile.TemporaryFile() as errors:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors, text=True)
         ctx.attach_process(proc)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from sqlalchemy import Engine
 from sqlmodel import Session, select
@@ -61,14 +61,22 @@ class VariantRegistry:
             fam = s.exec(select(ModelFamily).where(ModelFamily.name == family)).first()
             row = _variant_row(s, fam, variant) if fam else None
         if row is not None and row.status == "ready":
-            raise Conflict(f"`{family}:{variant}` is already installed; delete it first or choose another name",
-                           param="name", code="model_exists")
+            raise Conflict(
+                f"`{family}:{variant}` is already installed; delete it first or choose another name",
+                param="name",
+                code="model_exists",
+            )
 
     def unfinished(self) -> list[tuple[ModelVariant, ModelFamily]]:
         """Rows still ``downloading``, with their family."""
         with dbmod.session(self.db) as s:
-            return list(s.exec(select(ModelVariant, ModelFamily).join(ModelFamily, ModelVariant.family_id == ModelFamily.id)
-                               .where(ModelVariant.status == "downloading")).all())
+            return list(
+                s.exec(
+                    select(ModelVariant, ModelFamily)
+                    .join(ModelFamily, ModelVariant.family_id == ModelFamily.id)
+                    .where(ModelVariant.status == "downloading")
+                ).all()
+            )
 
     # ------------------------------------------------------------ installs
     def offer(self, family: str, offers: list[AvailableVariant]) -> list[str]:
@@ -81,9 +89,18 @@ class VariantRegistry:
             for offer in offers:
                 if _variant_row(s, fam, offer.variant) is not None:
                     continue
-                s.add(ModelVariant(family_id=fam.id, name=offer.variant, format="gguf",  # type: ignore[arg-type]
-                                   quantization=offer.quantization, path="", size_bytes=offer.size_bytes,
-                                   source=offer.source, status=AVAILABLE))
+                s.add(
+                    ModelVariant(
+                        family_id=fam.id,
+                        name=offer.variant,
+                        format="gguf",  # type: ignore[arg-type]
+                        quantization=offer.quantization,
+                        path="",
+                        size_bytes=offer.size_bytes,
+                        source=offer.source,
+                        status=AVAILABLE,
+                    )
+                )
                 added.append(full_name(family, offer.variant))
             s.commit()
         return added
@@ -192,8 +209,7 @@ class VariantRegistry:
         fam = s.exec(select(ModelFamily).where(ModelFamily.name == family)).first()
         if fam is None:
             entry = self._catalog().family(family)
-            fam = ModelFamily(name=family, license=entry.license if entry else None,
-                              description=entry.title if entry else None)
+            fam = ModelFamily(name=family, license=entry.license if entry else None, description=entry.title if entry else None)
             s.add(fam)
             s.flush()
         return fam
@@ -216,16 +232,30 @@ def _parent_names(s: Session, rows: list[ModelVariant]) -> dict[int, str]:
     ids = {r.parent_variant_id for r in rows if r.parent_variant_id is not None}
     if not ids:
         return {}
-    found = s.exec(select(ModelVariant, ModelFamily).join(ModelFamily, ModelVariant.family_id == ModelFamily.id)
-                   .where(ModelVariant.id.in_(ids))).all()  # type: ignore[union-attr]
+    found = s.exec(
+        select(ModelVariant, ModelFamily)
+        .join(ModelFamily, ModelVariant.family_id == ModelFamily.id)
+        .where(ModelVariant.id.in_(ids))
+    ).all()  # type: ignore[union-attr]
     return {v.id: full_name(f.name, v.name) for v, f in found}
 
 
 def _info(row: ModelVariant, fam: ModelFamily, parents: dict[int, str]) -> VariantInfo:
     return VariantInfo(
         id=row.id,  # type: ignore[arg-type]
-        name=full_name(fam.name, row.name), family=fam.name, variant=row.name, format=row.format,
-        quantization=row.quantization, path=row.path, size_bytes=row.size_bytes, sha256=row.sha256, status=row.status,
-        source=row.source, parent=parents.get(row.parent_variant_id) if row.parent_variant_id else None,
-        facts=json.loads(row.facts) if row.facts else {}, is_default=fam.default_variant == row.name,
-        pinned=row.pinned, created_at=row.created_at)
+        name=full_name(fam.name, row.name),
+        family=fam.name,
+        variant=row.name,
+        format=row.format,
+        quantization=row.quantization,
+        path=row.path,
+        size_bytes=row.size_bytes,
+        sha256=row.sha256,
+        status=row.status,
+        source=row.source,
+        parent=parents.get(row.parent_variant_id) if row.parent_variant_id else None,
+        facts=json.loads(row.facts) if row.facts else {},
+        is_default=fam.default_variant == row.name,
+        pinned=row.pinned,
+        created_at=row.created_at,
+    )

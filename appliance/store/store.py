@@ -26,9 +26,9 @@ import os
 import re
 import shutil
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable
 
 from sqlalchemy import Engine
 
@@ -36,11 +36,9 @@ from appliance.catalog import Catalog, load_catalog
 from appliance.errors import BadRequest, Conflict, ModelNotFound
 from appliance.jsontypes import JsonObject
 from appliance.settings import Settings
-from appliance.store import bundles
+from appliance.store import bundles, readonly, split_gguf
 from appliance.store import imports as imp
 from appliance.store import quantize as quantizer
-from appliance.store import readonly
-from appliance.store import split_gguf
 from appliance.store.disk import check_free_space
 from appliance.store.download import Downloader
 from appliance.store.errors import ModelCorrupt, ModelNotDownloaded, ModelNotReady, Offline, RefusedImport, StoreReadOnly
@@ -63,8 +61,15 @@ log = logging.getLogger("appliance.store.store")
 class ModelStore:
     """``ModelStore(settings, db_engine, is_loaded=...)``; ``is_loaded(name) -> bool`` guards deletes."""
 
-    def __init__(self, settings: Settings, db_engine: Engine, *, is_loaded: Callable[[str], bool] | None = None,
-                 catalog: Catalog | None = None, choose: Chooser | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        db_engine: Engine,
+        *,
+        is_loaded: Callable[[str], bool] | None = None,
+        catalog: Catalog | None = None,
+        choose: Chooser | None = None,
+    ):
         self.settings = settings
         self.choose = choose
         self.db = db_engine
@@ -100,17 +105,21 @@ class ModelStore:
         if info.status == "downloading":
             raise ModelNotReady(f"The model `{info.name}` is still being installed.", param="model")
         if info.status != "ready":
-            raise ModelCorrupt(f"The model `{info.name}` failed verification and will not be loaded; reinstall it or delete it.",
-                               param="model")
+            raise ModelCorrupt(
+                f"The model `{info.name}` failed verification and will not be loaded; reinstall it or delete it.", param="model"
+            )
         path = self.layout.absolute(info.path)
         if _size_on_disk(path, info.format) != info.size_bytes:
             self.registry.set_status(info.id, "corrupt")
-            raise ModelCorrupt(f"The files of `{info.name}` changed on disk; it is marked corrupt and will not be loaded.",
-                               param="model")
+            raise ModelCorrupt(
+                f"The files of `{info.name}` changed on disk; it is marked corrupt and will not be loaded.", param="model"
+            )
         return ResolvedVariant(**asdict(info), file=path)
 
     # ------------------------------------------------------------ installs
-    def prepare_pull(self, url: str | None = None, *, sha256: str | None = None, name: str | None = None) -> tuple[str, str | None, str, str]:
+    def prepare_pull(
+        self, url: str | None = None, *, sha256: str | None = None, name: str | None = None
+    ) -> tuple[str, str | None, str, str]:
         """Check a pull before it becomes a job: (url, sha256, family, variant). Raises 4xx errors."""
         self._refuse_writes("url")
         self._refuse_offline()
@@ -143,8 +152,9 @@ class ModelStore:
         self.registry.refuse_installed(family, variant)
         return url, sha256.lower() if sha256 else None, family, variant
 
-    def pull(self, url: str | None = None, *, sha256: str | None = None, name: str | None = None,
-             ctx: JobContext | None = None) -> VariantInfo:
+    def pull(
+        self, url: str | None = None, *, sha256: str | None = None, name: str | None = None, ctx: JobContext | None = None
+    ) -> VariantInfo:
         """Download a GGUF file by URL (or a catalog name) into the store; resumes an earlier partial pull."""
         ctx = ctx or NullContext()
         url, sha256, family, variant = self.prepare_pull(url, sha256=sha256, name=name)  # refuses when offline
@@ -154,14 +164,18 @@ class ModelStore:
             return Downloader(url, partial, allow=allow, ctx=ctx, expected_sha256=sha256).run().sha256
 
         # A cancelled or dropped pull keeps its partial file and row, so pulling again resumes.
-        return self.installer.install_gguf(family, variant, source=url, ctx=ctx, write=download,
-                                           resumable=lambda exc: not isinstance(exc, BadRequest))  # bad bytes are never kept
+        return self.installer.install_gguf(
+            family, variant, source=url, ctx=ctx, write=download, resumable=lambda exc: not isinstance(exc, BadRequest)
+        )  # bad bytes are never kept
 
     def hub(self) -> HubClient:
         """A client of the configured hub, with the token as it is in its file now."""
         settings = self.settings
-        return HubClient(settings.hub_url, allow=settings.allow_private_pull_hosts,
-                         credentials=HubCredentials.from_file(settings.hub_url, settings.hub_token_file))
+        return HubClient(
+            settings.hub_url,
+            allow=settings.allow_private_pull_hosts,
+            credentials=HubCredentials.from_file(settings.hub_url, settings.hub_token_file),
+        )
 
     def prepare_hub_pull(self, spec: str, *, name: str | None = None) -> HubPull:
         """List a hub repository and decide what ``hf:ORG/REPO[:QUANT|/FILE]`` pulls; raises 4xx errors."""
@@ -216,25 +230,36 @@ class ModelStore:
 
     def check_scannable(self) -> None:
         if not self.read_only:
-            raise Conflict("only a read-only store (setting store_read_only = true) is scanned; install models by "
-                           "pull or import", code="store_writable")
+            raise Conflict(
+                "only a read-only store (setting store_read_only = true) is scanned; install models by pull or import",
+                code="store_writable",
+            )
 
     def _refuse_writes(self, param: str = "name") -> None:
         if self.read_only:
-            raise StoreReadOnly("the model store is read-only (setting store_read_only = true): the appliance never writes "
-                                "there; add or remove model files in the folder itself, then rescan", param=param)
+            raise StoreReadOnly(
+                "the model store is read-only (setting store_read_only = true): the appliance never writes "
+                "there; add or remove model files in the folder itself, then rescan",
+                param=param,
+            )
 
     @staticmethod
     def check_downloaded(info: VariantInfo) -> None:
         """ModelNotDownloaded for a variant only listed on the hub (``available``): it has no files yet."""
         if info.available:
-            raise ModelNotDownloaded(f"The model `{info.name}` is available on the hub but not downloaded; pull it first "
-                                     f"(appliancectl models pull {info.name}).", param="model")
+            raise ModelNotDownloaded(
+                f"The model `{info.name}` is available on the hub but not downloaded; pull it first "
+                f"(appliancectl models pull {info.name}).",
+                param="model",
+            )
 
     def _refuse_offline(self) -> None:
         if self.settings.offline:
-            raise Offline("the appliance is offline (setting offline = true): it makes no outbound request, so models "
-                          "cannot be pulled; import a file, a folder or an offline bundle instead", param="url")
+            raise Offline(
+                "the appliance is offline (setting offline = true): it makes no outbound request, so models "
+                "cannot be pulled; import a file, a folder or an offline bundle instead",
+                param="url",
+            )
 
     def prepare_import(self, path: str, name: str | None = None) -> tuple[Path, str, str, str]:
         """Check an import before it becomes a job: (source, format, family, variant)."""
@@ -288,14 +313,27 @@ class ModelStore:
             origin = f"bundle:{manifest.source or manifest.name}"
             files = manifest.files
             if manifest.format == "safetensors":
-                return self.installer.install_hf_files(family, variant, source=origin, ctx=ctx,
-                                                       files=[(f.path, f.size) for f in files], write=move)
+                return self.installer.install_hf_files(
+                    family, variant, source=origin, ctx=ctx, files=[(f.path, f.size) for f in files], write=move
+                )
             if len(files) == 1:
-                return self.installer.install_gguf(family, variant, source=origin, ctx=ctx, expected_sha256=files[0].sha256,
-                                                   write=lambda partial: move(files[0].path, partial))
-            return self.installer.install_gguf_parts(family, variant, source=origin, ctx=ctx, count=len(files),
-                                                     write=lambda number, partial: move(files[number - 1].path, partial),
-                                                     resumable=lambda _exc: False)
+                return self.installer.install_gguf(
+                    family,
+                    variant,
+                    source=origin,
+                    ctx=ctx,
+                    expected_sha256=files[0].sha256,
+                    write=lambda partial: move(files[0].path, partial),
+                )
+            return self.installer.install_gguf_parts(
+                family,
+                variant,
+                source=origin,
+                ctx=ctx,
+                count=len(files),
+                write=lambda number, partial: move(files[number - 1].path, partial),
+                resumable=lambda _exc: False,
+            )
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
@@ -318,9 +356,15 @@ class ModelStore:
         ctx = ctx or NullContext()
         source, target = self.prepare_quantize(name, to)
         threads = self.settings.engine_threads or max(1, os.cpu_count() or 1)
-        return self.installer.install_gguf(source.family, target, source=f"quantize:{source.name}", ctx=ctx,
-                                           write=quantizer.quantized_writer(source, target, threads=threads, ctx=ctx),
-                                           parent_id=source.id, needed_bytes=source.size_bytes)
+        return self.installer.install_gguf(
+            source.family,
+            target,
+            source=f"quantize:{source.name}",
+            ctx=ctx,
+            write=quantizer.quantized_writer(source, target, threads=threads, ctx=ctx),
+            parent_id=source.id,
+            needed_bytes=source.size_bytes,
+        )
 
     # ------------------------------------------------------------ maintenance
     def verify(self, name: str, *, ctx: JobContext | None = None) -> VariantInfo:

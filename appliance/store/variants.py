@@ -9,7 +9,6 @@ from pathlib import Path
 from appliance.jsontypes import JsonObject
 from appliance.modelfacts import ModelFacts
 
-
 AVAILABLE = "available"
 
 

@@ -45,8 +45,8 @@ from .logprobs import PROMPT_ROWS_PER_STEP, LogprobRecorder, logits_row
 from .model import LoadedModel
 from .output_parity import calibrate
 from .params import KvSettings
-from .scheduling import BUSY_STEP_S, LONE_STEP_S, PrefixCache, StepPacer, fair_shares
 from .sampling import drop_first_link
+from .scheduling import BUSY_STEP_S, LONE_STEP_S, PrefixCache, StepPacer, fair_shares
 from .sequence import FINISH_CANCELLED, FINISH_ERROR, FINISH_LENGTH, FINISH_STOP, Event, Sequence, Slot
 from .speculation import SPEC_MAX_SEQS, draft, verify
 from .token_sampler import TokenSampler
@@ -58,9 +58,20 @@ MIN_PREFILL_TOKENS = 16
 class Batcher:
     """The decode loop of one model: generation in ``parallel`` slots, embeddings between steps."""
 
-    def __init__(self, model: LoadedModel, *, ctx: int, parallel: int, threads: int, batch_size: int = 256,
-                 spec_ngram: int = 0, spec_draft: int = 8, embedding_only: bool = False,
-                 kv: KvSettings = KvSettings(), even_outputs: str = "auto") -> None:
+    def __init__(
+        self,
+        model: LoadedModel,
+        *,
+        ctx: int,
+        parallel: int,
+        threads: int,
+        batch_size: int = 256,
+        spec_ngram: int = 0,
+        spec_draft: int = 8,
+        embedding_only: bool = False,
+        kv: KvSettings = KvSettings(),
+        even_outputs: str = "auto",
+    ) -> None:
         self.model = model
         self.n_ctx_slot = ctx
         self.parallel = parallel
@@ -81,8 +92,13 @@ class Batcher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._step_s = 0.0  # time of whole steps (decode + Python scheduling and sampling)
         self._pacer = StepPacer(MIN_PREFILL_TOKENS)  # tokens per second of decode steps
-        self.stats = {"tokens_generated_total": 0, "prompt_tokens_total": 0, "cached_tokens_total": 0,
-                      "spec_drafted_total": 0, "spec_accepted_total": 0}
+        self.stats = {
+            "tokens_generated_total": 0,
+            "prompt_tokens_total": 0,
+            "cached_tokens_total": 0,
+            "spec_drafted_total": 0,
+            "spec_accepted_total": 0,
+        }
         # Steps that only decoded (no prompt tokens): how fast streams really decode, for the planner.
         self._decode_only = {"tokens": 0, "seconds": 0.0, "stream_seconds": 0.0}
         # An embedding-only batcher has no decode context: the engine never submits sequences to it.
@@ -90,8 +106,7 @@ class Batcher:
         self._sampler: TokenSampler | None = None
         self._prefix: PrefixCache | None = None
         if not embedding_only:
-            self.context = DecodeContext(model, ctx_per_slot=ctx, parallel=parallel, threads=threads,
-                                         n_batch=self.n_batch, kv=kv)
+            self.context = DecodeContext(model, ctx_per_slot=ctx, parallel=parallel, threads=threads, n_batch=self.n_batch, kv=kv)
             self._sampler = TokenSampler(self.context.ctx, model.info.n_vocab, self._sampled_ready)
             self._prefix = PrefixCache(self.context, self.slots, model.info.n_swa)
 
@@ -134,6 +149,7 @@ class Batcher:
                     fut.set_exception(result)
                 else:
                     fut.set_result(result)
+
             loop.call_soon_threadsafe(set_)
 
         with self._cv:
@@ -194,8 +210,9 @@ class Batcher:
         embeds = self._embeds
         while True:
             with self._cv:
-                while (not self._stopping and not self._runnable(active) and embeds.idle
-                       and not self._incoming and not self._sampled):
+                while (
+                    not self._stopping and not self._runnable(active) and embeds.idle and not self._incoming and not self._sampled
+                ):
                     self._cv.wait()
                 if self._stopping:
                     break
@@ -355,7 +372,7 @@ class Batcher:
                     self._verify(slot, context, sampler, events)
                     continue
             elif slot.chunk_end:
-                slot.tokens.extend(seq.prompt[len(slot.tokens):slot.chunk_end])
+                slot.tokens.extend(seq.prompt[len(slot.tokens) : slot.chunk_end])
                 slot.chunk_end = 0
             if slot.out_idx >= 0:
                 t = sampler.sample(slot, slot.out_idx)
@@ -388,8 +405,7 @@ class Batcher:
         drafts, slot.drafts = slot.drafts, []
         idx, slot.out_idx = slot.out_idx, -1
         self.stats["spec_drafted_total"] += len(drafts)
-        self.stats["spec_accepted_total"] += verify(slot, idx, drafts, sampler.sample,
-                                                    lambda s, t: self._accept(s, t, events))
+        self.stats["spec_accepted_total"] += verify(slot, idx, drafts, sampler.sample, lambda s, t: self._accept(s, t, events))
         context.drop(slot.id, len(slot.tokens))  # positions past what the slot now holds
 
     def _sampled_back(self, slot: Slot, fut: Future[int], events: list[Event]) -> None:

@@ -134,9 +134,7 @@ class ChatRenderer:
         self.source = template
         self.bos_token = bos_token
         self.eos_token = eos_token
-        env = ImmutableSandboxedEnvironment(
-            trim_blocks=True, lstrip_blocks=True, undefined=jinja2.Undefined, autoescape=False
-        )
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.Undefined, autoescape=False)
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = _strftime_now
         self._error: str | None = None
@@ -146,8 +144,14 @@ class ChatRenderer:
             self._template = None
             self._error = f"the model's chat template does not compile: {exc.__class__.__name__}"
 
-    def render(self, messages: list[JsonObject], *, tools: JsonValue = None, add_generation_prompt: bool = True,
-               extra: JsonObject | None = None) -> str:
+    def render(
+        self,
+        messages: list[JsonObject],
+        *,
+        tools: JsonValue = None,
+        add_generation_prompt: bool = True,
+        extra: JsonObject | None = None,
+    ) -> str:
         if self._template is None:
             raise ChatTemplateError(self._error or "the model's chat template is unusable")
         ctx: JsonObject = {
@@ -323,8 +327,14 @@ def _locate(plain: str, pieces: list[tuple[str, int, bool]], texts: list[str]) -
     return out if pos == len(plain) else None
 
 
-def render_chat(renderer: ChatRenderer, messages: list[JsonObject], *, tools: JsonValue = None,
-                add_generation_prompt: bool = True, extra: JsonObject | None = None) -> RenderedChat:
+def render_chat(
+    renderer: ChatRenderer,
+    messages: list[JsonObject],
+    *,
+    tools: JsonValue = None,
+    add_generation_prompt: bool = True,
+    extra: JsonObject | None = None,
+) -> RenderedChat:
     """Render a conversation as template text and user text, kept apart."""
     messages = strip_nonchars(messages)
     tools = strip_nonchars(tools)
@@ -339,7 +349,7 @@ def render_chat(renderer: ChatRenderer, messages: list[JsonObject], *, tools: Js
     pos = 0
     for m in _SENTINEL.finditer(with_sentinels):
         if m.start() > pos:
-            pieces.append((with_sentinels[pos:m.start()], -1, False))
+            pieces.append((with_sentinels[pos : m.start()], -1, False))
         raw = m.group(1)
         digits = raw if raw is not None else m.group(2).replace("\\ufde", "")
         idx = int("".join(str(ord(c) - _DIGIT0) for c in digits)) if raw is not None else int(digits)
@@ -351,14 +361,16 @@ def render_chat(renderer: ChatRenderer, messages: list[JsonObject], *, tools: Js
     if any(idx < 0 and _NONCHAR.search(text) for text, idx, _ in pieces):
         # The template cut into a value (slicing, say): its text cannot be told
         # apart from the template's, so refuse rather than guess.
-        raise ChatTemplateError("the model's chat template rewrites message contents in a way that cannot be kept "
-                                "apart from its own text")
+        raise ChatTemplateError(
+            "the model's chat template rewrites message contents in a way that cannot be kept apart from its own text"
+        )
     located = _locate(plain, pieces, masker.texts)
     if located is not None:
         return RenderedChat(located, masker.verbatim, True)
     # The template did something to a value that we cannot retrace: keep the
     # sentinel rendering's split, with each value as given (safe, maybe less faithful).
-    segments = [(text, False) if idx < 0 else
-                ((_tojson_str(masker.texts[idx]) if escaped else masker.texts[idx]), True)
-                for text, idx, escaped in pieces]
+    segments = [
+        (text, False) if idx < 0 else ((_tojson_str(masker.texts[idx]) if escaped else masker.texts[idx]), True)
+        for text, idx, escaped in pieces
+    ]
     return RenderedChat(segments, masker.verbatim, False)

@@ -25,8 +25,7 @@ FINISH_TOOL_CALLS = "tool_calls"
 class ChatOutput:
     """One request's structured answer. ``count_tokens`` counts the trace's tokens (the model's tokenizer)."""
 
-    def __init__(self, parser: OutputParser, shaper: Shaper, count_tokens: Callable[[str], int],
-                 thinks: bool) -> None:
+    def __init__(self, parser: OutputParser, shaper: Shaper, count_tokens: Callable[[str], int], thinks: bool) -> None:
         self.parser = parser
         self.shaper = shaper
         self._count = count_tokens

@@ -29,8 +29,17 @@ from .params import KvSettings
 class DecodeContext:
     """``parallel`` sequences of ``ctx_per_slot`` tokens each in one KV cache, decoded ``n_batch`` tokens at a time."""
 
-    def __init__(self, model: LoadedModel, *, ctx_per_slot: int, parallel: int, threads: int, n_batch: int,
-                 kv: KvSettings = KvSettings(), unified: bool = True) -> None:
+    def __init__(
+        self,
+        model: LoadedModel,
+        *,
+        ctx_per_slot: int,
+        parallel: int,
+        threads: int,
+        n_batch: int,
+        kv: KvSettings = KvSettings(),
+        unified: bool = True,
+    ) -> None:
         """``unified=False`` gives each sequence a KV stream of its own; only ``bench_decode_shapes.py`` asks for it."""
         p = ll.llama_context_default_params()
         kv.apply(p)
@@ -44,8 +53,10 @@ class DecodeContext:
         p.no_perf = True
         self.ctx = ll.llama_init_from_model(model.ptr, p)
         if not self.ctx:
-            raise DecodeFailure(f"llama.cpp could not create the context with a {kv.kv_type} KV cache and flash attention "
-                                f"{kv.flash_attn} (out of memory, or a combination this build does not support)")
+            raise DecodeFailure(
+                f"llama.cpp could not create the context with a {kv.kv_type} KV cache and flash attention "
+                f"{kv.flash_attn} (out of memory, or a combination this build does not support)"
+            )
         self.mem = ll.llama_get_memory(self.ctx)
         self.batch = ll.llama_batch_init(n_batch, 0, 1)
         b = self.batch

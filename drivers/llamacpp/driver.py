@@ -28,14 +28,23 @@ def worker_command(plan: EnginePlan, socket_path: str | Path, python: str = sys.
     see :func:`placement`).
     """
     argv = [
-        python, "-m", "appliance.drivers.llamacpp.worker",
-        "--model", str(plan.model_path),
-        "--socket", str(socket_path),
-        "--served-name", str(plan.model),
-        "--ctx", str(int(plan.context)),
-        "--parallel", str(int(plan.parallel)),
-        "--threads", str(int(plan.threads)),
-        "--n-gpu-layers", str(int(plan.n_gpu_layers)),
+        python,
+        "-m",
+        "appliance.drivers.llamacpp.worker",
+        "--model",
+        str(plan.model_path),
+        "--socket",
+        str(socket_path),
+        "--served-name",
+        str(plan.model),
+        "--ctx",
+        str(int(plan.context)),
+        "--parallel",
+        str(int(plan.parallel)),
+        "--threads",
+        str(int(plan.threads)),
+        "--n-gpu-layers",
+        str(int(plan.n_gpu_layers)),
         *placement(plan).args,
     ]
     batch = getattr(plan, "batch_size", None)

@@ -186,7 +186,7 @@ class EmbedQueue:
             self._current = None
             done(exc)
             return 0
-        return sum(len(t) for t in job.inputs[first:job.next])
+        return sum(len(t) for t in job.inputs[first : job.next])
 
     def close(self) -> None:
         if self._embedder is not None:

@@ -84,8 +84,10 @@ def schema_grammar(schema: JsonValue, param: str) -> str:
         raise BadRequest(f"{param}: the JSON schema is larger than {MAX_SCHEMA_BYTES} bytes", param=param)
     n = count_alternatives(schema)
     if n > MAX_ALTERNATIVES:
-        raise BadRequest(f"{param}: the JSON schema has {n} enum values and anyOf/oneOf branches;"
-                         f" at most {MAX_ALTERNATIVES} are accepted", param=param)
+        raise BadRequest(
+            f"{param}: the JSON schema has {n} enum values and anyOf/oneOf branches; at most {MAX_ALTERNATIVES} are accepted",
+            param=param,
+        )
     try:
         gbnf = json_schema_to_gbnf(text)
     except Exception as exc:  # the converter raises plain Exceptions on unsupported schemas

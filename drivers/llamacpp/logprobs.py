@@ -138,6 +138,7 @@ class LogprobRecorder:
 
 # -- OpenAI shapes ---------------------------------------------------------------
 
+
 def chat_logprobs(entries: list[TokenLogprob], piece: Piece) -> JsonObject:
     """``choices[].logprobs`` of a chat completion: ``{"content": [{token, logprob, bytes, top_logprobs}]}``."""
 
@@ -241,7 +242,7 @@ class LogprobView:
         """The generated tokens delivered since the last call."""
         rec = self._recorder
         upto = rec.visible
-        entries = rec.entries[self._sent:upto]
+        entries = rec.entries[self._sent : upto]
         self._sent = upto
         return self._shape(entries)
 

@@ -58,8 +58,7 @@ class ModelInfo:
 class LoadedModel:
     """Owns a ``llama_model`` and answers tokenizer questions about it."""
 
-    def __init__(self, path: str, *, n_gpu_layers: int = 0, vocab_only: bool = False,
-                 gpu: GpuPlacement | None = None) -> None:
+    def __init__(self, path: str, *, n_gpu_layers: int = 0, vocab_only: bool = False, gpu: GpuPlacement | None = None) -> None:
         """Load ``path``; with ``vocab_only`` just the vocabulary and metadata (no weights: for counting tokens).
 
         ``gpu``: how the offloaded layers spread over the visible GPUs (libllama's defaults when None).
@@ -124,8 +123,9 @@ class LoadedModel:
 
     def has_special_text(self, text: str) -> bool:
         """True when ``text`` holds the text of a control token (parsing specials would change its ids)."""
-        return (self.tokenize(text, add_special=False, parse_special=True)
-                != self.tokenize(text, add_special=False, parse_special=False))
+        return self.tokenize(text, add_special=False, parse_special=True) != self.tokenize(
+            text, add_special=False, parse_special=False
+        )
 
     def tokenize_parts(self, parts: list[tuple[str, bool]], *, add_special: bool = True) -> list[int]:
         """Tokenise ``(text, is_plain)`` parts: special tokens are parsed only in non-plain parts.

@@ -14,11 +14,17 @@ import llama_cpp.llama_cpp as ll
 
 SPLIT_MODES = ("none", "layer", "row")
 _SPLIT = {"none": ll.LLAMA_SPLIT_MODE_NONE, "layer": ll.LLAMA_SPLIT_MODE_LAYER, "row": ll.LLAMA_SPLIT_MODE_ROW}
-_FLASH = {"auto": ll.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": ll.LLAMA_FLASH_ATTN_TYPE_ENABLED,
-          "off": ll.LLAMA_FLASH_ATTN_TYPE_DISABLED}
-_GGML_TYPES = {"f32": ll.GGML_TYPE_F32, "f16": ll.GGML_TYPE_F16, "q8_0": ll.GGML_TYPE_Q8_0,
-               "q4_0": ll.GGML_TYPE_Q4_0, "q4_1": ll.GGML_TYPE_Q4_1, "iq4_nl": ll.GGML_TYPE_IQ4_NL,
-               "q5_0": ll.GGML_TYPE_Q5_0, "q5_1": ll.GGML_TYPE_Q5_1}
+_FLASH = {"auto": ll.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": ll.LLAMA_FLASH_ATTN_TYPE_ENABLED, "off": ll.LLAMA_FLASH_ATTN_TYPE_DISABLED}
+_GGML_TYPES = {
+    "f32": ll.GGML_TYPE_F32,
+    "f16": ll.GGML_TYPE_F16,
+    "q8_0": ll.GGML_TYPE_Q8_0,
+    "q4_0": ll.GGML_TYPE_Q4_0,
+    "q4_1": ll.GGML_TYPE_Q4_1,
+    "iq4_nl": ll.GGML_TYPE_IQ4_NL,
+    "q5_0": ll.GGML_TYPE_Q5_0,
+    "q5_1": ll.GGML_TYPE_Q5_1,
+}
 
 
 @dataclass(frozen=True)

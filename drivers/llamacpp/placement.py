@@ -8,8 +8,8 @@ model and context parameters (:mod:`.model`, :mod:`.context`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 #: KV cache element types the worker accepts (ggml type names). Quantized ones need flash attention.
 KV_CACHE_TYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
@@ -57,8 +57,15 @@ def flash_attn_mode(kv_type: str, requested: str = "auto") -> str:
     return "on" if is_quantized_kv(kv_type) else requested
 
 
-def placement_args(*, devices: Sequence[str], n_gpu_layers: int, tensor_split: Sequence[float] = (),
-                   kv_type: str = "f16", flash_attn: str = "auto", swa_full: bool = True) -> list[str]:
+def placement_args(
+    *,
+    devices: Sequence[str],
+    n_gpu_layers: int,
+    tensor_split: Sequence[float] = (),
+    kv_type: str = "f16",
+    flash_attn: str = "auto",
+    swa_full: bool = True,
+) -> list[str]:
     """Worker flags for the placement. GPU indices are the renumbered ones (the first visible GPU is 0)."""
     gpus = [d for d in devices if d != "cpu"]
     args: list[str] = []
@@ -80,9 +87,23 @@ def placement_args(*, devices: Sequence[str], n_gpu_layers: int, tensor_split: S
     return args
 
 
-def placement_of(devices: Sequence[str], n_gpu_layers: int, tensor_split: Sequence[float] = (),
-                 kv_type: str = "f16", flash_attn: str = "auto", swa_full: bool = True) -> Placement:
+def placement_of(
+    devices: Sequence[str],
+    n_gpu_layers: int,
+    tensor_split: Sequence[float] = (),
+    kv_type: str = "f16",
+    flash_attn: str = "auto",
+    swa_full: bool = True,
+) -> Placement:
     """Environment and flags together, for a plan's fields."""
-    return Placement(device_environment(devices), placement_args(
-        devices=devices, n_gpu_layers=n_gpu_layers, tensor_split=tensor_split, kv_type=kv_type,
-        flash_attn=flash_attn, swa_full=swa_full))
+    return Placement(
+        device_environment(devices),
+        placement_args(
+            devices=devices,
+            n_gpu_layers=n_gpu_layers,
+            tensor_split=tensor_split,
+            kv_type=kv_type,
+            flash_attn=flash_attn,
+            swa_full=swa_full,
+        ),
+    )

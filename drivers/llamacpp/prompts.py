@@ -78,7 +78,8 @@ class PromptBuilder:
             raise ContextLengthExceeded(
                 f"the prompt has {n} bytes of text, more than {ctx} tokens can hold;"
                 f" this model's context per request is {ctx} tokens",
-                param="messages" if req.kind == "chat" else "prompt")
+                param="messages" if req.kind == "chat" else "prompt",
+            )
 
     def prompt_tokens(self, req: GenRequest) -> list[int]:
         if req.kind == "chat":
@@ -89,8 +90,7 @@ class PromptBuilder:
         # (as in llama-server and vLLM): its special tokens are parsed.
         return self.model.tokenize(req.prompt_text or "", add_special=True, parse_special=True)
 
-    def chat_tokens(self, messages: list[JsonObject], *, tools: JsonValue = None,
-                    extra: JsonObject | None = None) -> list[int]:
+    def chat_tokens(self, messages: list[JsonObject], *, tools: JsonValue = None, extra: JsonObject | None = None) -> list[int]:
         """A conversation's prompt ids: special tokens only where the chat template wrote them.
 
         Message contents, reasoning and tool-call arguments are tokenised as plain
@@ -113,8 +113,11 @@ class PromptBuilder:
         if bad is None:  # only the joined text formed one
             return
         shown = (bad[:40] + "…") if bad and len(bad) > 40 else bad
-        raise BadRequest("special-token text is allowed only in message contents (where it is plain text), "
-                         f"not in roles, names, ids, tools or chat_template_kwargs: {shown!r}", param="messages")
+        raise BadRequest(
+            "special-token text is allowed only in message contents (where it is plain text), "
+            f"not in roles, names, ids, tools or chat_template_kwargs: {shown!r}",
+            param="messages",
+        )
 
 
 class PromptCounter:

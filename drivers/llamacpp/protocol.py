@@ -49,6 +49,7 @@ class GenRequest:
 
 # -- parsing -------------------------------------------------------------------
 
+
 def _num(body: JsonObject, name: str, default, *, lo=None, hi=None, integer=False):
     v = body.get(name)
     if v is None:
@@ -205,6 +206,7 @@ def chat_prompt(req: GenRequest, body: JsonObject) -> None:
 
 # -- shaping -------------------------------------------------------------------
 
+
 def usage_dict(prompt: int, completion: int, cached: int, reasoning: int | None = None) -> JsonObject:
     usage: JsonObject = {
         "prompt_tokens": prompt,
@@ -256,16 +258,25 @@ class Shaper:
     def chunk(self, text: str, logprobs: JsonObject | None = None) -> bytes:
         if logprobs is None:
             return self._head + json.dumps(text, ensure_ascii=False).encode() + self._tail
-        return (self._head + json.dumps(text, ensure_ascii=False).encode() + self._tail[:-len(b"null" + _CLOSE)]
-                + _dumps(logprobs) + _CLOSE)
+        return (
+            self._head
+            + json.dumps(text, ensure_ascii=False).encode()
+            + self._tail[: -len(b"null" + _CLOSE)]
+            + _dumps(logprobs)
+            + _CLOSE
+        )
 
     def delta_chunk(self, delta: JsonObject, logprobs: JsonObject | None = None) -> bytes:
         """A chat chunk with any delta (reasoning, tool calls)."""
         return sse({**self._base, "choices": [{"index": 0, "delta": delta, "finish_reason": None, "logprobs": logprobs}]})
 
     def role_chunk(self) -> bytes:
-        return sse({**self._base, "choices": [
-            {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None, "logprobs": None}]})
+        return sse(
+            {
+                **self._base,
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None, "logprobs": None}],
+            }
+        )
 
     def final_chunk(self, finish_reason: str, stop_reason: str | None = None) -> bytes:
         """The last chunk; ``stop_reason`` names the stop string that ended the answer, as vLLM does."""
@@ -281,8 +292,16 @@ class Shaper:
     def usage_chunk(self, usage: JsonObject) -> bytes:
         return sse({**self._base, "choices": [], "usage": usage})
 
-    def full(self, text: str, finish_reason: str, usage: JsonObject, *, message: JsonObject | None = None,
-             logprobs: JsonObject | None = None, stop_reason: str | None = None) -> bytes:
+    def full(
+        self,
+        text: str,
+        finish_reason: str,
+        usage: JsonObject,
+        *,
+        message: JsonObject | None = None,
+        logprobs: JsonObject | None = None,
+        stop_reason: str | None = None,
+    ) -> bytes:
         """The whole response; ``message`` replaces the plain chat message (tool calls, reasoning);
         ``stop_reason`` names the stop string that ended the answer."""
         choice: JsonObject = {"index": 0, "finish_reason": finish_reason, "logprobs": logprobs}
@@ -292,5 +311,13 @@ class Shaper:
             choice["message"] = message if message is not None else {"role": "assistant", "content": text}
         else:
             choice["text"] = text
-        return _dumps({"id": self.id, "object": self.object, "created": self.created, "model": self.model,
-                       "choices": [choice], "usage": usage})
+        return _dumps(
+            {
+                "id": self.id,
+                "object": self.object,
+                "created": self.created,
+                "model": self.model,
+                "choices": [choice],
+                "usage": usage,
+            }
+        )

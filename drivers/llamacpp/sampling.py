@@ -70,8 +70,7 @@ def build_grammar(vocab, grammar: str):
     return g
 
 
-def build_chain(vocab, n_vocab: int, p: SamplingParams, *, ban_first: list[int] | None = None,
-                with_grammar: bool = True):
+def build_chain(vocab, n_vocab: int, p: SamplingParams, *, ban_first: list[int] | None = None, with_grammar: bool = True):
     """Return a new sampler chain (caller frees it with ``free_chain``).
 
     ``ban_first`` (token ids) are forbidden for the first sampled token only:
@@ -87,7 +86,10 @@ def build_chain(vocab, n_vocab: int, p: SamplingParams, *, ban_first: list[int] 
     if p.logit_bias:
         add(chain, _bias_sampler(n_vocab, p.logit_bias))
     if has_penalties(p):
-        add(chain, ll.llama_sampler_init_penalties(n_vocab, PENALTY_LAST_N, p.repeat_penalty, p.frequency_penalty, p.presence_penalty))
+        add(
+            chain,
+            ll.llama_sampler_init_penalties(n_vocab, PENALTY_LAST_N, p.repeat_penalty, p.frequency_penalty, p.presence_penalty),
+        )
     if p.grammar is not None and with_grammar:
         g = ll.llama_sampler_init_grammar(vocab, p.grammar.encode(), b"root")
         if not g:
@@ -121,5 +123,13 @@ def free_chain(chain) -> None:
         ll.llama_sampler_free(chain)
 
 
-__all__ = ["FIRST_TOKEN_BAN", "SamplingParams", "bias_arrays", "build_chain", "build_grammar", "drop_first_link", "free_chain",
-           "has_penalties"]
+__all__ = [
+    "FIRST_TOKEN_BAN",
+    "SamplingParams",
+    "bias_arrays",
+    "build_chain",
+    "build_grammar",
+    "drop_first_link",
+    "free_chain",
+    "has_penalties",
+]

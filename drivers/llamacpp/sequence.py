@@ -33,12 +33,41 @@ class Sequence:
     the asyncio side reads them through :meth:`events`.
     """
 
-    __slots__ = ("prompt", "max_new", "chain", "grammar", "chain_grammar", "ban_first", "text", "cancelled", "n_gen",
-                 "cached", "finish", "error", "outbox", "waiter", "t_submit", "t_first", "spec",
-                 "logprobs", "argmax", "bias", "ban_ids")
+    __slots__ = (
+        "prompt",
+        "max_new",
+        "chain",
+        "grammar",
+        "chain_grammar",
+        "ban_first",
+        "text",
+        "cancelled",
+        "n_gen",
+        "cached",
+        "finish",
+        "error",
+        "outbox",
+        "waiter",
+        "t_submit",
+        "t_first",
+        "spec",
+        "logprobs",
+        "argmax",
+        "bias",
+        "ban_ids",
+    )
 
-    def __init__(self, prompt: list[int], max_new: int, chain, stops: list[str], *, ban_first: bool = False,
-                 spec: bool = False, lstrip: bool = False) -> None:
+    def __init__(
+        self,
+        prompt: list[int],
+        max_new: int,
+        chain,
+        stops: list[str],
+        *,
+        ban_first: bool = False,
+        spec: bool = False,
+        lstrip: bool = False,
+    ) -> None:
         self.prompt = prompt
         self.max_new = max_new
         self.chain = chain

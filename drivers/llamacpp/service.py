@@ -67,9 +67,17 @@ class WorkerEngine:
             for marker in [m for pair in self.tool_format.markers for m in pair if m] + [THINK_OPEN, THINK_CLOSE]:
                 self.model.render_as_text(marker)  # markers the output parser must see
             self._eog = self.model.eog_tokens() if not cfg.embedding else []
-            self.batcher = Batcher(self.model, ctx=cfg.ctx, parallel=cfg.parallel, threads=cfg.threads,
-                                   batch_size=cfg.batch_size, spec_ngram=cfg.spec_ngram,
-                                   embedding_only=cfg.embedding, kv=cfg.kv, even_outputs=cfg.even_outputs)
+            self.batcher = Batcher(
+                self.model,
+                ctx=cfg.ctx,
+                parallel=cfg.parallel,
+                threads=cfg.threads,
+                batch_size=cfg.batch_size,
+                spec_ngram=cfg.spec_ngram,
+                embedding_only=cfg.embedding,
+                kv=cfg.kv,
+                even_outputs=cfg.even_outputs,
+            )
         except BaseException:
             self.model.close()
             raise
@@ -85,8 +93,7 @@ class WorkerEngine:
     def prompt_tokens(self, req: GenRequest) -> list[int]:
         return self.prompts.prompt_tokens(req)
 
-    def chat_tokens(self, messages: list[JsonObject], *, tools: JsonValue = None,
-                    extra: JsonObject | None = None) -> list[int]:
+    def chat_tokens(self, messages: list[JsonObject], *, tools: JsonValue = None, extra: JsonObject | None = None) -> list[int]:
         """A conversation's prompt ids (see :meth:`.prompts.PromptBuilder.chat_tokens`)."""
         return self.prompts.chat_tokens(messages, tools=tools, extra=extra)
 
@@ -101,7 +108,8 @@ class WorkerEngine:
         if len(tokens) >= limit:
             raise ContextLengthExceeded(
                 f"the prompt has {len(tokens)} tokens; this model's context per request is {limit} tokens",
-                param="messages" if req.kind == "chat" else "prompt")
+                param="messages" if req.kind == "chat" else "prompt",
+            )
         room = limit - len(tokens)
         max_new = room if req.max_tokens is None else min(req.max_tokens, room)
         ban = self._eog if req.kind == "chat" else None
@@ -126,8 +134,15 @@ class WorkerEngine:
         plain_chat = req.kind == "chat" and bool(self.chat_stops)
         stops = req.stop + self.chat_stops if plain_chat else req.stop
         # Speculative drafts are verified inline; grammar sequences may sample in a helper thread.
-        seq = Sequence(tokens, max_new, chain, stops, ban_first=bool(ban),
-                       spec=self.cfg.spec_ngram > 0 and sp.grammar is None, lstrip=plain_chat)
+        seq = Sequence(
+            tokens,
+            max_new,
+            chain,
+            stops,
+            ban_first=bool(ban),
+            spec=self.cfg.spec_ngram > 0 and sp.grammar is None,
+            lstrip=plain_chat,
+        )
         seq.grammar = grammar
         seq.chain_grammar = sp.grammar is not None and not split
         if sp.greedy and sp.grammar is None and not has_penalties(sp):
@@ -143,8 +158,9 @@ class WorkerEngine:
         if req.kind != "chat" or not (req.tools or self.thinks):
             return None
         opened = self.thinks and self.model.detokenize(prompt[-8:]).rstrip().endswith(THINK_OPEN)
-        parser = OutputParser(self.tool_format if req.tools else None, thinks=self.thinks, in_reasoning=opened,
-                              names=tool_names(req.tools))
+        parser = OutputParser(
+            self.tool_format if req.tools else None, thinks=self.thinks, in_reasoning=opened, names=tool_names(req.tools)
+        )
         return ChatOutput(parser, shaper, self._count_tokens, self.thinks)
 
     def _count_tokens(self, text: str) -> int:
@@ -164,25 +180,25 @@ class WorkerEngine:
         else:
             raise BadRequest("input must be a non-empty string, list of strings, or token ids", param="input")
         if len(items) > MAX_EMBEDDING_INPUTS:
-            raise BadRequest(f"at most {MAX_EMBEDDING_INPUTS} inputs per request (this request has {len(items)})",
-                             param="input")
+            raise BadRequest(f"at most {MAX_EMBEDDING_INPUTS} inputs per request (this request has {len(items)})", param="input")
         n_vocab = self.model.info.n_vocab
         out: list[list[int]] = []
         for it in items:
             if isinstance(it, str):
                 if len(it.encode("utf-8", "replace")) > max(512, self.cfg.ctx) * self.max_token_bytes:
-                    raise ContextLengthExceeded(f"an input is longer than {max(512, self.cfg.ctx)} tokens can hold",
-                                                param="input")
+                    raise ContextLengthExceeded(
+                        f"an input is longer than {max(512, self.cfg.ctx)} tokens can hold", param="input"
+                    )
                 toks = self.prompts.input_tokens(it)
-            elif isinstance(it, list) and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab
-                                              for t in it):
+            elif isinstance(it, list) and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in it):
                 toks = list(it)
             else:
                 raise BadRequest("each input must be a string or a list of token ids", param="input")
             if not toks:
                 raise BadRequest("an input is empty", param="input")
             if len(toks) > max(512, self.cfg.ctx):
-                raise ContextLengthExceeded(f"an input has {len(toks)} tokens; the limit is {max(512, self.cfg.ctx)}",
-                                            param="input")
+                raise ContextLengthExceeded(
+                    f"an input has {len(toks)} tokens; the limit is {max(512, self.cfg.ctx)}", param="input"
+                )
             out.append(toks)
         return out

@@ -31,13 +31,14 @@ def draft(slot: Slot, ngram: int, most: int, ctx_per_slot: int) -> list[int]:
     first = key[0]
     # scan backwards for the most recent earlier occurrence
     for i in range(len(hist) - ngram - 1, -1, -1):
-        if hist[i] == first and hist[i:i + ngram] == key:
-            return hist[i + ngram:i + ngram + room]
+        if hist[i] == first and hist[i : i + ngram] == key:
+            return hist[i + ngram : i + ngram + room]
     return []
 
 
-def verify(slot: Slot, idx: int, drafts: list[int], sample: Callable[[Slot, int], int],
-           accept: Callable[[Slot, int], bool]) -> int:
+def verify(
+    slot: Slot, idx: int, drafts: list[int], sample: Callable[[Slot, int], int], accept: Callable[[Slot, int], bool]
+) -> int:
     """Sample at the fed token (batch row ``idx``) and at each draft; keep drafts while they match.
 
     ``accept`` takes each sampled token and says whether the sequence goes on. Returns

@@ -71,8 +71,11 @@ class ToolCall:
     id: str = field(default_factory=lambda: "call_" + uuid.uuid4().hex[:24])
 
     def as_openai(self, index: int | None = None) -> dict[str, JsonValue]:
-        out: dict[str, JsonValue] = {"id": self.id, "type": "function",
-                                     "function": {"name": self.name, "arguments": self.arguments}}
+        out: dict[str, JsonValue] = {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
         if index is not None:
             out = {"index": index, **out}
         return out
@@ -141,8 +144,9 @@ class OutputParser:
     ``names``: the offered tools' names.
     """
 
-    def __init__(self, fmt: ToolFormat | None, *, thinks: bool = False, in_reasoning: bool = False,
-                 names: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, fmt: ToolFormat | None, *, thinks: bool = False, in_reasoning: bool = False, names: frozenset[str] = frozenset()
+    ) -> None:
         self.fmt = fmt
         self.names = names
         self._thinks = thinks
@@ -179,7 +183,7 @@ class OutputParser:
         return self._merge(out)
 
     # -- internals ---------------------------------------------------------------
-    def _emit(self, out: list[Piece], kind: str, value: "str | ToolCall") -> None:
+    def _emit(self, out: list[Piece], kind: str, value: str | ToolCall) -> None:
         if kind == CALL:
             self.calls.append(value)  # type: ignore[arg-type]
         elif not value:
@@ -205,21 +209,21 @@ class OutputParser:
             i = buf.find(THINK_CLOSE)
             if i >= 0:
                 self._emit(out, REASONING, buf[:i])
-                self._buf = buf[i + len(THINK_CLOSE):]
+                self._buf = buf[i + len(THINK_CLOSE) :]
                 self._state, self._after_think, self.closed_reasoning = _START, True, True
                 return True
             keep = _held_prefix(buf, [THINK_CLOSE]) if not final else 0
-            self._emit(out, REASONING, buf[:len(buf) - keep])
-            self._buf = buf[len(buf) - keep:]
+            self._emit(out, REASONING, buf[: len(buf) - keep])
+            self._buf = buf[len(buf) - keep :]
             return False
         if self._state == _START:
             rest = buf.lstrip()
             if not rest:
                 return False
-            lead = buf[:len(buf) - len(rest)]
+            lead = buf[: len(buf) - len(rest)]
             if self._thinks and not self._after_think:
                 if rest.startswith(THINK_OPEN):
-                    self._buf, self._state = rest[len(THINK_OPEN):], _REASONING
+                    self._buf, self._state = rest[len(THINK_OPEN) :], _REASONING
                     self.opened_reasoning = True
                     return True
                 if THINK_OPEN.startswith(rest) and not final:
@@ -246,14 +250,14 @@ class OutputParser:
             if best >= 0:
                 if not (self.calls and not buf[:best].strip()):
                     self._emit(out, CONTENT, buf[:best])
-                self._buf = buf[best + len(marker):]
+                self._buf = buf[best + len(marker) :]
                 self._state, self._region_raw, self._region_end = _REGION, marker, end
                 return True
             keep = _held_prefix(buf, self._openers) if not final else 0
-            if self.calls and not buf[:len(buf) - keep].strip():
+            if self.calls and not buf[: len(buf) - keep].strip():
                 return False  # only whitespace so far: held until something follows
-            self._emit(out, CONTENT, buf[:len(buf) - keep])
-            self._buf = buf[len(buf) - keep:]
+            self._emit(out, CONTENT, buf[: len(buf) - keep])
+            self._buf = buf[len(buf) - keep :]
             return False
         return self._step_region(out, final)
 
@@ -271,7 +275,7 @@ class OutputParser:
             else:
                 for c in calls:
                     self._emit(out, CALL, c)
-            self._buf, self._state, self._region_raw = buf[j + len(end):], _TEXT, ""
+            self._buf, self._state, self._region_raw = buf[j + len(end) :], _TEXT, ""
             return True
         # No closing marker: calls follow each other until the text is something else.
         rest = buf.lstrip(_SEPARATORS)
@@ -279,7 +283,7 @@ class OutputParser:
             return False
         if rest[0] not in "{[":
             if self._region_raw:  # a marker with no call after it: give back the marker and the gap
-                self._region_raw += buf[:len(buf) - len(rest)]
+                self._region_raw += buf[: len(buf) - len(rest)]
             self._give_back_region(out, rest)
             return True
         try:

@@ -67,8 +67,10 @@ def parse_tool_choice(value: JsonValue, tools: list[JsonObject] | None) -> ToolC
     fn = value.get("function") if isinstance(value, dict) else None
     name = fn.get("name") if isinstance(fn, dict) else None
     if not isinstance(value, dict) or value.get("type") != "function" or not isinstance(name, str):
-        raise BadRequest('tool_choice must be "auto", "none", "required" or '
-                         '{"type": "function", "function": {"name": ...}}', param="tool_choice")
+        raise BadRequest(
+            'tool_choice must be "auto", "none", "required" or {"type": "function", "function": {"name": ...}}',
+            param="tool_choice",
+        )
     if name not in names:
         raise BadRequest(f"tool_choice names the function {name!r}, which is not in tools", param="tool_choice")
     return ToolChoice(FUNCTION, name)
@@ -81,8 +83,13 @@ def _call_schema(tools: list[JsonObject], choice: ToolChoice, fmt: ToolFormat) -
         if choice.mode == FUNCTION and fn["name"] != choice.name:
             continue
         params = fn.get("parameters") or {"type": "object"}
-        branches.append({"type": "object", "properties": {"name": {"const": fn["name"]}, fmt.arguments_key: params},
-                         "required": ["name", fmt.arguments_key]})
+        branches.append(
+            {
+                "type": "object",
+                "properties": {"name": {"const": fn["name"]}, fmt.arguments_key: params},
+                "required": ["name", fmt.arguments_key],
+            }
+        )
     return {"anyOf": branches}
 
 

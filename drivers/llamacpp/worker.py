@@ -69,7 +69,7 @@ async def _off_loop(fn, *args, param: str | None = None):
     fut = loop.run_in_executor(None, fn, *args)
     try:
         return await asyncio.wait_for(asyncio.shield(fut), PREPARE_TIMEOUT)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         fut.add_done_callback(_discard)
         raise BadRequest(f"the request took more than {PREPARE_TIMEOUT:g} s to prepare", param=param) from None
 
@@ -144,8 +144,14 @@ class WorkerApp:
 
     # -- routes ------------------------------------------------------------------
     async def models(self, receive: Receive, send: Send) -> None:
-        await _send_json(send, 200, {"object": "list", "data": [
-            {"id": self.served_name, "object": "model", "created": self.created, "owned_by": "appliance"}]})
+        await _send_json(
+            send,
+            200,
+            {
+                "object": "list",
+                "data": [{"id": self.served_name, "object": "model", "created": self.created, "owned_by": "appliance"}],
+            },
+        )
 
     async def stats(self, receive: Receive, send: Send) -> None:
         await _send_json(send, 200, self.engine.batcher.snapshot())
@@ -178,8 +184,11 @@ class WorkerApp:
                 emb = base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode()
             data.append({"object": "embedding", "index": i, "embedding": emb})
         n = sum(len(t) for t in inputs)
-        await _send_json(send, 200, {"object": "list", "data": data, "model": self.served_name,
-                                     "usage": {"prompt_tokens": n, "total_tokens": n}})
+        await _send_json(
+            send,
+            200,
+            {"object": "list", "data": data, "model": self.served_name, "usage": {"prompt_tokens": n, "total_tokens": n}},
+        )
 
     async def _generate(self, req: GenRequest, receive: Receive, send: Send) -> None:
         engine = self.engine
@@ -217,14 +226,16 @@ class WorkerApp:
                 message = None
                 if output is not None:
                     message, finish = output.message("".join(parts), finish)
-                usage = usage_dict(len(seq.prompt), seq.n_gen, seq.cached,
-                                   output.reasoning_tokens(seq.n_gen) if output is not None else None)
+                usage = usage_dict(
+                    len(seq.prompt), seq.n_gen, seq.cached, output.reasoning_tokens(seq.n_gen) if output is not None else None
+                )
                 echo, lp = self._echo(req, seq), self._logprobs(req, seq)
                 logprobs = None
                 if lp is not None:
                     logprobs = lp.next() if echo is None else joined(lp.prompt(echo), lp.next())
-                body = shaper.full((echo or "") + "".join(parts), finish, usage, message=message, logprobs=logprobs,
-                                   stop_reason=seq.text.matched)
+                body = shaper.full(
+                    (echo or "") + "".join(parts), finish, usage, message=message, logprobs=logprobs, stop_reason=seq.text.matched
+                )
                 await send({"type": "http.response.start", "status": 200, "headers": _JSON})
                 await send({"type": "http.response.body", "body": body})
         finally:
@@ -232,8 +243,7 @@ class WorkerApp:
             if seq.finish is None or seq.finish == FINISH_CANCELLED:
                 batcher.cancel(seq)
 
-    async def _stream(self, req: GenRequest, seq: Sequence, shaper: Shaper, send: Send,
-                      output: ChatOutput | None) -> None:
+    async def _stream(self, req: GenRequest, seq: Sequence, shaper: Shaper, send: Send, output: ChatOutput | None) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": _SSE})
         body = "http.response.body"
         if req.kind == "chat":
@@ -291,9 +301,11 @@ _ROUTES = {
 
 # -- process entry ------------------------------------------------------------------
 
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m appliance.drivers.llamacpp.worker",
-                                 description="llama.cpp continuous-batching engine on a Unix socket")
+    ap = argparse.ArgumentParser(
+        prog="python -m appliance.drivers.llamacpp.worker", description="llama.cpp continuous-batching engine on a Unix socket"
+    )
     ap.add_argument("--model", required=True, help="path of the GGUF file")
     ap.add_argument("--socket", required=True, help="Unix socket path to serve on (never TCP)")
     ap.add_argument("--served-name", required=True, help="model name reported by /v1/models and responses")
@@ -304,17 +316,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--batch-size", type=int, default=256, help="max tokens per decode step")
     ap.add_argument("--spec-ngram", type=int, default=0, help="prompt-lookup speculative n-gram size (0 = off)")
     ap.add_argument("--embedding", action="store_true", help="serve /v1/embeddings only")
-    ap.add_argument("--split-mode", choices=SPLIT_MODES, default="layer",
-                    help="how layers spread over the visible GPUs (none: all on --main-gpu)")
+    ap.add_argument(
+        "--split-mode",
+        choices=SPLIT_MODES,
+        default="layer",
+        help="how layers spread over the visible GPUs (none: all on --main-gpu)",
+    )
     ap.add_argument("--main-gpu", type=int, default=0, help="visible GPU index for split-mode none")
-    ap.add_argument("--tensor-split", type=_fractions, default=(),
-                    help="comma-separated share of the layers per visible GPU (e.g. 0.6,0.4)")
+    ap.add_argument(
+        "--tensor-split", type=_fractions, default=(), help="comma-separated share of the layers per visible GPU (e.g. 0.6,0.4)"
+    )
     ap.add_argument("--kv-type", choices=KV_CACHE_TYPES, default="f16", help="KV cache element type (K and V)")
     ap.add_argument("--flash-attn", choices=FLASH_ATTN_MODES, default="auto", help="flash attention kernel")
-    ap.add_argument("--swa-full", action=argparse.BooleanOptionalAction, default=True,
-                    help="full-size KV cache for sliding-window layers")
-    ap.add_argument("--even-outputs", choices=EVEN_OUTPUT_MODES, default="auto",
-                    help="pad decodes keeping an odd number (3+) of logits rows to even: auto measures at load")
+    ap.add_argument(
+        "--swa-full", action=argparse.BooleanOptionalAction, default=True, help="full-size KV cache for sliding-window layers"
+    )
+    ap.add_argument(
+        "--even-outputs",
+        choices=EVEN_OUTPUT_MODES,
+        default="auto",
+        help="pad decodes keeping an odd number (3+) of logits rows to even: auto measures at load",
+    )
     args = ap.parse_args(argv)
     for name in ("ctx", "parallel", "threads", "batch_size"):
         if getattr(args, name) < 1:
@@ -390,20 +412,26 @@ async def serve(args: argparse.Namespace) -> int:
 
     app = WorkerApp(args.served_name)
     sock = _bind_unix(args.socket)
-    config = uvicorn.Config(app, http="httptools", lifespan="off", access_log=False, log_level="warning",
-                            timeout_keep_alive=30)
+    config = uvicorn.Config(app, http="httptools", lifespan="off", access_log=False, log_level="warning", timeout_keep_alive=30)
     server = _Server(config)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, server.request_exit)
     serve_task = loop.create_task(server.serve(sockets=[sock]))
-    cfg = WorkerConfig(model_path=args.model, served_name=args.served_name, ctx=args.ctx, parallel=args.parallel,
-                       threads=args.threads, n_gpu_layers=args.n_gpu_layers, batch_size=args.batch_size,
-                       spec_ngram=args.spec_ngram, embedding=args.embedding,
-                       gpu=GpuPlacement(split_mode=args.split_mode, main_gpu=args.main_gpu,
-                                        tensor_split=args.tensor_split),
-                       kv=KvSettings(kv_type=args.kv_type, flash_attn=args.flash_attn, swa_full=args.swa_full),
-                       even_outputs=args.even_outputs)
+    cfg = WorkerConfig(
+        model_path=args.model,
+        served_name=args.served_name,
+        ctx=args.ctx,
+        parallel=args.parallel,
+        threads=args.threads,
+        n_gpu_layers=args.n_gpu_layers,
+        batch_size=args.batch_size,
+        spec_ngram=args.spec_ngram,
+        embedding=args.embedding,
+        gpu=GpuPlacement(split_mode=args.split_mode, main_gpu=args.main_gpu, tensor_split=args.tensor_split),
+        kv=KvSettings(kv_type=args.kv_type, flash_attn=args.flash_attn, swa_full=args.swa_full),
+        even_outputs=args.even_outputs,
+    )
     try:
         engine = await loop.run_in_executor(None, WorkerEngine, cfg)
         try:  # the decode thread warms the context up: it alone computes graphs (see .context)

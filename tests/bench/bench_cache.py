@@ -33,13 +33,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.daemon import start_daemon  # noqa: E402
 
-BODY = json.dumps({"model": "default", "messages": [{"role": "user", "content": "Name a colour of the sky."}],
-                   "max_tokens": 8, "temperature": 0}).encode()
+BODY = json.dumps(
+    {
+        "model": "default",
+        "messages": [{"role": "user", "content": "Name a colour of the sky."}],
+        "max_tokens": 8,
+        "temperature": 0,
+    }
+).encode()
 
 
 def request_bytes(key: str) -> bytes:
-    return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + key.encode()
-            + b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(BODY)).encode() + b"\r\n\r\n" + BODY)
+    return (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+        + key.encode()
+        + b"\r\nContent-Type: application/json\r\nContent-Length: "
+        + str(len(BODY)).encode()
+        + b"\r\n\r\n"
+        + BODY
+    )
 
 
 class Conn:
@@ -133,13 +145,19 @@ def main() -> None:
             p50 = statistics.median(times)
             p95 = times[int(len(times) * 0.95)]
             p99 = times[int(len(times) * 0.99)]
-            print(f"exact-hit latency, 1 connection, {len(times)} requests: p50 {p50:.3f} ms  p95 {p95:.3f} ms  "
-                  f"p99 {p99:.3f} ms  (not exact: {misses})")
+            print(
+                f"exact-hit latency, 1 connection, {len(times)} requests: p50 {p50:.3f} ms  p95 {p95:.3f} ms  "
+                f"p99 {p99:.3f} ms  (not exact: {misses})"
+            )
 
             out: mp.Queue = mp.Queue()
             start_at = time.time() + 1.0
-            procs = [mp.Process(target=load_worker, args=(daemon.port, payload, args.conns, args.seconds, args.max_requests, start_at, out))
-                     for _ in range(args.procs)]
+            procs = [
+                mp.Process(
+                    target=load_worker, args=(daemon.port, payload, args.conns, args.seconds, args.max_requests, start_at, out)
+                )
+                for _ in range(args.procs)
+            ]
             import psutil
 
             server = psutil.Process(daemon.proc.pid)
@@ -154,15 +172,21 @@ def main() -> None:
             ok = sum(r[0] for r in results)
             bad = sum(r[1] for r in results)
             elapsed = min(args.seconds, elapsed_end - start_at)
-            print(f"exact-hit throughput, {args.procs} processes x {args.conns} connections, {elapsed:.1f} s: "
-                  f"{ok / elapsed:,.0f} req/s ({ok} exact hits, {bad} other responses)")
+            print(
+                f"exact-hit throughput, {args.procs} processes x {args.conns} connections, {elapsed:.1f} s: "
+                f"{ok / elapsed:,.0f} req/s ({ok} exact hits, {bad} other responses)"
+            )
             cpu = (cpu_after.user + cpu_after.system) - (cpu_before.user + cpu_before.system)
             if ok:
-                print(f"daemon CPU per exact hit: {cpu / ok * 1e6:.0f} µs (one core could serve {ok / cpu:,.0f} req/s); "
-                      f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+                print(
+                    f"daemon CPU per exact hit: {cpu / ok * 1e6:.0f} µs (one core could serve {ok / cpu:,.0f} req/s); "
+                    f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+                )
             with daemon.admin() as admin:
                 s = admin.get("/admin/cache/stats").json()
-            print(f"cache stats: {s['hits']} hits of {s['lookups']} lookups, entries {s['entries']}, hits recorded in SQLite {s['hits_recorded']}")
+            print(
+                f"cache stats: {s['hits']} hits of {s['lookups']} lookups, entries {s['entries']}, hits recorded in SQLite {s['hits_recorded']}"
+            )
         finally:
             daemon.stop()
 

@@ -93,8 +93,10 @@ def main() -> None:
     shape = dict(ctx_per_slot=max(2048, 2 * L), threads=2, n_batch=256)
     wide = DecodeContext(model, parallel=16, **shape)
     # two contexts of each layout: two contexts of the same kind have differed by ~10% on this box
-    layouts_of = {"unified": [DecodeContext(model, parallel=8, **shape) for _ in range(2)],
-                  "per-stream": [DecodeContext(model, parallel=8, unified=False, **shape) for _ in range(2)]}
+    layouts_of = {
+        "unified": [DecodeContext(model, parallel=8, **shape) for _ in range(2)],
+        "per-stream": [DecodeContext(model, parallel=8, unified=False, **shape) for _ in range(2)],
+    }
     wide.warm_up()
     fill(wide, 16, L, rng)
     for c in layouts_of["unified"] + layouts_of["per-stream"]:
@@ -134,8 +136,11 @@ def main() -> None:
     layout = medians(cases, args.rounds, rng)
     print(f"KV layout, {L} tokens per sequence (two contexts of each layout):")
     for name in layouts:
-        cells = [f"{label} {layout[f'{name}|{label}|0']:6.1f} / {layout[f'{name}|{label}|1']:6.1f} ms"
-                 for label in layouts_of if f"{name}|{label}|0" in layout]
+        cells = [
+            f"{label} {layout[f'{name}|{label}|0']:6.1f} / {layout[f'{name}|{label}|1']:6.1f} ms"
+            for label in layouts_of
+            if f"{name}|{label}|0" in layout
+        ]
         print(f"  {name:38s} " + "  ".join(cells))
     for c in [wide, lone, *layouts_of["unified"], *layouts_of["per-stream"]]:
         c.close()

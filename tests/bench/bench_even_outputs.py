@@ -37,8 +37,13 @@ from tests.bench.compare_interleaved import MAX_TOKENS, PROMPTS, Target, one, st
 from tests.bench.compare_servers import fresh_model_copy  # noqa: E402
 
 #: (label, max_tokens of each concurrent request)
-LOADS = [("3 streams", [MAX_TOKENS] * 3), ("5 streams", [MAX_TOKENS] * 5), ("7 streams", [MAX_TOKENS] * 7),
-         ("8 streams", [MAX_TOKENS] * 8), ("8 staggered", [16 * (i + 1) for i in range(8)])]
+LOADS = [
+    ("3 streams", [MAX_TOKENS] * 3),
+    ("5 streams", [MAX_TOKENS] * 5),
+    ("7 streams", [MAX_TOKENS] * 7),
+    ("8 streams", [MAX_TOKENS] * 8),
+    ("8 staggered", [16 * (i + 1) for i in range(8)]),
+]
 
 
 async def aggregate(target: Target, lengths: list[int]) -> float:
@@ -63,14 +68,15 @@ def main() -> None:
         try:
             for i, mode in enumerate(("off", "auto") * 2):  # one at a time: a calibration under load is noise
                 sock = os.path.join(tmp, f"{i}.sock")
-                procs.append(start_worker(model, sock, "--even-outputs", mode,
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                procs.append(
+                    start_worker(model, sock, "--even-outputs", mode, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                )
                 targets.append(Target(mode, socket=sock))
                 asyncio.run(ready(targets[-1], time.monotonic() + 120))
             rates: dict[tuple[str, str], list[float]] = {(label, mode): [] for label, _ in LOADS for mode in ("off", "auto")}
             for r in range(args.rounds):
                 for label, lengths in LOADS:
-                    for t in targets[r % 4:] + targets[:r % 4]:
+                    for t in targets[r % 4 :] + targets[: r % 4]:
                         rates[(label, t.name)].append(asyncio.run(aggregate(t, lengths)))
             calibrations = [stats(t.socket) for t in targets if t.name == "auto"]
         finally:
@@ -82,9 +88,11 @@ def main() -> None:
         off, auto = (statistics.median(rates[(label, name)]) for name in ("off", "auto"))
         print(f"{label:14s} {off:10.1f} {auto:11.1f} {auto / off:8.2f}x")
     for c in calibrations:
-        print(f"auto: even_outputs={c['even_outputs']} (7 rows {c['even_outputs_odd_rows_us'] / 1000:.1f} ms, "
-              f"8 rows {c['even_outputs_even_rows_us'] / 1000:.1f} ms at load); "
-              f"{c['even_outputs_padded_steps_total']} steps padded")
+        print(
+            f"auto: even_outputs={c['even_outputs']} (7 rows {c['even_outputs_odd_rows_us'] / 1000:.1f} ms, "
+            f"8 rows {c['even_outputs_even_rows_us'] / 1000:.1f} ms at load); "
+            f"{c['even_outputs_padded_steps_total']} steps padded"
+        )
 
 
 if __name__ == "__main__":

@@ -78,8 +78,14 @@ def wrk(url: str, connections: int, seconds: float, script: Path, cpus: set[int]
     """One wrk run: requests/s and latency percentiles (ms); any non-2xx answer is an error."""
     argv = ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--latency", "--timeout", "30s", "-s", str(script), url]
     env = {**os.environ, **({"BENCH_KEY": key} if key else {})}
-    out = subprocess.run(argv, capture_output=True, text=True, env=env, check=True,
-                         preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None).stdout
+    out = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+    ).stdout
     if "Non-2xx" in out or "Socket errors" in out:
         raise RuntimeError(f"wrk saw failures against {url}:\n{out}")
     percentiles = {int(float(p)): _ms(v) for p, v in re.findall(r"^\s+(50|75|90|99)(?:\.0+)?%\s+(\S+)\s*$", out, re.M)}
@@ -96,8 +102,13 @@ def medians(runs: list[dict]) -> dict:
 async def stream_cpu(url: str, key: str, pid: int, streams: int = 8, tokens: int = 128, requests: int = 64) -> dict:
     """Daemon CPU seconds per streamed token over ``requests`` streams, ``streams`` at a time."""
     process = psutil.Process(pid)
-    body = {"model": "echo", "messages": [{"role": "user", "content": "stream"}], "max_tokens": tokens, "stream": True,
-            "temperature": 0.7}  # not deterministic: the cache stays out of the way
+    body = {
+        "model": "echo",
+        "messages": [{"role": "user", "content": "stream"}],
+        "max_tokens": tokens,
+        "stream": True,
+        "temperature": 0.7,
+    }  # not deterministic: the cache stays out of the way
     counter = iter(range(requests))
     relayed = 0
 
@@ -121,8 +132,12 @@ async def stream_cpu(url: str, key: str, pid: int, streams: int = 8, tokens: int
         after = process.cpu_times()
     cpu = (after.user - before.user) + (after.system - before.system)
     assert relayed == requests * tokens, (relayed, requests * tokens)
-    return {"tokens": relayed, "daemon_cpu_s": round(cpu, 3), "cpu_us_per_token": round(cpu / relayed * 1e6, 1),
-            "tokens_per_s": round(relayed / wall)}
+    return {
+        "tokens": relayed,
+        "daemon_cpu_s": round(cpu, 3),
+        "cpu_us_per_token": round(cpu / relayed * 1e6, 1),
+        "tokens_per_s": round(relayed / wall),
+    }
 
 
 def main() -> None:
@@ -130,10 +145,18 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each wrk run")
     parser.add_argument("--rounds", type=int, default=3, help="alternating gateway/engine rounds per concurrency")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 100])
-    parser.add_argument("--cache", choices=("on", "off"), default="on",
-                        help="the response cache (on: looked up and stored on every request; off: to see its share)")
-    parser.add_argument("--allocator", choices=("jemalloc", "system"), default="jemalloc",
-                        help="the daemon's C allocator, as the allocator setting (default jemalloc)")
+    parser.add_argument(
+        "--cache",
+        choices=("on", "off"),
+        default="on",
+        help="the response cache (on: looked up and stored on every request; off: to see its share)",
+    )
+    parser.add_argument(
+        "--allocator",
+        choices=("jemalloc", "system"),
+        default="jemalloc",
+        help="the daemon's C allocator, as the allocator setting (default jemalloc)",
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed (Debian: apt-get install wrk)")
@@ -148,13 +171,25 @@ def main() -> None:
         data_dir = Path(tmp) / "data"
         script = Path(tmp) / "bench.lua"
         script.write_text(WRK_SCRIPT)
-        env = daemon_env(data_dir, port, APPLIANCE_SEED_DEFAULT_MODEL="false", APPLIANCE_LOG_LEVEL="warning",
-                         APPLIANCE_QUEUE_SIZE="1024", APPLIANCE_CACHE_ENABLED=str(args.cache == "on").lower(), ECHO_ENGINE_TCP_PORT=str(engine_port))
+        env = daemon_env(
+            data_dir,
+            port,
+            APPLIANCE_SEED_DEFAULT_MODEL="false",
+            APPLIANCE_LOG_LEVEL="warning",
+            APPLIANCE_QUEUE_SIZE="1024",
+            APPLIANCE_CACHE_ENABLED=str(args.cache == "on").lower(),
+            ECHO_ENGINE_TCP_PORT=str(engine_port),
+        )
         if jemalloc is not None:
             env = preload_environment(jemalloc, env)
-        proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("echo_daemon.py"))], env=env, start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=open(Path(tmp) / "daemon.log", "wb"),
-                                preexec_fn=(lambda: os.sched_setaffinity(0, daemon_cpus)) if daemon_cpus else None)
+        proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("echo_daemon.py"))],
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=open(Path(tmp) / "daemon.log", "wb"),
+            preexec_fn=(lambda: os.sched_setaffinity(0, daemon_cpus)) if daemon_cpus else None,
+        )
         try:
             admin_sock = data_dir / "run" / "admin.sock"
             deadline = time.monotonic() + 60
@@ -164,10 +199,14 @@ def main() -> None:
                 time.sleep(0.2)
             if (LIBRARY in Path(f"/proc/{proc.pid}/maps").read_text()) != (jemalloc is not None):
                 raise RuntimeError(f"the daemon is not running on the allocator asked for ({args.allocator})")
-            with httpx.Client(transport=httpx.HTTPTransport(uds=str(admin_sock)), base_url="http://appliance", timeout=60) as admin:
+            with httpx.Client(
+                transport=httpx.HTTPTransport(uds=str(admin_sock)), base_url="http://appliance", timeout=60
+            ) as admin:
                 key = admin.post("/admin/keys/", json={"name": "bench"}).json()
-                admin.put(f"/admin/quotas/key:{key['prefix']}", json={"requests_per_minute": 10_000_000, "tokens_per_day": 10**12,
-                                                                         "cost_per_month": 10**9}).raise_for_status()
+                admin.put(
+                    f"/admin/quotas/key:{key['prefix']}",
+                    json={"requests_per_minute": 10_000_000, "tokens_per_day": 10**12, "cost_per_month": 10**9},
+                ).raise_for_status()
                 admin.post("/admin/instances/echo/load").raise_for_status()
             secret = key["secret"]
             for child in psutil.Process(proc.pid).children(recursive=True):  # the engine runs beside wrk, not the daemon
@@ -183,31 +222,50 @@ def main() -> None:
                     alone.append(wrk(engine_url, connections, args.seconds, script, other_cpus, None))
                     via.append(wrk(gateway_url, connections, args.seconds, script, other_cpus, secret))
                 g, e = medians(via), medians(alone)
-                rows.append({"concurrency": connections, "gateway_rps": round(g["rps"]), "engine_rps": round(e["rps"]),
-                             "gateway_p50_ms": round(g["p50"], 3), "gateway_p99_ms": round(g["p99"], 3),
-                             "engine_p50_ms": round(e["p50"], 3), "engine_p99_ms": round(e["p99"], 3),
-                             "added_p50_ms": round(g["p50"] - e["p50"], 3), "added_p99_ms": round(g["p99"] - e["p99"], 3)})
+                rows.append(
+                    {
+                        "concurrency": connections,
+                        "gateway_rps": round(g["rps"]),
+                        "engine_rps": round(e["rps"]),
+                        "gateway_p50_ms": round(g["p50"], 3),
+                        "gateway_p99_ms": round(g["p99"], 3),
+                        "engine_p50_ms": round(e["p50"], 3),
+                        "engine_p99_ms": round(e["p99"], 3),
+                        "added_p50_ms": round(g["p50"] - e["p50"], 3),
+                        "added_p99_ms": round(g["p99"] - e["p99"], 3),
+                    }
+                )
                 print(json.dumps(rows[-1]), flush=True)
-            with httpx.Client(transport=httpx.HTTPTransport(uds=str(admin_sock)), base_url="http://appliance", timeout=60) as admin:
+            with httpx.Client(
+                transport=httpx.HTTPTransport(uds=str(admin_sock)), base_url="http://appliance", timeout=60
+            ) as admin:
                 ledger = admin.get("/admin/usage", params={"key": key["prefix"]}).json()
             streaming = asyncio.run(stream_cpu(gateway_url.rstrip("/"), secret, proc.pid))
             print(json.dumps({"streaming": streaming}), flush=True)
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(30)
-    print(f"\nresponse cache {args.cache}; allocator {args.allocator}; cores: daemon on {sorted(daemon_cpus) if daemon_cpus else 'all'}, wrk and engine on "
-          f"{sorted(other_cpus) if other_cpus else 'all'}; {args.rounds} rounds of {args.seconds:g} s, medians")
+    print(
+        f"\nresponse cache {args.cache}; allocator {args.allocator}; cores: daemon on {sorted(daemon_cpus) if daemon_cpus else 'all'}, wrk and engine on "
+        f"{sorted(other_cpus) if other_cpus else 'all'}; {args.rounds} rounds of {args.seconds:g} s, medians"
+    )
     print("\n| in flight | gateway req/s | engine alone req/s | gateway p50 | gateway p99 | added p50 | added p99 |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['concurrency']} | {r['gateway_rps']:,} | {r['engine_rps']:,} | {r['gateway_p50_ms']:.2f} ms | "
-              f"{r['gateway_p99_ms']:.2f} ms | **{r['added_p50_ms']:.2f} ms** | **{r['added_p99_ms']:.2f} ms** |")
+        print(
+            f"| {r['concurrency']} | {r['gateway_rps']:,} | {r['engine_rps']:,} | {r['gateway_p50_ms']:.2f} ms | "
+            f"{r['gateway_p99_ms']:.2f} ms | **{r['added_p50_ms']:.2f} ms** | **{r['added_p99_ms']:.2f} ms** |"
+        )
     by = {r["concurrency"]: r for r in rows}
     if 16 in by and 100 in by:
-        print(f"\nthroughput at 100 in flight / at 16: {by[100]['gateway_rps'] / by[16]['gateway_rps']:.2f}; "
-              f"p99/p50 at 100: {by[100]['gateway_p99_ms'] / by[100]['gateway_p50_ms']:.1f}")
-    print(f"streamed: {streaming['tokens']} tokens over 8 streams, daemon CPU {streaming['cpu_us_per_token']} µs per token "
-          f"({streaming['tokens_per_s']:,} tokens/s relayed)")
+        print(
+            f"\nthroughput at 100 in flight / at 16: {by[100]['gateway_rps'] / by[16]['gateway_rps']:.2f}; "
+            f"p99/p50 at 100: {by[100]['gateway_p99_ms'] / by[100]['gateway_p50_ms']:.1f}"
+        )
+    print(
+        f"streamed: {streaming['tokens']} tokens over 8 streams, daemon CPU {streaming['cpu_us_per_token']} µs per token "
+        f"({streaming['tokens_per_s']:,} tokens/s relayed)"
+    )
     print(f"ledger: {json.dumps(ledger)[:300]}")
 
 

@@ -22,19 +22,40 @@ from tests.daemon import start_daemon
 from tests.security.test_heavy_requests import LIGHT, enum_schema, light_latency
 
 CASES = {
-    "5,000-string enum schema": ("/v1/chat/completions", lambda: {
-        **LIGHT, "messages": [{"role": "user", "content": "Pick one."}], "max_tokens": 64,
-        "response_format": enum_schema(5000)}),
-    "256-value enum schema": ("/v1/chat/completions", lambda: {
-        **LIGHT, "messages": [{"role": "user", "content": "Pick one."}], "max_tokens": 24,
-        "response_format": enum_schema(256)}),
-    "512 embedding inputs": ("/v1/embeddings", lambda: {
-        "model": "default", "input": [f"Sentence {i} about the weather by the sea." for i in range(512)]}),
-    "10 MB prompt": ("/v1/completions", lambda: {
-        "model": "default", "prompt": "All work and no play makes Jack a dull boy. " * (10_000_000 // 44),
-        "max_tokens": 4}),
-    "1,800-token prompt": ("/v1/completions", lambda: {
-        "model": "default", "prompt": f"{time.time()} " + " ".join(f"word{i}" for i in range(470)), "max_tokens": 4}),
+    "5,000-string enum schema": (
+        "/v1/chat/completions",
+        lambda: {
+            **LIGHT,
+            "messages": [{"role": "user", "content": "Pick one."}],
+            "max_tokens": 64,
+            "response_format": enum_schema(5000),
+        },
+    ),
+    "256-value enum schema": (
+        "/v1/chat/completions",
+        lambda: {
+            **LIGHT,
+            "messages": [{"role": "user", "content": "Pick one."}],
+            "max_tokens": 24,
+            "response_format": enum_schema(256),
+        },
+    ),
+    "512 embedding inputs": (
+        "/v1/embeddings",
+        lambda: {"model": "default", "input": [f"Sentence {i} about the weather by the sea." for i in range(512)]},
+    ),
+    "10 MB prompt": (
+        "/v1/completions",
+        lambda: {
+            "model": "default",
+            "prompt": "All work and no play makes Jack a dull boy. " * (10_000_000 // 44),
+            "max_tokens": 4,
+        },
+    ),
+    "1,800-token prompt": (
+        "/v1/completions",
+        lambda: {"model": "default", "prompt": f"{time.time()} " + " ".join(f"word{i}" for i in range(470)), "max_tokens": 4},
+    ),
 }
 
 
@@ -68,8 +89,11 @@ def main() -> None:
                     t.join()
                     heavies.append(out["s"])
                     statuses.append(out["status"])
-                print(f"{name:28s} light {statistics.median(lights):6.2f} s   heavy {statistics.median(heavies):6.2f} s"
-                      f"  (HTTP {sorted(set(statuses))})", flush=True)
+                print(
+                    f"{name:28s} light {statistics.median(lights):6.2f} s   heavy {statistics.median(heavies):6.2f} s"
+                    f"  (HTTP {sorted(set(statuses))})",
+                    flush=True,
+                )
         finally:
             daemon.stop()
 

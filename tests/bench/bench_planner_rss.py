@@ -38,8 +38,8 @@ from pathlib import Path
 
 from appliance.hardware import detect_hardware
 from appliance.modelfacts import inspect_gguf
-from appliance.planner.plan import Plan, Preferences, Variant, plan
 from appliance.planner.estimates import ENGINE_PROCESS_BYTES
+from appliance.planner.plan import Plan, Preferences, Variant, plan
 
 MiB = 1 << 20
 FILE_NAME = "gemma-3-270m-q4_k_m.gguf"
@@ -109,8 +109,13 @@ def ensure_model(cache: Path) -> Path:
 
 
 def measure(path: Path, p: Plan) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, str(path), str(p.context), str(p.parallel), str(p.threads), str(int(p.swa_full))],
-                         capture_output=True, text=True, timeout=300, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(path), str(p.context), str(p.parallel), str(p.threads), str(int(p.swa_full))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -149,7 +154,9 @@ def measure_worker(p: Plan) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--cache", type=Path, default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "appliance-bench")
+    parser.add_argument(
+        "--cache", type=Path, default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "appliance-bench"
+    )
     parser.add_argument("--threads", type=int, default=None, help="Engine threads (default: the planner's choice).")
     parser.add_argument("--worker", action="store_true", help="Also measure the appliance's real llama.cpp worker.")
     args = parser.parse_args()
@@ -163,8 +170,10 @@ def main() -> int:
     print(f"model {path.name}: {facts.tensor_bytes / MiB:.1f} MiB of tensors, {facts.n_layer} layers, vocab {facts.n_vocab}")
     print(f"box: {snapshot.cpu.model}, {snapshot.cpu.physical_cores} cores, {snapshot.cpu.memory_total / 2**30:.1f} GiB")
     print()
-    header = (f"{'ctx':>5} {'seqs':>4} {'swa_full':>8} | {'weights':>8} {'KV':>7} {'compute':>8} {'overhead':>8} | "
-              f"{'est. delta':>10} {'measured':>9} {'error':>7} | {'anon':>6} {'file':>6}")
+    header = (
+        f"{'ctx':>5} {'seqs':>4} {'swa_full':>8} | {'weights':>8} {'KV':>7} {'compute':>8} {'overhead':>8} | "
+        f"{'est. delta':>10} {'measured':>9} {'error':>7} | {'anon':>6} {'file':>6}"
+    )
     print(header)
     print("-" * len(header))
     worst = 0.0
@@ -180,9 +189,11 @@ def main() -> int:
         filed = r["after"]["RssFile"] - r["before"]["RssFile"]
         error = (estimate - delta) / delta
         worst = max(worst, abs(error))
-        print(f"{ctx:>5} {par:>4} {str(swa_full):>8} | {m.weights / MiB:>7.1f}M {m.kv_cache / MiB:>6.1f}M {m.compute / MiB:>7.1f}M "
-              f"{(m.overhead - ENGINE_PROCESS_BYTES) / MiB:>7.1f}M | {estimate / MiB:>9.1f}M {delta / MiB:>8.1f}M "
-              f"{100 * error:>+6.1f}% | {anon / MiB:>5.1f}M {filed / MiB:>5.1f}M")
+        print(
+            f"{ctx:>5} {par:>4} {str(swa_full):>8} | {m.weights / MiB:>7.1f}M {m.kv_cache / MiB:>6.1f}M {m.compute / MiB:>7.1f}M "
+            f"{(m.overhead - ENGINE_PROCESS_BYTES) / MiB:>7.1f}M | {estimate / MiB:>9.1f}M {delta / MiB:>8.1f}M "
+            f"{100 * error:>+6.1f}% | {anon / MiB:>5.1f}M {filed / MiB:>5.1f}M"
+        )
     print()
     print(f"overhead column excludes the engine process baseline ({ENGINE_PROCESS_BYTES // MiB} MiB), which 'before' contains.")
     print(f"worst error {100 * worst:.1f}% (target +-{100 * TOLERANCE:.0f}%)")
@@ -196,8 +207,10 @@ def main() -> int:
             p = plan(snapshot, [variant], Preferences(min_context=ctx, parallel=par, llamacpp_gpu=False, threads=args.threads))
             assert isinstance(p, Plan), p
             rss = measure_worker(p)
-            print(f"{ctx:>5} {par:>4} | {p.estimated_bytes / MiB:>8.1f}M {rss / MiB:>8.1f}M "
-                  f"{100 * (p.estimated_bytes - rss) / rss:>+6.1f}%")
+            print(
+                f"{ctx:>5} {par:>4} | {p.estimated_bytes / MiB:>8.1f}M {rss / MiB:>8.1f}M "
+                f"{100 * (p.estimated_bytes - rss) / rss:>+6.1f}%"
+            )
     return 0 if worst <= TOLERANCE else 1
 
 

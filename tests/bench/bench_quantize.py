@@ -84,8 +84,15 @@ def measure(path: Path, threads: int) -> dict[str, float]:
 
     runs = sorted(generate(path, threads) for _ in range(3))  # the median of three: one second is a noisy sample here
     tg_s, tg_cpu, n_gen = runs[1]
-    return {"load_s": load_s, "pp_tps": len(tokens) / pp_s, "tg_tps": n_gen / tg_s, "pp_cpu": len(tokens) / pp_cpu,
-            "tg_cpu": n_gen / tg_cpu, "ppl": math.exp(nll), "n_tokens": len(tokens)}
+    return {
+        "load_s": load_s,
+        "pp_tps": len(tokens) / pp_s,
+        "tg_tps": n_gen / tg_s,
+        "pp_cpu": len(tokens) / pp_cpu,
+        "tg_cpu": n_gen / tg_cpu,
+        "ppl": math.exp(nll),
+        "n_tokens": len(tokens),
+    }
 
 
 def generate(path: Path, threads: int, n_gen: int = 64) -> tuple[float, float, int]:
@@ -143,14 +150,28 @@ def run(model: str, threads: int, work: Path) -> list[dict]:
         source = make_tiny_gguf(work / "synthetic-f32.gguf", n_layer=8, n_embd=512, n_head=8, n_kv_head=4, vocab=8192, ctx=512)
         base = store.import_path(str(source), name="synthetic:f32")
     params = base.facts.get("parameter_count") or 0
-    rows = [{"variant": base.variant, "bytes": base.size_bytes, "quantize_s": None, "path": store.settings.store_dir / base.path,
-             **measure(store.settings.store_dir / base.path, threads)}]
+    rows = [
+        {
+            "variant": base.variant,
+            "bytes": base.size_bytes,
+            "quantize_s": None,
+            "path": store.settings.store_dir / base.path,
+            **measure(store.settings.store_dir / base.path, threads),
+        }
+    ]
     for target in LADDER:
         started = time.perf_counter()
         info = store.quantize(base.name, target)
         quantize_s = time.perf_counter() - started
-        rows.append({"variant": info.variant, "bytes": info.size_bytes, "quantize_s": quantize_s,
-                     "path": store.settings.store_dir / info.path, **measure(store.settings.store_dir / info.path, threads)})
+        rows.append(
+            {
+                "variant": info.variant,
+                "bytes": info.size_bytes,
+                "quantize_s": quantize_s,
+                "path": store.settings.store_dir / info.path,
+                **measure(store.settings.store_dir / info.path, threads),
+            }
+        )
     for row in rows:
         row["bpw"] = row["bytes"] * 8 / params if params else float("nan")
         row["predicted_tps"] = predicted_decode_tps(row["path"], threads)
@@ -165,8 +186,9 @@ def predicted_decode_tps(path: Path, threads: int) -> float | None:
     from appliance.planner.service import variants_from_path
     from appliance.planner.types import Preferences
 
-    rows = plan_all(detect_hardware(), variants_from_path(path), Preferences(min_context=512, parallel=1, threads=threads,
-                                                                             backend="llamacpp"))
+    rows = plan_all(
+        detect_hardware(), variants_from_path(path), Preferences(min_context=512, parallel=1, threads=threads, backend="llamacpp")
+    )
     fitting = [r for r in rows if r.fits and r.decode_tps]
     return float(fitting[0].decode_tps) if fitting else None
 
@@ -174,21 +196,29 @@ def predicted_decode_tps(path: Path, threads: int) -> float | None:
 def table(model: str, rows: list[dict], threads: int) -> str:
     """Speeds per wall second and per CPU second (the latter is steadier on a shared, busy box)."""
     ref = rows[0]["ppl"]
-    lines = [f"### {model} ({threads} threads, {rows[0]['n_tokens']}-token text)", "",
-             "| variant | size MiB | bits/weight | quantize s | load s | prompt tok/s | prompt tok/CPU-s | gen tok/s | "
-             "gen tok/CPU-s | planner's gen tok/s | error | perplexity | vs source |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"### {model} ({threads} threads, {rows[0]['n_tokens']}-token text)",
+        "",
+        "| variant | size MiB | bits/weight | quantize s | load s | prompt tok/s | prompt tok/CPU-s | gen tok/s | "
+        "gen tok/CPU-s | planner's gen tok/s | error | perplexity | vs source |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         q = "-" if r["quantize_s"] is None else f"{r['quantize_s']:.1f}"
         ppl = "n/a (random weights)" if model == "synthetic" else f"{r['ppl']:.2f}"
         delta = "" if model == "synthetic" else f"{100 * (r['ppl'] / ref - 1):+.1f}%"
-        lines.append(f"| {r['variant']} | {r['bytes'] / 2**20:.1f} | {r['bpw']:.2f} | {q} | {r['load_s']:.2f} | "
-                     f"{r['pp_tps']:.0f} | {r['pp_cpu']:.0f} | {r['tg_tps']:.1f} | {r['tg_cpu']:.1f} | "
-                     f"{r['predicted_tps'] or 0:.1f} | {100 * r['error']:+.0f}% | {ppl} | {delta} |")
+        lines.append(
+            f"| {r['variant']} | {r['bytes'] / 2**20:.1f} | {r['bpw']:.2f} | {q} | {r['load_s']:.2f} | "
+            f"{r['pp_tps']:.0f} | {r['pp_cpu']:.0f} | {r['tg_tps']:.1f} | {r['tg_cpu']:.1f} | "
+            f"{r['predicted_tps'] or 0:.1f} | {100 * r['error']:+.0f}% | {ppl} | {delta} |"
+        )
     errors = sorted(abs(r["error"]) for r in rows if r["predicted_tps"])
     if errors:
-        lines += ["", f"Planner's generation estimate vs measured: median |error| {100 * errors[len(errors) // 2]:.0f}%, "
-                      f"largest {100 * errors[-1]:.0f}% over {len(errors)} variants."]
+        lines += [
+            "",
+            f"Planner's generation estimate vs measured: median |error| {100 * errors[len(errors) // 2]:.0f}%, "
+            f"largest {100 * errors[-1]:.0f}% over {len(errors)} variants.",
+        ]
     return "\n".join(lines)
 
 

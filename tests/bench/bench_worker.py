@@ -27,18 +27,35 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.fixtures_models import ensure_default_gguf  # noqa: E402
 
 PROMPTS = [
-    "The history of the printing press", "A recipe for bread begins with", "In the year 2050, cities",
-    "The rules of chess are", "Photosynthesis is the process", "The best way to learn a language",
-    "Once upon a time in a small village", "The theory of relativity says", "To build a wooden table you",
-    "The ocean covers most of", "Computers store information as", "A good night's sleep helps",
-    "The Roman Empire was", "Volcanoes form when", "The stock market is", "Music has always been",
+    "The history of the printing press",
+    "A recipe for bread begins with",
+    "In the year 2050, cities",
+    "The rules of chess are",
+    "Photosynthesis is the process",
+    "The best way to learn a language",
+    "Once upon a time in a small village",
+    "The theory of relativity says",
+    "To build a wooden table you",
+    "The ocean covers most of",
+    "Computers store information as",
+    "A good night's sleep helps",
+    "The Roman Empire was",
+    "Volcanoes form when",
+    "The stock market is",
+    "Music has always been",
 ]
 EOG = {"1": -100, "106": -100}  # Gemma 3: <eos>, <end_of_turn>
 
 
 async def one(client: httpx.AsyncClient, prompt: str, tokens: int) -> tuple[float, int, float]:
-    body = {"prompt": prompt, "max_tokens": tokens, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}, "logit_bias": EOG}
+    body = {
+        "prompt": prompt,
+        "max_tokens": tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "logit_bias": EOG,
+    }
     t0 = time.perf_counter()
     ttft = None
     n = 0
@@ -64,28 +81,51 @@ async def run(sock: str, streams: int, tokens: int, rounds: int) -> dict:
         total = 0
         t0 = time.perf_counter()
         for r in range(rounds):
-            res = await asyncio.gather(*(one(client, PROMPTS[(r * streams + i) % len(PROMPTS)], tokens)
-                                         for i in range(streams)))
+            res = await asyncio.gather(*(one(client, PROMPTS[(r * streams + i) % len(PROMPTS)], tokens) for i in range(streams)))
             ttfts += [x[0] for x in res]
             total += sum(x[1] for x in res)
         wall = time.perf_counter() - t0
         stats = (await client.get("http://worker/stats")).json()
     ttfts.sort()
     p95 = ttfts[min(len(ttfts) - 1, int(round(0.95 * (len(ttfts) - 1))))]
-    return {"streams": streams, "tokens": total, "wall_s": round(wall, 2), "agg_tok_s": round(total / wall, 1),
-            "per_stream_tok_s": round(total / wall / streams, 1),
-            "ttft_p50_s": round(statistics.median(ttfts), 3), "ttft_p95_s": round(p95, 3),
-            "spec_accepted/drafted": f"{stats['spec_accepted_total']}/{stats['spec_drafted_total']}",
-            # share of the decode thread's busy time spent inside llama_decode (1.0 = no Python overhead)
-            "decode_share": round((stats["decode_ms_total"] - before["decode_ms_total"])
-                                  / max(1, stats["step_ms_total"] - before["step_ms_total"]), 3),
-            "busy_share_of_wall": round((stats["step_ms_total"] - before["step_ms_total"]) / 1000 / wall, 3)}
+    return {
+        "streams": streams,
+        "tokens": total,
+        "wall_s": round(wall, 2),
+        "agg_tok_s": round(total / wall, 1),
+        "per_stream_tok_s": round(total / wall / streams, 1),
+        "ttft_p50_s": round(statistics.median(ttfts), 3),
+        "ttft_p95_s": round(p95, 3),
+        "spec_accepted/drafted": f"{stats['spec_accepted_total']}/{stats['spec_drafted_total']}",
+        # share of the decode thread's busy time spent inside llama_decode (1.0 = no Python overhead)
+        "decode_share": round(
+            (stats["decode_ms_total"] - before["decode_ms_total"]) / max(1, stats["step_ms_total"] - before["step_ms_total"]), 3
+        ),
+        "busy_share_of_wall": round((stats["step_ms_total"] - before["step_ms_total"]) / 1000 / wall, 3),
+    }
 
 
 def start_worker(model: Path, sock: str, threads: int, parallel: int, extra: list[str]) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "appliance.drivers.llamacpp.worker", "--model", str(model), "--socket", sock,
-           "--served-name", "default", "--ctx", "1024", "--parallel", str(parallel), "--threads", str(threads),
-           "--n-gpu-layers", "0", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "appliance.drivers.llamacpp.worker",
+        "--model",
+        str(model),
+        "--socket",
+        sock,
+        "--served-name",
+        "default",
+        "--ctx",
+        "1024",
+        "--parallel",
+        str(parallel),
+        "--threads",
+        str(threads),
+        "--n-gpu-layers",
+        "0",
+        *extra,
+    ]
     proc = subprocess.Popen(cmd)
     deadline = time.time() + 60
     while time.time() < deadline:

@@ -37,22 +37,41 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.compare_servers import (build_llama_server, free_port, fresh_model_copy, start_process,  # noqa: E402
-                                        stop_process)
+from tests.bench.compare_servers import (
+    build_llama_server,
+    free_port,
+    fresh_model_copy,
+    start_process,  # noqa: E402
+    stop_process,
+)
 from tests.daemon import start_daemon  # noqa: E402
 
-PROMPTS = ["Write a short story about a lighthouse keeper.", "Explain how a bicycle stays upright.",
-           "List some facts about the planet Mars.", "Describe the water cycle for a child.",
-           "What makes bread rise when it bakes?", "Tell me about the history of the printing press.",
-           "Describe a walk through a busy market.", "How do bees make honey?"]
+PROMPTS = [
+    "Write a short story about a lighthouse keeper.",
+    "Explain how a bicycle stays upright.",
+    "List some facts about the planet Mars.",
+    "Describe the water cycle for a child.",
+    "What makes bread rise when it bakes?",
+    "Tell me about the history of the printing press.",
+    "Describe a walk through a busy market.",
+    "How do bees make honey?",
+]
 MAX_TOKENS = 128
 
 
 class Target:
     """Where one contender listens, and what it needs in each request."""
 
-    def __init__(self, name: str, *, port: int | None = None, socket: str | None = None, model: str = "m",
-                 key: str | None = None, pid: int | None = None):
+    def __init__(
+        self,
+        name: str,
+        *,
+        port: int | None = None,
+        socket: str | None = None,
+        model: str = "m",
+        key: str | None = None,
+        pid: int | None = None,
+    ):
         self.name, self.port, self.socket, self.model, self.key = name, port, socket, model, key
         self.pid = pid  # the process that decodes, whose threads are accounted
 
@@ -65,11 +84,16 @@ class Target:
 async def one(target: Target, prompt: str, max_tokens: int = MAX_TOKENS) -> tuple[int, float, float]:
     """(text events, seconds to the first, seconds in all) of one streamed completion."""
     reader, writer = await target.connect()
-    body = json.dumps({"model": target.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-                       "stream": True, "ignore_eos": True}).encode()
+    body = json.dumps(
+        {"model": target.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True, "ignore_eos": True}
+    ).encode()
     auth = f"authorization: Bearer {target.key}\r\n".encode() if target.key else b""
-    writer.write(b"POST /v1/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n" + auth +
-                 b"connection: close\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+    writer.write(
+        b"POST /v1/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+        + auth
+        + b"connection: close\r\ncontent-length: %d\r\n\r\n" % len(body)
+        + body
+    )
     await writer.drain()
     started, first, received = time.perf_counter(), None, b""
     while b"data: [DONE]" not in received:
@@ -88,10 +112,29 @@ async def one(target: Target, prompt: str, max_tokens: int = MAX_TOKENS) -> tupl
 
 def start_worker(model: str | Path, socket: str, *extra: str, **popen: object) -> subprocess.Popen:
     """The llama.cpp worker alone on ``socket``, set up as the daemon starts it here (2 threads, 8 slots of 2,048)."""
-    return subprocess.Popen([sys.executable, "-m", "appliance.drivers.llamacpp.worker", "--model", str(model),
-                             "--socket", socket, "--served-name", "m", "--ctx", "2048", "--parallel", "8", "--threads", "2",
-                             *extra],
-                            env={**os.environ, "OMP_NUM_THREADS": "2"}, start_new_session=True, **popen)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "appliance.drivers.llamacpp.worker",
+            "--model",
+            str(model),
+            "--socket",
+            socket,
+            "--served-name",
+            "m",
+            "--ctx",
+            "2048",
+            "--parallel",
+            "8",
+            "--threads",
+            "2",
+            *extra,
+        ],
+        env={**os.environ, "OMP_NUM_THREADS": "2"},
+        start_new_session=True,
+        **popen,
+    )
 
 
 def thread_cpu(pid: int) -> dict[int, float]:
@@ -118,10 +161,12 @@ async def measure(target: Target, streams: int) -> dict[str, float]:
     started = time.perf_counter()
     results = await asyncio.gather(*(one(target, PROMPTS[i % len(PROMPTS)]) for i in range(streams)))
     wall = time.perf_counter() - started
-    run = {"aggregate": sum(n for n, _, _ in results) / wall,
-           "per_stream": statistics.median(n / total for n, _, total in results),
-           "ttft_max": max(first for _, first, _ in results),
-           "idle": (idle_cpu() - idle) / wall}
+    run = {
+        "aggregate": sum(n for n, _, _ in results) / wall,
+        "per_stream": statistics.median(n / total for n, _, total in results),
+        "ttft_max": max(first for _, first, _ in results),
+        "idle": (idle_cpu() - idle) / wall,
+    }
     if target.pid:
         after = thread_cpu(target.pid)
         busiest = sorted((cpu - before.get(tid, 0.0) for tid, cpu in after.items()), reverse=True)[:2]
@@ -159,15 +204,25 @@ def main() -> None:
         port = free_port()
         server = daemon = None
         try:
-            server = start_process([str(binary), "-m", model, "--port", str(port), "-np", "8", "-c", "16384", "-t", "2",
-                                    "--no-webui"], f"http://127.0.0.1:{port}/health",
-                                   env={**os.environ, "LD_LIBRARY_PATH": str(binary.parent)})
-            daemon = start_daemon(Path(tmp), APPLIANCE_ENGINE_PARALLEL="8", APPLIANCE_ENGINE_CONTEXT="2048",
-                                  APPLIANCE_ENGINE_THREADS="2", APPLIANCE_CACHE_ENABLED="false")
+            server = start_process(
+                [str(binary), "-m", model, "--port", str(port), "-np", "8", "-c", "16384", "-t", "2", "--no-webui"],
+                f"http://127.0.0.1:{port}/health",
+                env={**os.environ, "LD_LIBRARY_PATH": str(binary.parent)},
+            )
+            daemon = start_daemon(
+                Path(tmp),
+                APPLIANCE_ENGINE_PARALLEL="8",
+                APPLIANCE_ENGINE_CONTEXT="2048",
+                APPLIANCE_ENGINE_THREADS="2",
+                APPLIANCE_CACHE_ENABLED="false",
+            )
             while not os.path.exists(socket):
                 time.sleep(0.2)
-            targets = [Target("appliance", port=int(daemon.url.rsplit(":", 1)[1]), model="default", key=daemon.create_key("bench")),
-                       Target("worker alone", socket=socket, pid=worker.pid), Target("llama-server", port=port, pid=server.pid)]
+            targets = [
+                Target("appliance", port=int(daemon.url.rsplit(":", 1)[1]), model="default", key=daemon.create_key("bench")),
+                Target("worker alone", socket=socket, pid=worker.pid),
+                Target("llama-server", port=port, pid=server.pid),
+            ]
             for t in targets:  # loads the model on demand, warms every server up
                 asyncio.run(measure(t, 2))
             targets[0].pid = worker_of(daemon.proc.pid)
@@ -189,18 +244,24 @@ def main() -> None:
         return statistics.median(run[field] for run in runs[name][streams])
 
     print(f"\n{args.rounds} interleaved rounds, medians; 128 greedy tokens per stream, 2 threads\n")
-    print("| server | 1 stream tok/s | 8 streams aggregate tok/s | per stream at 8 | slowest TTFT at 8 "
-          "| compute threads busy at 8 (of 2) | box idle at 8 (cores) |")
+    print(
+        "| server | 1 stream tok/s | 8 streams aggregate tok/s | per stream at 8 | slowest TTFT at 8 "
+        "| compute threads busy at 8 (of 2) | box idle at 8 (cores) |"
+    )
     print("|---|---|---|---|---|---|---|")
     for t in targets:
-        print(f"| {t.name} | {med(t.name, 1, 'per_stream'):.1f} | {med(t.name, 8, 'aggregate'):.1f} | "
-              f"{med(t.name, 8, 'per_stream'):.1f} | {med(t.name, 8, 'ttft_max'):.2f} s | "
-              f"{med(t.name, 8, 'compute_busy'):.2f} | {med(t.name, 8, 'idle'):.2f} |")
+        print(
+            f"| {t.name} | {med(t.name, 1, 'per_stream'):.1f} | {med(t.name, 8, 'aggregate'):.1f} | "
+            f"{med(t.name, 8, 'per_stream'):.1f} | {med(t.name, 8, 'ttft_max'):.2f} s | "
+            f"{med(t.name, 8, 'compute_busy'):.2f} | {med(t.name, 8, 'idle'):.2f} |"
+        )
     print()
     for name in ("appliance", "worker alone"):
-        print(f"{name} / llama-server: 1 stream {med(name, 1, 'per_stream') / med('llama-server', 1, 'per_stream'):.2f}x, "
-              f"8 streams {med(name, 8, 'aggregate') / med('llama-server', 8, 'aggregate'):.2f}x, "
-              f"slowest TTFT at 8 {med(name, 8, 'ttft_max') / med('llama-server', 8, 'ttft_max'):.2f}x")
+        print(
+            f"{name} / llama-server: 1 stream {med(name, 1, 'per_stream') / med('llama-server', 1, 'per_stream'):.2f}x, "
+            f"8 streams {med(name, 8, 'aggregate') / med('llama-server', 8, 'aggregate'):.2f}x, "
+            f"slowest TTFT at 8 {med(name, 8, 'ttft_max') / med('llama-server', 8, 'ttft_max'):.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -28,11 +28,11 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
 import subprocess
-import shutil
 import sys
 import tempfile
 import time
@@ -59,16 +59,46 @@ def build_llama_server(threads: int = 2) -> Path:
         return binary
     home.mkdir(parents=True, exist_ok=True)
     print(f"building llama-server {ver} from the llama-cpp-python sdist in {home} (once; minutes)", flush=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", f"llama-cpp-python=={ver}", "--no-binary", ":all:", "--no-deps",
-                    "-d", str(home)], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            f"llama-cpp-python=={ver}",
+            "--no-binary",
+            ":all:",
+            "--no-deps",
+            "-d",
+            str(home),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     sdist = next(home.glob("llama_cpp_python-*.tar.gz"))
     subprocess.run(["tar", "xzf", str(sdist), "-C", str(home)], check=True)
     (home / sdist.name.removesuffix(".tar.gz")).rename(home / "src")
     tree = home / "src" / "vendor" / "llama.cpp"
-    subprocess.run(["cmake", "-B", "build", "-DGGML_NATIVE=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
-                    "-DCMAKE_BUILD_TYPE=Release"], cwd=tree, check=True, stdout=subprocess.DEVNULL)
-    subprocess.run(["cmake", "--build", "build", "-j", str(threads), "--target", "llama-server"], cwd=tree, check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            "cmake",
+            "-B",
+            "build",
+            "-DGGML_NATIVE=OFF",
+            "-DLLAMA_CURL=OFF",
+            "-DLLAMA_BUILD_TESTS=OFF",
+            "-DCMAKE_BUILD_TYPE=Release",
+        ],
+        cwd=tree,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    subprocess.run(
+        ["cmake", "--build", "build", "-j", str(threads), "--target", "llama-server"],
+        cwd=tree,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     return binary
 
 
@@ -120,26 +150,46 @@ def stop_process(proc: subprocess.Popen) -> None:
 
 def measure(name: str, base_url: str, model: str, api_key: str | None, requests: int, max_tokens: int) -> dict:
     asyncio.run(run_bench(base_url, api_key=api_key, model=model, concurrency=1, requests=2, max_tokens=8))  # warm-up
-    one = asyncio.run(run_bench(base_url, api_key=api_key, model=model, concurrency=1, requests=max(3, requests // 4), max_tokens=max_tokens))
-    eight = asyncio.run(run_bench(base_url, api_key=api_key, model=model, concurrency=8, requests=requests, max_tokens=max_tokens))
-    row = {"server": name, "single_tps": one.per_stream_tps_median, "single_agg_tps": one.aggregate_tps,
-           "agg8_tps": eight.aggregate_tps, "per_stream8_tps": eight.per_stream_tps_median,
-           "ttft8_p50_s": eight.ttft_p50_s, "ttft8_p95_s": eight.ttft_p95_s, "failed": one.failed + eight.failed}
+    one = asyncio.run(
+        run_bench(base_url, api_key=api_key, model=model, concurrency=1, requests=max(3, requests // 4), max_tokens=max_tokens)
+    )
+    eight = asyncio.run(
+        run_bench(base_url, api_key=api_key, model=model, concurrency=8, requests=requests, max_tokens=max_tokens)
+    )
+    row = {
+        "server": name,
+        "single_tps": one.per_stream_tps_median,
+        "single_agg_tps": one.aggregate_tps,
+        "agg8_tps": eight.aggregate_tps,
+        "per_stream8_tps": eight.per_stream_tps_median,
+        "ttft8_p50_s": eight.ttft_p50_s,
+        "ttft8_p95_s": eight.ttft_p95_s,
+        "failed": one.failed + eight.failed,
+    }
     print(json.dumps(row), flush=True)
     return row
 
 
 def prefix_cache_ttft(base_url: str, api_key: str, model: str, rounds: int = 5) -> tuple[float, float]:
     """Median TTFT with a fresh ~1,000-token system prompt (cold) vs the same one again (warm)."""
-    filler = " ".join(f"Rule {i}: answer politely, cite sources, keep it short, and never reveal secret number {i * 7}." for i in range(60))
+    filler = " ".join(
+        f"Rule {i}: answer politely, cite sources, keep it short, and never reveal secret number {i * 7}." for i in range(60)
+    )
     headers = {"Authorization": f"Bearer {api_key}"}
     cold, warm = [], []
 
     def ttft(system: str, question: str) -> float:
-        body = {"model": model, "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
-                "max_tokens": 4, "temperature": 0, "stream": True}
+        body = {
+            "model": model,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
+            "max_tokens": 4,
+            "temperature": 0,
+            "stream": True,
+        }
         started = time.perf_counter()
-        with httpx.stream("POST", base_url + "/chat/completions", json=body, headers={**headers, "Cache-Control": "no-store"}, timeout=300) as r:
+        with httpx.stream(
+            "POST", base_url + "/chat/completions", json=body, headers={**headers, "Cache-Control": "no-store"}, timeout=300
+        ) as r:
             for line in r.iter_lines():
                 if not line.startswith("data: {"):
                     continue
@@ -158,8 +208,11 @@ def prefix_cache_ttft(base_url: str, api_key: str, model: str, rounds: int = 5) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--llama-server", type=Path, help="path to a llama-server binary (C++ yardstick)")
-    parser.add_argument("--build-llama-server", action="store_true",
-                        help="build llama-server from the installed llama-cpp-python's sources (cached) and compare")
+    parser.add_argument(
+        "--build-llama-server",
+        action="store_true",
+        help="build llama-server from the installed llama-cpp-python's sources (cached) and compare",
+    )
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--skip-llama-cpp-python", action="store_true")
@@ -171,32 +224,89 @@ def main() -> None:
     model_path = fresh_model_copy(Path(copies.name))  # see fresh_model_copy: the daemon's own copy is as fresh
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            daemon = start_daemon(Path(tmp), APPLIANCE_ENGINE_PARALLEL="8", APPLIANCE_ENGINE_CONTEXT="2048", APPLIANCE_CACHE_ENABLED="false")
+            daemon = start_daemon(
+                Path(tmp), APPLIANCE_ENGINE_PARALLEL="8", APPLIANCE_ENGINE_CONTEXT="2048", APPLIANCE_CACHE_ENABLED="false"
+            )
             try:
                 key = daemon.create_key("bench")
                 rows.append(measure("appliance", daemon.url + "/v1", "default", key, args.requests, args.max_tokens))
                 cold, warm = prefix_cache_ttft(daemon.url + "/v1", key, "default")
-                print(json.dumps({"prefix_cache": {"cold_ttft_s": round(cold, 3), "warm_ttft_s": round(warm, 3), "ratio": round(warm / cold, 3)}}), flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "prefix_cache": {
+                                "cold_ttft_s": round(cold, 3),
+                                "warm_ttft_s": round(warm, 3),
+                                "ratio": round(warm / cold, 3),
+                            }
+                        }
+                    ),
+                    flush=True,
+                )
             finally:
                 daemon.stop()
         if not args.skip_llama_cpp_python:
             for threads in (1, 2):
                 port = free_port()
-                proc = start_process([sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--port", str(port),
-                                      "--interrupt_requests", "False", "--n_threads", str(threads), "--n_ctx", "2048"],
-                                     f"http://127.0.0.1:{port}/v1/models")
+                proc = start_process(
+                    [
+                        sys.executable,
+                        "-m",
+                        "llama_cpp.server",
+                        "--model",
+                        str(model_path),
+                        "--port",
+                        str(port),
+                        "--interrupt_requests",
+                        "False",
+                        "--n_threads",
+                        str(threads),
+                        "--n_ctx",
+                        "2048",
+                    ],
+                    f"http://127.0.0.1:{port}/v1/models",
+                )
                 try:
-                    rows.append(measure(f"llama_cpp.server t={threads}", f"http://127.0.0.1:{port}/v1", "x", None, args.requests, args.max_tokens))
+                    rows.append(
+                        measure(
+                            f"llama_cpp.server t={threads}",
+                            f"http://127.0.0.1:{port}/v1",
+                            "x",
+                            None,
+                            args.requests,
+                            args.max_tokens,
+                        )
+                    )
                 finally:
                     stop_process(proc)
         if args.llama_server:
             for threads in (2, 1):
                 port = free_port()
                 env = {**os.environ, "LD_LIBRARY_PATH": str(args.llama_server.parent)}
-                proc = start_process([str(args.llama_server), "-m", str(model_path), "--port", str(port), "-np", "8", "-c", "16384",
-                                      "-t", str(threads), "--no-webui"], f"http://127.0.0.1:{port}/health", env=env)
+                proc = start_process(
+                    [
+                        str(args.llama_server),
+                        "-m",
+                        str(model_path),
+                        "--port",
+                        str(port),
+                        "-np",
+                        "8",
+                        "-c",
+                        "16384",
+                        "-t",
+                        str(threads),
+                        "--no-webui",
+                    ],
+                    f"http://127.0.0.1:{port}/health",
+                    env=env,
+                )
                 try:
-                    rows.append(measure(f"llama-server t={threads}", f"http://127.0.0.1:{port}/v1", "x", None, args.requests, args.max_tokens))
+                    rows.append(
+                        measure(
+                            f"llama-server t={threads}", f"http://127.0.0.1:{port}/v1", "x", None, args.requests, args.max_tokens
+                        )
+                    )
                 finally:
                     stop_process(proc)
     finally:
@@ -204,13 +314,17 @@ def main() -> None:
     print("\n| server | 1 stream tok/s | 8 streams aggregate tok/s | per stream at 8 | TTFT p50 at 8 | TTFT p95 at 8 | failed |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['server']} | {r['single_tps']:.1f} | {r['agg8_tps']:.1f} | {r['per_stream8_tps']:.1f} | {r['ttft8_p50_s']:.2f} s | {r['ttft8_p95_s']:.2f} s | {r['failed']} |")
+        print(
+            f"| {r['server']} | {r['single_tps']:.1f} | {r['agg8_tps']:.1f} | {r['per_stream8_tps']:.1f} | {r['ttft8_p50_s']:.2f} s | {r['ttft8_p95_s']:.2f} s | {r['failed']} |"
+        )
     ours = next(r for r in rows if r["server"] == "appliance")
     yardstick = next((r for r in rows if r["server"] == "llama-server t=2"), None)
     if yardstick is not None:
-        print(f"\nappliance / llama-server (2 threads): 1 stream {ours['single_tps'] / yardstick['single_tps']:.2f}x "
-              f"(target >= 0.95), 8 streams {ours['agg8_tps'] / yardstick['agg8_tps']:.2f}x (target >= 1.0), "
-              f"TTFT p95 at 8 {ours['ttft8_p95_s'] / yardstick['ttft8_p95_s']:.2f}x (target <= 1.0)")
+        print(
+            f"\nappliance / llama-server (2 threads): 1 stream {ours['single_tps'] / yardstick['single_tps']:.2f}x "
+            f"(target >= 0.95), 8 streams {ours['agg8_tps'] / yardstick['agg8_tps']:.2f}x (target >= 1.0), "
+            f"TTFT p95 at 8 {ours['ttft8_p95_s'] / yardstick['ttft8_p95_s']:.2f}x (target <= 1.0)"
+        )
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ engine, which answers instantly, so the latency measured is the gateway's own.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 from dataclasses import dataclass
@@ -14,12 +13,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from appliance.allocator import jemalloc_loaded, restore_preload
+from appliance.daemon import check_data_dir
 from appliance.db import engine as dbmod
 from appliance.heap import map_large_blocks
-from appliance.daemon import check_data_dir
-from appliance.serving.engines import EngineProcess
 from appliance.lockfile import DataDirLock
 from appliance.logs import setup_logging
+from appliance.serving.engines import EngineProcess
 from appliance.settings import load_settings
 
 ECHO = Path(__file__).with_name("echo_engine.py")
@@ -60,8 +59,8 @@ class EchoDriver:
 
 def main() -> None:
     import appliance.daemon as daemon
-    import appliance.serving.names as names_mod
     import appliance.services as services_mod
+    import appliance.serving.names as names_mod
 
     restore_preload()  # started with jemalloc preloaded, as the daemon re-executes itself: the engine gets neither
     if not jemalloc_loaded():
@@ -76,8 +75,9 @@ def main() -> None:
     # Every name means the stand-in variant; its plan starts the echo engine.
     names_mod.ModelNames.resolve = lambda self, requested: ECHO_VARIANT
     services_mod.Services._plan = lambda self, target: EchoPlan()
-    services_mod.Services._engine = lambda self, name, plan: EngineProcess(name, plan, EchoDriver(), self.settings,
-                                                                           self.settings.run_dir / "echo.sock")
+    services_mod.Services._engine = lambda self, name, plan: EngineProcess(
+        name, plan, EchoDriver(), self.settings, self.settings.run_dir / "echo.sock"
+    )
     daemon.run_loop(daemon.serve(settings))
 
 

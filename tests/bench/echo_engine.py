@@ -17,19 +17,43 @@ import json
 
 import uvicorn
 
-BODY = json.dumps({
-    "id": "chatcmpl-echo", "object": "chat.completion", "created": 0, "model": "echo",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop", "logprobs": None}],
-    "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6, "prompt_tokens_details": {"cached_tokens": 0}},
-}).encode()
-TOKEN_EVENT = (b'data: {"id":"chatcmpl-echo","object":"chat.completion.chunk","created":0,"model":"echo",'
-               b'"choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":null,"logprobs":null}]}\n\n')
+BODY = json.dumps(
+    {
+        "id": "chatcmpl-echo",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "echo",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop", "logprobs": None}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6, "prompt_tokens_details": {"cached_tokens": 0}},
+    }
+).encode()
+TOKEN_EVENT = (
+    b'data: {"id":"chatcmpl-echo","object":"chat.completion.chunk","created":0,"model":"echo",'
+    b'"choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":null,"logprobs":null}]}\n\n'
+)
 
 
 def usage_event(tokens: int) -> bytes:
-    usage = {"prompt_tokens": 5, "completion_tokens": tokens, "total_tokens": 5 + tokens, "prompt_tokens_details": {"cached_tokens": 0}}
-    return b"data: " + json.dumps({"id": "chatcmpl-echo", "object": "chat.completion.chunk", "created": 0, "model": "echo",
-                                   "choices": [], "usage": usage}).encode() + b"\n\n"
+    usage = {
+        "prompt_tokens": 5,
+        "completion_tokens": tokens,
+        "total_tokens": 5 + tokens,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
+    return (
+        b"data: "
+        + json.dumps(
+            {
+                "id": "chatcmpl-echo",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": "echo",
+                "choices": [],
+                "usage": usage,
+            }
+        ).encode()
+        + b"\n\n"
+    )
 
 
 async def app(scope, receive, send):

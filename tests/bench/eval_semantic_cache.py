@@ -34,25 +34,33 @@ def report(title: str, embedded: Embedded, show: float | None) -> None:
     kinds = Counter(p.kind for p in pairs)
     print(f"## {title}: {len(pairs)} pairs ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))})")
     print()
-    print("| threshold | hit rate (cosine) | false-hit rate (cosine) | hit rate (cache) | false-hit rate (cache) | false hits by kind (cache) |")
+    print(
+        "| threshold | hit rate (cosine) | false-hit rate (cosine) | hit rate (cache) | false-hit rate (cache) | false hits by kind (cache) |"
+    )
     print("|---|---|---|---|---|---|")
     for t in THRESHOLDS:
         cosine, cache = score(pairs, embedded.cosine_hits(t)), score(pairs, embedded.cache_hits(t))
         detail = ", ".join(f"{k} {n}" for k, n in sorted(cache.false_by_kind.items())) or "-"
-        print(f"| {t:.2f} | {cosine.hit_rate:.0%} | {cosine.false_hit_rate:.0%} | {cache.hit_rate:.0%} | {cache.false_hit_rate:.0%} | {detail} |")
+        print(
+            f"| {t:.2f} | {cosine.hit_rate:.0%} | {cosine.false_hit_rate:.0%} | {cache.hit_rate:.0%} | {cache.false_hit_rate:.0%} | {detail} |"
+        )
     lexical = [compatible(p.b, p.a) for p in pairs]
     same = sims[[p.same for p in pairs]]
     diff = sims[[not p.same for p in pairs]]
     let_through = [s for p, s, ok in zip(pairs, sims, lexical) if not p.same and ok]
     print()
-    print(f"similarity of paraphrases: min {same.min():.3f} median {np.median(same):.3f}; of near misses: median "
-          f"{np.median(diff):.3f} max {diff.max():.3f} (max among those the lexical check lets through: "
-          f"{max(let_through) if let_through else float('nan'):.3f})")
+    print(
+        f"similarity of paraphrases: min {same.min():.3f} median {np.median(same):.3f}; of near misses: median "
+        f"{np.median(diff):.3f} max {diff.max():.3f} (max among those the lexical check lets through: "
+        f"{max(let_through) if let_through else float('nan'):.3f})"
+    )
     if show is not None:
         print(f"\nwrong decisions at {show:.2f} (cache):")
         for pair, sim, ok, hit in zip(pairs, sims, lexical, embedded.cache_hits(show)):
             if hit != pair.same:
-                print(f"  {'FALSE HIT' if hit else 'miss     '} {sim:.3f} check={'ok' if ok else 'no'} [{pair.kind}] {pair.a!r} / {pair.b!r}")
+                print(
+                    f"  {'FALSE HIT' if hit else 'miss     '} {sim:.3f} check={'ok' if ok else 'no'} [{pair.kind}] {pair.a!r} / {pair.b!r}"
+                )
     print()
 
 
@@ -70,7 +78,9 @@ def main() -> None:
         started = time.perf_counter()
         embedded = embed(embedder, pairs)
         elapsed = time.perf_counter() - started
-        print(f"model {embedder.name}: {2 * len(pairs)} embeddings in {elapsed:.2f} s ({elapsed / (2 * len(pairs)) * 1000:.1f} ms each)")
+        print(
+            f"model {embedder.name}: {2 * len(pairs)} embeddings in {elapsed:.2f} s ({elapsed / (2 * len(pairs)) * 1000:.1f} ms each)"
+        )
         report(path.name, embedded, args.show)
         sets.append(embedded)
     if len(sets) > 1:

@@ -52,7 +52,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.ggufkit import make_tiny_gguf  # noqa: E402
 from tests.reliability.kit import (  # noqa: E402
-    TINY, MixedLoad, Outcome, chat_body, engine_pid, import_model, start_daemon, tree_fds, tree_pids, tree_rss,
+    TINY,
+    MixedLoad,
+    Outcome,
+    chat_body,
+    engine_pid,
+    import_model,
+    start_daemon,
+    tree_fds,
+    tree_pids,
+    tree_rss,
 )
 
 SECOND = "tiny-b:f32"
@@ -62,8 +71,25 @@ MIB = 1 << 20
 LEAK_BOUND_MIB_PER_MIN = 0.05
 LEAK_WINDOW_MIN = 40
 #: Two-sided 95 % quantiles of Student's t for small degrees of freedom (1.96 beyond the table).
-T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 12: 2.18,
-       15: 2.13, 20: 2.09, 25: 2.06, 30: 2.04, 40: 2.02, 60: 2.00}
+T95 = {
+    1: 12.71,
+    2: 4.30,
+    3: 3.18,
+    4: 2.78,
+    5: 2.57,
+    6: 2.45,
+    7: 2.36,
+    8: 2.31,
+    9: 2.26,
+    10: 2.23,
+    12: 2.18,
+    15: 2.13,
+    20: 2.09,
+    25: 2.06,
+    30: 2.04,
+    40: 2.02,
+    60: 2.00,
+}
 
 
 class Churn(threading.Thread):
@@ -92,10 +118,19 @@ class Churn(threading.Thread):
             response = client.post("/v1/chat/completions", json=chat_body(f"{op} question", model=model, max_tokens=8))
             ok = response.status_code == 200
             usage = response.json().get("usage", {}) if ok else {}
-            self.outcomes.append(Outcome(op, response.status_code, response.headers.get("x-request-id"), ok,
-                                         response.headers.get("x-cache"), None if ok else response.text[:300],
-                                         time.monotonic() - started, int(usage.get("prompt_tokens") or 0),
-                                         int(usage.get("completion_tokens") or 0)))
+            self.outcomes.append(
+                Outcome(
+                    op,
+                    response.status_code,
+                    response.headers.get("x-request-id"),
+                    ok,
+                    response.headers.get("x-cache"),
+                    None if ok else response.text[:300],
+                    time.monotonic() - started,
+                    int(usage.get("prompt_tokens") or 0),
+                    int(usage.get("completion_tokens") or 0),
+                )
+            )
             return response
 
     def revoke_cycle(self, n: int) -> None:
@@ -181,14 +216,26 @@ def run(args: argparse.Namespace) -> int:
     probe = {}
     if args.heap_log:  # the daemon logs its C heap once a minute (tests/bench/heap_probe)
         folder = str(Path(__file__).resolve().parent / "heap_probe")
-        probe = {"SOAK_HEAP_LOG": str(Path(args.heap_log).resolve()),
-                 "PYTHONPATH": os.pathsep.join(filter(None, [folder, os.environ.get("PYTHONPATH")]))}
-    daemon = start_daemon(base, APPLIANCE_ENGINE_PARALLEL="4", APPLIANCE_QUEUE_SIZE="256",
-                          APPLIANCE_CACHE_MAX_ENTRIES=str(args.cache_entries),
-                          APPLIANCE_ALLOCATOR=args.allocator, **probe)
+        probe = {
+            "SOAK_HEAP_LOG": str(Path(args.heap_log).resolve()),
+            "PYTHONPATH": os.pathsep.join(filter(None, [folder, os.environ.get("PYTHONPATH")])),
+        }
+    daemon = start_daemon(
+        base,
+        APPLIANCE_ENGINE_PARALLEL="4",
+        APPLIANCE_QUEUE_SIZE="256",
+        APPLIANCE_CACHE_MAX_ENTRIES=str(args.cache_entries),
+        APPLIANCE_ALLOCATOR=args.allocator,
+        **probe,
+    )
     checks: dict[str, tuple[bool, str]] = {}
-    report: dict = {"minutes": args.minutes, "threads": args.threads, "cache_max_entries": args.cache_entries, "allocator": args.allocator,
-                    "load_avg_start": os.getloadavg()}
+    report: dict = {
+        "minutes": args.minutes,
+        "threads": args.threads,
+        "cache_max_entries": args.cache_entries,
+        "allocator": args.allocator,
+        "load_avg_start": os.getloadavg(),
+    }
     try:
         import_model(daemon, make_tiny_gguf(base / "tiny.gguf"), TINY)
         import_model(daemon, make_tiny_gguf(base / "tiny-b.gguf", seed=7), SECOND)
@@ -212,9 +259,12 @@ def run(args: argparse.Namespace) -> int:
             if time.monotonic() >= next_sample:
                 samples.append(sample(daemon, tiny_engine))
                 s = samples[-1]
-                print(f"  t={s['t'] - started:5.0f}s requests={len(mixed.outcomes):6d} daemon {s['daemon_rss'] / MIB:6.1f} MiB "
-                      f"{s['daemon_fds']} fds | engine {s['engine_rss'] / MIB:6.1f} MiB | tree {s['tree_rss'] / MIB:6.1f} MiB "
-                      f"{s['tree_fds']} fds {s['processes']} procs", flush=True)
+                print(
+                    f"  t={s['t'] - started:5.0f}s requests={len(mixed.outcomes):6d} daemon {s['daemon_rss'] / MIB:6.1f} MiB "
+                    f"{s['daemon_fds']} fds | engine {s['engine_rss'] / MIB:6.1f} MiB | tree {s['tree_rss'] / MIB:6.1f} MiB "
+                    f"{s['tree_fds']} fds {s['processes']} procs",
+                    flush=True,
+                )
                 next_sample += SAMPLE_EVERY_S
         for c in churn:
             c.stop_event.set()
@@ -234,14 +284,24 @@ def run(args: argparse.Namespace) -> int:
             entry["n"] += 1
             entry["failed"] += not o.acknowledged
             entry["latency"].append(o.seconds)
-        report["requests"] = {op: {"n": e["n"], "failed": e["failed"], "p50_ms": round(percentile(e["latency"], 0.5) * 1000, 1),
-                                   "p95_ms": round(percentile(e["latency"], 0.95) * 1000, 1)} for op, e in sorted(by_op.items())}
+        report["requests"] = {
+            op: {
+                "n": e["n"],
+                "failed": e["failed"],
+                "p50_ms": round(percentile(e["latency"], 0.5) * 1000, 1),
+                "p95_ms": round(percentile(e["latency"], 0.95) * 1000, 1),
+            }
+            for op, e in sorted(by_op.items())
+        }
         report["requests_per_second"] = round(len(every) / elapsed, 1)
         report["cache"] = {tier: sum(1 for o in every if o.cache == tier) for tier in ("exact", "semantic", "miss", None)}
-        report["churn"] = {event: sum(1 for c in churn for e in c.events if e == event) for event in ("revoked", "load", "unload")}
+        report["churn"] = {
+            event: sum(1 for c in churn for e in c.events if e == event) for event in ("revoked", "load", "unload")
+        }
         checks["no request that should succeed failed"] = (
             not failed and not churn_failures,
-            f"{len(every)} requests, {len(failed)} failed {[asdict(o) for o in failed[:3]]}, churn problems {churn_failures[:3]}")
+            f"{len(every)} requests, {len(failed)} failed {[asdict(o) for o in failed[:3]]}, churn problems {churn_failures[:3]}",
+        )
 
         # -- ledger = client-side counts
         with daemon.admin() as admin:
@@ -249,13 +309,22 @@ def run(args: argparse.Namespace) -> int:
             mine = admin.get("/admin/usage", params={"key": key[:12], "format": "json"}).json()["totals"]
             everything = admin.get("/admin/usage", params={"format": "json"}).json()["totals"]
         load_key = [o for o in outcomes] + [o for o in churn_outcomes if o.op == "second-model"]
-        client = {"requests": len(load_key), "prompt_tokens": sum(o.prompt_tokens for o in load_key),
-                  "completion_tokens": sum(o.completion_tokens for o in load_key)}
+        client = {
+            "requests": len(load_key),
+            "prompt_tokens": sum(o.prompt_tokens for o in load_key),
+            "completion_tokens": sum(o.completion_tokens for o in load_key),
+        }
         ledger = {k: mine[k] for k in client}
-        report["ledger"] = {"load key": ledger, "client": client, "all requests": everything["requests"], "all client": len(every)}
+        report["ledger"] = {
+            "load key": ledger,
+            "client": client,
+            "all requests": everything["requests"],
+            "all client": len(every),
+        }
         checks["ledger equals the client-side count"] = (
             ledger == client and mine["failed"] == 0 and everything["requests"] == len(every),
-            f"ledger {ledger} (failed {mine['failed']}), clients {client}; all: ledger {everything['requests']}, clients {len(every)}")
+            f"ledger {ledger} (failed {mine['failed']}), clients {client}; all: ledger {everything['requests']}, clients {len(every)}",
+        )
 
         # -- memory and descriptors
         report["rss_per_minute_mib"] = {}
@@ -268,11 +337,18 @@ def run(args: argparse.Namespace) -> int:
                 high <= LEAK_BOUND_MIB_PER_MIN,
                 f"over minutes {window[0][0] if window else 0:.0f}-{window[-1][0] if window else 0:.0f}: slope {slope:+.3f} MiB/min, "
                 f"95% interval [{low:+.3f}, {high:+.3f}] (bound {LEAK_BOUND_MIB_PER_MIN}); "
-                f"{window[0][1] if window else 0:.1f} -> {window[-1][1] if window else 0:.1f} MiB")
+                f"{window[0][1] if window else 0:.1f} -> {window[-1][1] if window else 0:.1f} MiB",
+            )
             first, last = thirds(samples, f"{name}_fds")
-            checks[f"{name} file descriptors stable"] = (max(last) <= max(first) + 16, f"first third max {max(first)}, last third max {max(last)}")
+            checks[f"{name} file descriptors stable"] = (
+                max(last) <= max(first) + 16,
+                f"first third max {max(first)}, last third max {max(last)}",
+            )
         first, last = thirds(samples, "tree_rss")
-        report["tree_rss_mib"] = {"first_third": round(statistics.mean(first) / MIB, 1), "last_third": round(statistics.mean(last) / MIB, 1)}
+        report["tree_rss_mib"] = {
+            "first_third": round(statistics.mean(first) / MIB, 1),
+            "last_third": round(statistics.mean(last) / MIB, 1),
+        }
         report["samples"] = len(samples)
     finally:
         code = daemon.stop(120)
@@ -288,8 +364,11 @@ def run(args: argparse.Namespace) -> int:
     for name, (ok, detail) in checks.items():
         print(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"report": report, "checks": {k: {"ok": v[0], "detail": v[1]} for k, v in checks.items()}},
-                                              indent=1, default=str))
+        Path(args.json).write_text(
+            json.dumps(
+                {"report": report, "checks": {k: {"ok": v[0], "detail": v[1]} for k, v in checks.items()}}, indent=1, default=str
+            )
+        )
     return 0 if all(ok for ok, _ in checks.values()) else 1
 
 
@@ -297,13 +376,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=10.0, help="how long to load the daemon (default 10)")
     parser.add_argument("--threads", type=int, default=4, help="load clients on the main key (default 4)")
-    parser.add_argument("--cache-entries", type=int, default=2000,
-                        help="APPLIANCE_CACHE_MAX_ENTRIES (default 2000: the response cache, whose semantic index lives in "
-                             "memory, is full within the first minutes, so growth after that is a leak, not the cache filling)")
+    parser.add_argument(
+        "--cache-entries",
+        type=int,
+        default=2000,
+        help="APPLIANCE_CACHE_MAX_ENTRIES (default 2000: the response cache, whose semantic index lives in "
+        "memory, is full within the first minutes, so growth after that is a leak, not the cache filling)",
+    )
     parser.add_argument("--dir", help="folder for the daemon's data (default: a new temporary folder)")
     parser.add_argument("--json", help="also write the report and checks to this file")
-    parser.add_argument("--heap-log", help="the daemon appends its RSS and glibc heap figures (mallinfo2) to this file each minute "
-                                           "(glibc's figures mean something with --allocator system only)")
+    parser.add_argument(
+        "--heap-log",
+        help="the daemon appends its RSS and glibc heap figures (mallinfo2) to this file each minute "
+        "(glibc's figures mean something with --allocator system only)",
+    )
     parser.add_argument("--allocator", choices=("jemalloc", "system"), default="jemalloc", help="the daemon's allocator setting")
     return run(parser.parse_args(argv))
 

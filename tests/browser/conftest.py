@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from tests.daemon import RunningDaemon, start_daemon
 
 CHROMIUM = Path(os.environ.get("APPLIANCE_TEST_CHROMIUM", "/usr/bin/chromium"))
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "test-artifacts" / "screenshots"
 DOCS_SHOTS = ROOT / "docs" / "screenshots"
@@ -37,8 +43,8 @@ playwright_sync = pytest.importorskip("playwright.sync_api", reason="playwright 
 
 @pytest.fixture(scope="session")
 def console_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
-    from appliance.db.engine import make_engine
     from appliance.accounts.users import create_user, ensure_initial_admin
+    from appliance.db.engine import make_engine
 
     running = start_daemon(tmp_path_factory.mktemp("console"), APPLIANCE_ALLOW_PRIVATE_PULL_HOSTS='["127.0.0.1"]')
     engine = make_engine(running.data_dir / "appliance.db")

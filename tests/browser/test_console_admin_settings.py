@@ -31,8 +31,10 @@ def _key(console_daemon, name: str, **fields: object) -> tuple[int, str]:
 
 
 def _complete(api: httpx.Client, model: str = MODEL, **fields: object) -> httpx.Response:
-    return api.post("/v1/completions", json={"model": model, "prompt": "The capital of France is", "max_tokens": 4,
-                                             "temperature": 0.7, **fields})
+    return api.post(
+        "/v1/completions",
+        json={"model": model, "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0.7, **fields},
+    )
 
 
 def test_a_price_set_in_the_console_prices_the_next_request(signed_in, console_daemon):
@@ -195,15 +197,21 @@ def test_quantize_from_the_console_runs_as_a_job_and_installs_the_variant(signed
     row.locator("[data-testid=quantize-to]").select_option("q8_0")
     row.locator("[data-testid=quantize-submit]").click()
     s.page.locator("#jobs [data-testid=job-progress]").first.wait_for()
-    s.page.wait_for_function("() => { const p = document.querySelector('#jobs [data-testid=job-percent]');"
-                             " return p && p.textContent.trim() === '100%' }", timeout=120_000)
+    s.page.wait_for_function(
+        "() => { const p = document.querySelector('#jobs [data-testid=job-percent]');"
+        " return p && p.textContent.trim() === '100%' }",
+        timeout=120_000,
+    )
     s.page.wait_for_selector("#installed tr[data-model='tinyq:q8_0']", timeout=60_000)
     with console_daemon.admin() as admin:
         info = admin.get("/admin/models/tinyq:q8_0").json()
     assert (info["status"], info["parent"], info["quantization"].lower()) == ("ready", "tinyq:f32", "q8_0")
     # a target the quantizer refuses answers at once, nothing started
-    refused = s.page.request.post(console_daemon.url + "/models/quantize", form={"name": "tinyq:f32", "to": "q9_z"},
-                                  headers={"X-CSRF-Token": s.csrf(), "HX-Request": "true"})
+    refused = s.page.request.post(
+        console_daemon.url + "/models/quantize",
+        form={"name": "tinyq:f32", "to": "q9_z"},
+        headers={"X-CSRF-Token": s.csrf(), "HX-Request": "true"},
+    )
     assert refused.status == 400 and "unknown target" in refused.text()
     s.goto("/audit")
     assert "model.quantize" in s.page.locator("table").inner_text()
@@ -235,11 +243,17 @@ def test_viewers_and_operators_see_no_admin_setting_controls_and_are_refused(sig
     s.goto("/models")
     assert s.page.locator("[data-testid=quantize-submit], details.quantize").count() == 0
     token = s.csrf()
-    for path, form in (("/prices/set", {"model": "*", "input_per_m": "1"}), ("/prices/clear", {"model": "*"}),
-                       ("/aliases/set", {"name": "sneaky", "target": MODEL}), ("/aliases/delete", {"name": "sneaky"}),
-                       ("/cache/policy", {"enabled": "on"}), ("/cache/policies/set", {"subject": "key:1", "enabled": "off"}),
-                       ("/cache/policies/clear", {"subject": "key:1"}), ("/quotas/key:1", {"requests_per_minute": "1"}),
-                       ("/models/quantize", {"name": MODEL, "to": "q8_0"})):
+    for path, form in (
+        ("/prices/set", {"model": "*", "input_per_m": "1"}),
+        ("/prices/clear", {"model": "*"}),
+        ("/aliases/set", {"name": "sneaky", "target": MODEL}),
+        ("/aliases/delete", {"name": "sneaky"}),
+        ("/cache/policy", {"enabled": "on"}),
+        ("/cache/policies/set", {"subject": "key:1", "enabled": "off"}),
+        ("/cache/policies/clear", {"subject": "key:1"}),
+        ("/quotas/key:1", {"requests_per_minute": "1"}),
+        ("/models/quantize", {"name": MODEL, "to": "q8_0"}),
+    ):
         response = s.page.request.post(console_daemon.url + path, form=form, headers={"X-CSRF-Token": token})
         assert response.status == 403, (path, response.status)
     with console_daemon.admin() as admin:
@@ -250,8 +264,12 @@ def test_viewers_and_operators_see_no_admin_setting_controls_and_are_refused(sig
 def test_admin_setting_forms_need_the_csrf_token(signed_in, console_daemon):
     s = signed_in("alice")
     s.goto("/prices")
-    for path, form in (("/prices/set", {"model": "*", "input_per_m": "1"}), ("/aliases/set", {"name": "x", "target": MODEL}),
-                       ("/cache/policies/set", {"subject": "key:1", "enabled": "off"}), ("/models/quantize", {"name": MODEL, "to": "q8_0"})):
+    for path, form in (
+        ("/prices/set", {"model": "*", "input_per_m": "1"}),
+        ("/aliases/set", {"name": "x", "target": MODEL}),
+        ("/cache/policies/set", {"subject": "key:1", "enabled": "off"}),
+        ("/models/quantize", {"name": MODEL, "to": "q8_0"}),
+    ):
         response = s.page.request.post(console_daemon.url + path, form=form)
         assert response.status == 403, (path, response.status)
     with console_daemon.admin() as admin:

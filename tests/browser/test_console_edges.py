@@ -6,18 +6,16 @@ wide tables at 390 px."""
 from __future__ import annotations
 
 import http.server
-import json
 import sqlite3
 import threading
 import time
-from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from appliance.webui.key_table import month_start
-from tests.browser.conftest import NARROW, WIDE, USERS, sign_in
+from tests.browser.conftest import NARROW, USERS, WIDE, sign_in
 from tests.ggufkit import make_tiny_gguf
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -33,8 +31,10 @@ def _count(console_daemon, sql: str, *args: object) -> int:
 
 
 def _active_element(page) -> dict[str, str]:
-    return page.evaluate("() => { const a = document.activeElement; return {tag: a ? a.tagName : '', id: a ? a.id : '',"
-                         " cls: a ? a.className : '', text: a ? (a.textContent || '').trim().slice(0, 80) : ''} }")
+    return page.evaluate(
+        "() => { const a = document.activeElement; return {tag: a ? a.tagName : '', id: a ? a.id : '',"
+        " cls: a ? a.className : '', text: a ? (a.textContent || '').trim().slice(0, 80) : ''} }"
+    )
 
 
 def _feedback_beside(page, control_selector: str, text: str) -> None:
@@ -44,7 +44,7 @@ def _feedback_beside(page, control_selector: str, text: str) -> None:
     assert slot.get_attribute("role") == "status" and slot.get_attribute("aria-live") == "polite"
     box, form = slot.bounding_box(), page.locator(control_selector).bounding_box()
     height = page.viewport_size["height"]
-    assert box and 0 <= box["y"] and box["y"] + box["height"] <= height, (box, height)
+    assert box and box["y"] >= 0 and box["y"] + box["height"] <= height, (box, height)
     assert 0 <= box["y"] - (form["y"] + form["height"]) < 40, (box, form)
     assert page.locator("#errors").inner_text().strip() == ""  # nothing at the top of the page
 
@@ -130,7 +130,7 @@ def slow_model_server(tmp_path) -> Iterator[str]:
             self.end_headers()
             try:
                 for start in range(0, len(data), 4096):
-                    self.wfile.write(data[start:start + 4096])
+                    self.wfile.write(data[start : start + 4096])
                     self.wfile.flush()
                     time.sleep(0.25)
             except (BrokenPipeError, ConnectionResetError):
@@ -165,8 +165,11 @@ def test_feedback_appears_next_to_its_form_in_a_live_region(tabs):
     _feedback_beside(s.page, "tr[data-team='edges-feedback'] form[hx-post='/quotas/team:edges-feedback']", "must be a number")
     team.locator("input[name=tokens_per_day]").fill("5000")
     team.locator("button", has_text="Save quota").click()
-    _feedback_beside(s.page, "tr[data-team='edges-feedback'] form[hx-post='/quotas/team:edges-feedback']",
-                     "Quota of team:edges-feedback saved.")
+    _feedback_beside(
+        s.page,
+        "tr[data-team='edges-feedback'] form[hx-post='/quotas/team:edges-feedback']",
+        "Quota of team:edges-feedback saved.",
+    )
 
 
 def test_each_disruptive_action_asks_first_and_does_nothing_when_dismissed(tabs, console_daemon):
@@ -195,8 +198,11 @@ def test_each_disruptive_action_asks_first_and_does_nothing_when_dismissed(tabs,
         done = threading.Event()
 
         def stream() -> None:
-            with api.stream("POST", "/v1/completions", json={"model": "default", "prompt": "Once upon a time", "max_tokens": 400,
-                                                               "temperature": 0, "stream": True}) as response:
+            with api.stream(
+                "POST",
+                "/v1/completions",
+                json={"model": "default", "prompt": "Once upon a time", "max_tokens": 400, "temperature": 0, "stream": True},
+            ) as response:
                 for _line in response.iter_lines():
                     done.set()
 
@@ -210,14 +216,19 @@ def test_each_disruptive_action_asks_first_and_does_nothing_when_dismissed(tabs,
         worker.join(300)
     d.goto("/models")
     unloaded_name = d.page.locator("#installed tr:has(.badge.ok) strong").first.inner_text()
-    d.page.locator(f"#installed tr[data-model='{unloaded_name}'] form[hx-post='/models/unload'] button").click()  # idle: no question
+    d.page.locator(
+        f"#installed tr[data-model='{unloaded_name}'] form[hx-post='/models/unload'] button"
+    ).click()  # idle: no question
     d.page.wait_for_selector(f"#installed tr[data-model='{unloaded_name}'] form[hx-post='/models/load']")
     d.goto("/models")
     assert "Delete" in d.ask(f"#installed tr[data-model='{unloaded_name}'] form[hx-post='/models/delete'] button")
     assert len(d.questions) == 8
     assert _count(console_daemon, "SELECT count(*) FROM api_keys WHERE prefix = ? AND revoked_at IS NULL", secret[:12]) == 1
     assert _count(console_daemon, "SELECT count(*) FROM teams WHERE name = 'edges-keep' AND deleted_at IS NULL") == 1
-    assert _count(console_daemon, "SELECT count(*) FROM users WHERE username = 'edges-victim' AND role = 'viewer' AND NOT disabled") == 1
+    assert (
+        _count(console_daemon, "SELECT count(*) FROM users WHERE username = 'edges-victim' AND role = 'viewer' AND NOT disabled")
+        == 1
+    )
     assert _count(console_daemon, "SELECT count(*) FROM audit_log WHERE action IN ('cache.purge', 'model.delete')") == 0
     d.goto("/models")
     assert d.page.locator(f"#installed tr[data-model='{unloaded_name}']").count() == 1
@@ -231,8 +242,10 @@ def _start_slow_pull(s, url: str, name: str):
     s.page.click("[data-testid=pull-submit]")
     job = s.page.locator("#jobs .job-wrap").first
     job.locator("button", has_text="Cancel").wait_for(timeout=30_000)
-    s.page.wait_for_function("() => { const p = document.querySelector('#jobs [data-testid=job-progress]');"
-                             " return p && Number(p.value) > 0 }", timeout=60_000)
+    s.page.wait_for_function(
+        "() => { const p = document.querySelector('#jobs [data-testid=job-progress]'); return p && Number(p.value) > 0 }",
+        timeout=60_000,
+    )
     return job
 
 
@@ -267,8 +280,9 @@ def test_cancel_a_running_pull_and_clear_finished_jobs(signed_in, console_daemon
     assert s.page.locator("#jobs .job").count() == 0
 
 
-def test_a_cancel_answered_after_the_live_update_ended_the_job_is_still_acknowledged(signed_in, console_daemon,
-                                                                                    slow_model_server):
+def test_a_cancel_answered_after_the_live_update_ended_the_job_is_still_acknowledged(
+    signed_in, console_daemon, slow_model_server
+):
     """The race that made the acknowledgement vanish: the answer to Cancel is held back until the progress
     stream has shown the job cancelled (a slow network), and still shows in the card."""
     s = signed_in("alice")
@@ -297,14 +311,19 @@ def test_delete_a_team_and_a_user_but_never_oneself(tabs, console_daemon):
         key = admin.post("/admin/keys/", json={"name": "edges-team-key", "team_id": team_id}).json()
     s.goto("/keys")
     s.page.click("[data-testid=delete-team-edges-gone]")  # the confirmation is accepted
-    _feedback_beside(s.page, "tr[data-team='edges-gone'] form[hx-post='/teams/edges-gone/delete']",
-                     "still has 1 active key; revoke them or move them to another team first")
+    _feedback_beside(
+        s.page,
+        "tr[data-team='edges-gone'] form[hx-post='/teams/edges-gone/delete']",
+        "still has 1 active key; revoke them or move them to another team first",
+    )
     s.page.click(f"[data-testid=revoke-{key['prefix']}]")
     s.page.wait_for_selector(f"tr[data-key='{key['prefix']}']", state="detached")
     s.page.click("[data-testid=delete-team-edges-gone]")
     s.page.wait_for_selector("tr[data-team='edges-gone']", state="detached")
     s.page.locator("section[aria-label=Teams] .feedback", has_text="Team edges-gone deleted").wait_for()
-    assert _count(console_daemon, "SELECT count(*) FROM audit_log WHERE action = 'team.delete' AND target = 'team:edges-gone'") == 1
+    assert (
+        _count(console_daemon, "SELECT count(*) FROM audit_log WHERE action = 'team.delete' AND target = 'team:edges-gone'") == 1
+    )
 
     s.goto("/users")
     s.page.fill("form[hx-post='/users/create'] input[name=username]", "edges-temp")
@@ -317,7 +336,9 @@ def test_delete_a_team_and_a_user_but_never_oneself(tabs, console_daemon):
     # no Delete for oneself; a request made anyway (a stale or crafted page) is refused with the reason
     assert s.page.locator("tr[data-user='alice'] button").count() == 0
     my_id = _count(console_daemon, "SELECT id FROM users WHERE username = 'alice'")
-    refused = s.page.request.post(f"{console_daemon.url}/users/{my_id}/delete", headers={"X-CSRF-Token": s.csrf(), "HX-Request": "true"})
+    refused = s.page.request.post(
+        f"{console_daemon.url}/users/{my_id}/delete", headers={"X-CSRF-Token": s.csrf(), "HX-Request": "true"}
+    )
     assert refused.status == 409 and "You cannot delete yourself; ask another admin." in refused.text()
     assert _count(console_daemon, "SELECT count(*) FROM users WHERE username = 'alice'") == 1
 
@@ -330,8 +351,12 @@ def test_keys_table_shows_limits_and_spend_matching_admin_usage(signed_in, conso
         admin.put(f"/admin/quotas/key:{prefix}", json={"tokens_per_month": 50_000, "cost_per_month": 3}).raise_for_status()
     with console_daemon.client(secret) as api:
         for prompt in ("The sky is", "Water boils at"):
-            assert api.post("/v1/completions", json={"model": "default", "prompt": prompt, "max_tokens": 8,
-                                                     "temperature": 0.7}).status_code == 200
+            assert (
+                api.post(
+                    "/v1/completions", json={"model": "default", "prompt": prompt, "max_tokens": 8, "temperature": 0.7}
+                ).status_code
+                == 200
+            )
     with console_daemon.admin() as admin:
         report = admin.get("/admin/usage", params={"by": "key", "since": str(month_start())}).json()
     row = next(r for r in report["rows"] if r["key"] == prefix)
@@ -363,7 +388,9 @@ def test_skip_link_focus_after_swaps_and_narrow_tables(signed_in, console_daemon
     s.page.keyboard.press("Enter")
     s.page.wait_for_selector("tr[data-team='edges-focus']")
     s.page.wait_for_timeout(200)
-    after = s.page.evaluate("() => { const a = document.activeElement; return a && a.matches(\"form[hx-post='/teams/create'] input[name=name]\") }")
+    after = s.page.evaluate(
+        "() => { const a = document.activeElement; return a && a.matches(\"form[hx-post='/teams/create'] input[name=name]\") }"
+    )
     assert after, _active_element(s.page)
     # a control that is gone after the swap (the deleted team's button): focus goes to the message, not <body>
     s.page.focus("[data-testid=delete-team-edges-focus]")
@@ -377,9 +404,11 @@ def test_skip_link_focus_after_swaps_and_narrow_tables(signed_in, console_daemon
     s.page.wait_for_timeout(200)
     wrap = s.page.locator("section[aria-label='API keys'] .table-wrap")
     assert "scrollable" in (wrap.get_attribute("class") or "") and wrap.get_attribute("tabindex") == "0"
-    hint = s.page.evaluate("() => getComputedStyle(document.querySelector(\"section[aria-label='API keys'] .table-wrap\"), '::before').content")
+    hint = s.page.evaluate(
+        "() => getComputedStyle(document.querySelector(\"section[aria-label='API keys'] .table-wrap\"), '::before').content"
+    )
     assert "Scroll sideways" in hint
     revoke = s.page.locator("section[aria-label='API keys'] button", has_text="Revoke").first
     box = revoke.bounding_box()
-    assert box and 0 <= box["x"] and box["x"] + box["width"] <= NARROW, box
+    assert box and box["x"] >= 0 and box["x"] + box["width"] <= NARROW, box
     assert s.page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0

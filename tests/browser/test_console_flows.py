@@ -21,7 +21,7 @@ from tests.ggufkit import make_tiny_gguf
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-HOSTILE_TEMPLATE = "{{ bos_token }}<script>window.__pwned = 1</script><img src=x onerror=\"window.__pwned=2\">"
+HOSTILE_TEMPLATE = '{{ bos_token }}<script>window.__pwned = 1</script><img src=x onerror="window.__pwned=2">'
 
 
 def test_first_run_forces_a_password_change(chromium, console_daemon):
@@ -97,7 +97,7 @@ class _SlowFile(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         for start in range(0, len(data), self.chunk):
-            self.wfile.write(data[start:start + self.chunk])
+            self.wfile.write(data[start : start + self.chunk])
             self.wfile.flush()
             time.sleep(self.pause)
 
@@ -154,8 +154,11 @@ def test_playground_streams_text_from_the_default_model(signed_in):
     s.page.fill("[data-testid=prompt]", "The three primary colours are")
     s.page.click("[data-testid=send]")
     text = s.page.locator("[data-testid=assistant-text]").last
-    s.page.wait_for_function("() => { const t = document.querySelectorAll('[data-testid=assistant-text]');"
-                             " return t.length && t[t.length - 1].textContent.trim().length > 0 }", timeout=120_000)
+    s.page.wait_for_function(
+        "() => { const t = document.querySelectorAll('[data-testid=assistant-text]');"
+        " return t.length && t[t.length - 1].textContent.trim().length > 0 }",
+        timeout=120_000,
+    )
     s.page.locator("[data-testid=usage-done]").last.wait_for(timeout=120_000)
     assert text.inner_text().strip()
     usage = s.page.locator("[data-testid=usage-line]").last.inner_text()
@@ -173,9 +176,14 @@ def test_viewer_sees_no_admin_actions_and_is_refused_them(signed_in, console_dae
     assert "Playground" not in s.page.locator("nav").inner_text()
     assert "Users" not in s.page.locator("nav").inner_text()
     token = s.csrf()
-    for path, form in (("/keys/create", {"name": "sneaky"}), ("/models/load", {"name": "default"}),
-                       ("/models/pull", {"url": "http://127.0.0.1:9/x.gguf"}), ("/users/create", {"username": "eve"}),
-                       ("/cache/purge", {}), ("/playground/send", {"model": "default", "prompt": "hi"})):
+    for path, form in (
+        ("/keys/create", {"name": "sneaky"}),
+        ("/models/load", {"name": "default"}),
+        ("/models/pull", {"url": "http://127.0.0.1:9/x.gguf"}),
+        ("/users/create", {"username": "eve"}),
+        ("/cache/purge", {}),
+        ("/playground/send", {"model": "default", "prompt": "hi"}),
+    ):
         response = s.page.request.post(console_daemon.url + path, form=form, headers={"X-CSRF-Token": token})
         assert response.status == 403, (path, response.status)
     assert s.page.request.get(console_daemon.url + "/playground").status == 403

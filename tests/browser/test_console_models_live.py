@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from tests.browser.conftest import USERS, WIDE, Session, sign_in
 from tests.daemon import RunningDaemon
-from tests.reliability.kit import import_model
 from tests.ggufkit import make_tiny_gguf
+from tests.reliability.kit import import_model
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -46,11 +46,16 @@ def models(console_daemon: RunningDaemon, tmp_path_factory: pytest.TempPathFacto
     with console_daemon.admin() as admin:
         installed = {m["name"] for m in admin.get("/admin/models/").json()}
     if CHAT_MODEL not in installed:
-        import_model(console_daemon, make_tiny_gguf(folder / "live-chat.gguf", chat_template=CHAT_TEMPLATE, seed=7), CHAT_MODEL,
-                     timeout=60)
+        import_model(
+            console_daemon, make_tiny_gguf(folder / "live-chat.gguf", chat_template=CHAT_TEMPLATE, seed=7), CHAT_MODEL, timeout=60
+        )
     if BROKEN_MODEL not in installed:
-        import_model(console_daemon, make_tiny_gguf(folder / "live-broken.gguf", seed=8, omit_tensors=("blk.1.ffn_down.weight",)),
-                     BROKEN_MODEL, timeout=60)
+        import_model(
+            console_daemon,
+            make_tiny_gguf(folder / "live-broken.gguf", seed=8, omit_tensors=("blk.1.ffn_down.weight",)),
+            BROKEN_MODEL,
+            timeout=60,
+        )
     return console_daemon
 
 
@@ -59,8 +64,9 @@ def browser_session(chromium: object, models: RunningDaemon) -> Iterator[callabl
     """Like ``signed_in``, but the test decides what each confirmation dialog gets, and load phases are recorded."""
     made: list[Session] = []
 
-    def make(username: str = "alice", dialogs: list[str] | None = None, accept: bool = True,
-             expected_status: int | None = None) -> Session:
+    def make(
+        username: str = "alice", dialogs: list[str] | None = None, accept: bool = True, expected_status: int | None = None
+    ) -> Session:
         """``expected_status``: an HTTP error the test provokes on purpose (Chromium logs it as a console error)."""
         context = chromium.new_context(viewport={"width": WIDE, "height": 900})
         page = context.new_page()
@@ -168,15 +174,18 @@ def test_catalog_search_narrows_the_list_in_place(browser_session):
     assert families.first.get_attribute("data-family") == "gemma-3-270m"
     assert s.page.evaluate("window.__sseOpen") == 1  # narrowed in place: the page was not reloaded
     s.page.select_option("[data-testid=catalog-format]", "safetensors")
-    s.page.wait_for_function("() => { const cells = [...document.querySelectorAll('#catalog tr[data-variant] td:nth-child(2)')];"
-                             " return cells.length > 0 && cells.every((c) => c.textContent.trim().startsWith('safetensors')) }")
+    s.page.wait_for_function(
+        "() => { const cells = [...document.querySelectorAll('#catalog tr[data-variant] td:nth-child(2)')];"
+        " return cells.length > 0 && cells.every((c) => c.textContent.trim().startsWith('safetensors')) }"
+    )
     s.page.fill("[data-testid=catalog-q]", "no-such-model")
     s.page.wait_for_selector("[data-testid=catalog-empty]")
     s.page.select_option("[data-testid=catalog-format]", "")
     s.page.fill("[data-testid=catalog-q]", "")
     s.page.check("[data-testid=catalog-fits]")
-    s.page.wait_for_function("() => { const n = document.querySelectorAll('#catalog details.family').length;"
-                             f" return n > 0 && n < {everything} }}")
+    s.page.wait_for_function(
+        f"() => {{ const n = document.querySelectorAll('#catalog details.family').length; return n > 0 && n < {everything} }}"
+    )
     badges = s.page.locator("#catalog tr[data-variant] .badge[class*=fit-]").all_inner_texts()
     assert badges and all(b in ("fits", "tight fit") for b in badges), badges
     s.shoot("models-catalog-search")
@@ -249,8 +258,10 @@ def test_stop_cancels_the_running_request(browser_session, models):
     s.page.fill("[data-testid=prompt]", "Here is a very long story about the sea. Chapter one.")
     before = {row[0] for row in _ledger(models)}
     s.page.click("[data-testid=send]")
-    s.page.wait_for_function("() => { const t = document.querySelector('[data-testid=assistant-text]');"
-                             " return t && t.textContent.length > 20 }", timeout=120_000)
+    s.page.wait_for_function(
+        "() => { const t = document.querySelector('[data-testid=assistant-text]'); return t && t.textContent.length > 20 }",
+        timeout=120_000,
+    )
     s.page.click("[data-testid=stop]")
     s.page.locator("[data-testid=stopped]").wait_for(timeout=15_000)
     deadline = time.monotonic() + 10
@@ -263,8 +274,9 @@ def test_stop_cancels_the_running_request(browser_session, models):
         deadline = time.monotonic() + 5
         while True:  # the engine's sequence slot is free again: it stopped generating
             metrics = admin.get("/metrics").text
-            busy = [line for line in metrics.splitlines()
-                    if line.startswith('appliance_kv_slots_in_use{model="gemma-3-270m:q4_k_m"}')]
+            busy = [
+                line for line in metrics.splitlines() if line.startswith('appliance_kv_slots_in_use{model="gemma-3-270m:q4_k_m"}')
+            ]
             if busy and busy[0].rsplit(" ", 1)[1] in ("0", "0.0") or time.monotonic() > deadline:
                 break
             time.sleep(0.2)

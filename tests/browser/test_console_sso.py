@@ -29,7 +29,10 @@ def test_sign_in_with_the_provider_and_out_again(chromium, box):
     context = chromium.new_context(viewport={"width": WIDE, "height": 900})
     page = context.new_page()
     errors: list[str] = []
-    page.on("console", lambda m: errors.append(f"{page.url}: {m.text}") if m.type == "error" and page.url.startswith(daemon.url) else None)
+    page.on(
+        "console",
+        lambda m: errors.append(f"{page.url}: {m.text}") if m.type == "error" and page.url.startswith(daemon.url) else None,
+    )
     page.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
     try:
         page.goto(daemon.url + "/keys")  # signed out: sent to the sign-in page, which offers both ways in

@@ -13,8 +13,10 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 def _ask(base: str, secret: str, content: str) -> dict:
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {secret}"}, timeout=300) as client:
-        response = client.post("/v1/chat/completions", json={"model": "default", "messages": [{"role": "user", "content": content}],
-                                                             "max_tokens": 5, "temperature": 0})
+        response = client.post(
+            "/v1/chat/completions",
+            json={"model": "default", "messages": [{"role": "user", "content": content}], "max_tokens": 5, "temperature": 0},
+        )
         assert response.status_code == 200, response.text
         return response.json()["usage"]
 
@@ -77,7 +79,9 @@ def test_filters_change_figures_charts_and_address_and_back_restores(signed_in, 
     assert _figure(page, "total-completion") == sum(u["completion_tokens"] for u in red)
     red_chart = _chart_numbers(page, "chart-tokens")
     assert red_chart != unfiltered_chart
-    assert sum(int(v.replace(",", "")) for v in red_chart if v != "–") == sum(u["prompt_tokens"] + u["completion_tokens"] for u in red)
+    assert sum(int(v.replace(",", "")) for v in red_chart if v != "–") == sum(
+        u["prompt_tokens"] + u["completion_tokens"] for u in red
+    )
     assert page.locator("[data-testid=by-team] tbody tr").all_inner_texts()[0].startswith("usage-ui-red")
 
     _swapped(page, lambda: page.select_option("[data-testid=filter-team]", "usage-ui-blue"), "team=usage-ui-blue")

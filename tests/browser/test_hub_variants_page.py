@@ -5,8 +5,7 @@ downloads them."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -28,8 +27,10 @@ def hub_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaem
     from appliance.db.engine import make_engine
 
     base = tmp_path_factory.mktemp("hub-variants-page")
-    files = {f"{STEM}-{quant}.gguf": make_tiny_gguf(base / "src" / f"{quant}.gguf", seed=seed)
-             for seed, quant in enumerate(("Q8_0", "Q4_K_M", "IQ4_XS"))}
+    files = {
+        f"{STEM}-{quant}.gguf": make_tiny_gguf(base / "src" / f"{quant}.gguf", seed=seed)
+        for seed, quant in enumerate(("Q8_0", "Q4_K_M", "IQ4_XS"))
+    }
     with RangeServer() as cdn, HubServer(cdn) as hub:
         hub.add_repo(REPO, files)
         running = start_daemon(base, APPLIANCE_HUB_URL=hub.url, APPLIANCE_ALLOW_PRIVATE_PULL_HOSTS='["127.0.0.1"]')

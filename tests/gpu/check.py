@@ -51,8 +51,7 @@ class Check:
 
 
 def appliancectl(*args: str, env: dict[str, str]) -> tuple[int, str]:
-    done = subprocess.run([sys.executable, "-m", "appliance.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([sys.executable, "-m", "appliance.cli", *args], env=env, capture_output=True, text=True, timeout=120)
     return done.returncode, done.stdout if done.stdout.strip() else done.stderr
 
 
@@ -62,10 +61,15 @@ def doctor(check: Check, env: dict[str, str]) -> None:
     report = json.loads(out)
     gpus = report["hardware"]["gpus"]
     for g in gpus:
-        print(f"  GPU{g['index']}: {g['name']} ({g['vendor']}), {g['memory_free'] / GiB:.1f} of {g['memory_total'] / GiB:.1f} GiB free")
+        print(
+            f"  GPU{g['index']}: {g['name']} ({g['vendor']}), {g['memory_free'] / GiB:.1f} of {g['memory_total'] / GiB:.1f} GiB free"
+        )
     sw = report["software"]
-    print(f"  llama-cpp-python {sw['llamacpp_version']}, flavour {sw.get('llamacpp_flavour')}, "
-          f"GPU offload {sw.get('llamacpp_gpu_offload')}", flush=True)
+    print(
+        f"  llama-cpp-python {sw['llamacpp_version']}, flavour {sw.get('llamacpp_flavour')}, "
+        f"GPU offload {sw.get('llamacpp_gpu_offload')}",
+        flush=True,
+    )
     for f in report["findings"]:
         print(f"  {f['severity']:<7} {f['component']}: {f['message']}" + (f" (fix: {f['fix']})" if f.get("fix") else ""))
     check.expect(bool(gpus), "a GPU is detected")
@@ -83,9 +87,11 @@ def show_plan(check: Check, model: str, env: dict[str, str]) -> None:
     if p is None:
         print(f"  does not fit: {report['refusal']['reason']}")
         return
-    print(f"  {p['model']} on {p['backend']}, devices {p['devices']}, n_gpu_layers {p['n_gpu_layers']}, "
-          f"estimate {p['estimated_bytes'] / GiB:.2f} GiB, decode ~{p['decode_tps']} tok/s per stream at "
-          f"{p['parallel']} streams, prompt ~{p['prompt_tps']} tok/s")
+    print(
+        f"  {p['model']} on {p['backend']}, devices {p['devices']}, n_gpu_layers {p['n_gpu_layers']}, "
+        f"estimate {p['estimated_bytes'] / GiB:.2f} GiB, decode ~{p['decode_tps']} tok/s per stream at "
+        f"{p['parallel']} streams, prompt ~{p['prompt_tps']} tok/s"
+    )
     print(f"  reason: {p['reason']}", flush=True)
 
 
@@ -103,12 +109,19 @@ def free_port() -> int:
 
 def start_daemon(data_dir: Path, env: dict[str, str], timeout: float = 180.0) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    env = {**env, "APPLIANCE_PORT": str(port), "APPLIANCE_HOST": "127.0.0.1", "APPLIANCE_ENGINE_PARALLEL": str(max(STREAMS)),
-           "APPLIANCE_ENGINE_CONTEXT": "4096", "APPLIANCE_LOG_FORMAT": "text",
-           "APPLIANCE_CACHE_ENABLED": "false"}  # every request must reach the engine
+    env = {
+        **env,
+        "APPLIANCE_PORT": str(port),
+        "APPLIANCE_HOST": "127.0.0.1",
+        "APPLIANCE_ENGINE_PARALLEL": str(max(STREAMS)),
+        "APPLIANCE_ENGINE_CONTEXT": "4096",
+        "APPLIANCE_LOG_FORMAT": "text",
+        "APPLIANCE_CACHE_ENABLED": "false",
+    }  # every request must reach the engine
     log = (data_dir.parent / "daemon.log").open("ab")
-    proc = subprocess.Popen([sys.executable, "-m", "appliance.daemon"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "appliance.daemon"], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     url, sock = f"http://127.0.0.1:{port}", data_dir / "run" / "admin.sock"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -127,8 +140,15 @@ def start_daemon(data_dir: Path, env: dict[str, str], timeout: float = 180.0) ->
 async def stream_once(client: httpx.AsyncClient, prompt: str) -> tuple[int, float]:
     """Tokens of one streamed completion and its seconds from the request to the last token (a short
     prompt, so nearly all of it is decoding)."""
-    body = {"model": "default", "prompt": prompt, "max_tokens": NEW_TOKENS, "temperature": 0, "ignore_eos": True,
-            "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": "default",
+        "prompt": prompt,
+        "max_tokens": NEW_TOKENS,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     started, last, tokens = time.perf_counter(), None, 0
     async with client.stream("POST", "/v1/completions", json=body) as r:
         r.raise_for_status()
@@ -166,16 +186,21 @@ def load_and_measure(check: Check, env: dict[str, str], base: Path) -> None:
     env = {**env, "APPLIANCE_DATA_DIR": str(data_dir)}
     proc, url = start_daemon(data_dir, env)
     try:
-        admin = httpx.Client(transport=httpx.HTTPTransport(uds=str(data_dir / "run" / "admin.sock")),
-                             base_url="http://appliance", timeout=300)
+        admin = httpx.Client(
+            transport=httpx.HTTPTransport(uds=str(data_dir / "run" / "admin.sock")), base_url="http://appliance", timeout=300
+        )
         key = admin.post("/admin/keys/", json={"name": "gpu-check"}).raise_for_status().json()["secret"]
         plan = admin.get("/admin/plan", params={"model": default_model()}).raise_for_status().json()["plan"]
         started = time.perf_counter()
         instance = admin.post("/admin/instances/default/load").raise_for_status().json()
-        print(f"  loaded in {time.perf_counter() - started:.1f} s: {plan['model']} on {plan['devices']}, "
-              f"n_gpu_layers {plan['n_gpu_layers']}, KV {plan['kv_cache_dtype']}, flash attention {plan['flash_attn']}")
-        check.expect(plan["n_gpu_layers"] == -1 and all(d != "cpu" for d in plan["devices"]),
-                     "the default model is planned fully offloaded")
+        print(
+            f"  loaded in {time.perf_counter() - started:.1f} s: {plan['model']} on {plan['devices']}, "
+            f"n_gpu_layers {plan['n_gpu_layers']}, KV {plan['kv_cache_dtype']}, flash attention {plan['flash_attn']}"
+        )
+        check.expect(
+            plan["n_gpu_layers"] == -1 and all(d != "cpu" for d in plan["devices"]),
+            "the default model is planned fully offloaded",
+        )
         # Warm up once, then measure.
         asyncio.run(measure(url, key, 1))
         curve = plan.get("decode_curve") or []
@@ -183,13 +208,17 @@ def load_and_measure(check: Check, env: dict[str, str], base: Path) -> None:
             per_stream, aggregate = asyncio.run(measure(url, key, n))
             estimate = curve[n - 1] if len(curve) >= n else None
             shown = f"{estimate:.0f}" if estimate else "-"
-            print(f"  {n} stream(s): {per_stream:.1f} tok/s per stream, {aggregate:.1f} in all (estimated {shown} per stream)",
-                  flush=True)
+            print(
+                f"  {n} stream(s): {per_stream:.1f} tok/s per stream, {aggregate:.1f} in all (estimated {shown} per stream)",
+                flush=True,
+            )
             check.expect(per_stream > 0, f"{n} stream(s) decode")
         rss, gpu = engine_memory(instance["pid"])
         measured = rss + (gpu or 0)
-        print(f"  memory: estimated {plan['estimated_bytes'] / GiB:.2f} GiB, measured {measured / GiB:.2f} GiB "
-              f"(RSS {rss / GiB:.2f} + GPU {(gpu or 0) / GiB:.2f}; GPU bytes {'from NVML' if gpu is not None else 'not measurable'})")
+        print(
+            f"  memory: estimated {plan['estimated_bytes'] / GiB:.2f} GiB, measured {measured / GiB:.2f} GiB "
+            f"(RSS {rss / GiB:.2f} + GPU {(gpu or 0) / GiB:.2f}; GPU bytes {'from NVML' if gpu is not None else 'not measurable'})"
+        )
         for row in plan["memory"]:
             used = row["weights"] + row["kv_cache"] + row["compute"] + row["overhead"]
             print(f"    {row['device']}: estimated {used / GiB:.2f} GiB of {row['free'] / GiB:.1f} GiB free")

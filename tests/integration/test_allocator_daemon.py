@@ -44,8 +44,9 @@ def test_the_daemon_runs_on_jemalloc_and_its_engines_on_the_system_allocator(tmp
         assert not mapped(engine) and "LD_PRELOAD" not in engine_env and SAVED_PRELOAD not in engine_env
         assert "MALLOC_CONF" not in engine_env
         with daemon.client(daemon.create_key()) as client:
-            answer = client.post("/v1/chat/completions", json={"model": TINY, "messages": [{"role": "user", "content": "hi"}],
-                                                              "max_tokens": 4})
+            answer = client.post(
+                "/v1/chat/completions", json={"model": TINY, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+            )
         assert answer.status_code == 200, answer.text
     finally:
         daemon.stop()
@@ -64,8 +65,13 @@ def test_settings_given_on_the_command_line_survive_the_re_exec(tmp_path: Path) 
     port, other = free_port(), free_port()
     env = daemon_env(tmp_path / "data", other)  # the environment says one port, the command line another
     log = (tmp_path / "daemon.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "appliance.daemon", "--port", str(port)], env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "appliance.daemon", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         ready = wait_until(lambda: _ready(port) or proc.poll() is not None, 120, 0.2, "the daemon on its --port")
         assert ready is True and proc.poll() is None, (tmp_path / "daemon.log").read_text()[-2000:]

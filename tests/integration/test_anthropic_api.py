@@ -28,8 +28,9 @@ def client(daemon, key):
 def _ledger(daemon, request_id: str) -> tuple[str, int, int, int]:
     conn = sqlite3.connect(daemon.data_dir / "appliance.db")
     try:
-        rows = conn.execute("SELECT endpoint, prompt_tokens, completion_tokens, status FROM usage WHERE request_id = ?",
-                            (request_id,)).fetchall()
+        rows = conn.execute(
+            "SELECT endpoint, prompt_tokens, completion_tokens, status FROM usage WHERE request_id = ?", (request_id,)
+        ).fetchall()
     finally:
         conn.close()
     assert len(rows) == 1, rows
@@ -51,16 +52,19 @@ def test_message(client):
 
 
 def test_usage_equals_the_ledger_row_of_the_key(client, daemon, key):
-    raw = client.messages.with_raw_response.create(model="default", max_tokens=12, messages=QUESTION, extra_body=GREEDY,
-                                                   extra_headers=FRESH)
+    raw = client.messages.with_raw_response.create(
+        model="default", max_tokens=12, messages=QUESTION, extra_body=GREEDY, extra_headers=FRESH
+    )
     reply = raw.parse()
     endpoint, prompt, completion, status = _ledger(daemon, raw.headers["x-request-id"])
     assert (endpoint, status) == ("messages", 200)
     assert (reply.usage.input_tokens, reply.usage.output_tokens) == (prompt, completion)
     conn = sqlite3.connect(daemon.data_dir / "appliance.db")
     try:
-        owner = conn.execute("SELECT k.prefix FROM usage u JOIN api_keys k ON k.id = u.key_id WHERE u.request_id = ?",
-                             (raw.headers["x-request-id"],)).fetchone()
+        owner = conn.execute(
+            "SELECT k.prefix FROM usage u JOIN api_keys k ON k.id = u.key_id WHERE u.request_id = ?",
+            (raw.headers["x-request-id"],),
+        ).fetchone()
     finally:
         conn.close()
     assert owner == (key[:12],)
@@ -69,7 +73,9 @@ def test_usage_equals_the_ledger_row_of_the_key(client, daemon, key):
 def test_stream_reassembles_to_the_plain_answer(client):
     plain = client.messages.create(model="default", max_tokens=24, messages=QUESTION, extra_body=GREEDY, extra_headers=FRESH)
     kinds = []
-    with client.messages.stream(model="default", max_tokens=24, messages=QUESTION, extra_body=GREEDY, extra_headers=FRESH) as stream:
+    with client.messages.stream(
+        model="default", max_tokens=24, messages=QUESTION, extra_body=GREEDY, extra_headers=FRESH
+    ) as stream:
         for event in stream:
             kinds.append(event.type)
         streamed = stream.get_final_message()
@@ -83,8 +89,9 @@ def test_stream_reassembles_to_the_plain_answer(client):
 
 def test_stream_text_deltas_in_raw_events(client):
     deltas = []
-    with client.messages.create(model="default", max_tokens=8, messages=QUESTION, extra_body=GREEDY, stream=True,
-                                extra_headers=FRESH) as events:
+    with client.messages.create(
+        model="default", max_tokens=8, messages=QUESTION, extra_body=GREEDY, stream=True, extra_headers=FRESH
+    ) as events:
         for event in events:
             if event.type == "content_block_delta":
                 assert event.delta.type == "text_delta"
@@ -96,11 +103,28 @@ def test_stream_text_deltas_in_raw_events(client):
 
 def test_system_prompt_changes_the_answer_and_is_billed(client):
     without = client.messages.create(model="default", max_tokens=8, messages=QUESTION, extra_body=GREEDY, extra_headers=FRESH)
-    with_system = client.messages.create(model="default", max_tokens=8, messages=QUESTION, extra_body=GREEDY, extra_headers=FRESH,
-                                         system="You answer in French, in one word, and never list anything.")
-    blocks = client.messages.create(model="default", max_tokens=8, messages=QUESTION, extra_body=GREEDY, extra_headers=FRESH,
-                                    system=[{"type": "text", "text": "You answer in French, in one word, and never list anything.",
-                                             "cache_control": {"type": "ephemeral"}}])
+    with_system = client.messages.create(
+        model="default",
+        max_tokens=8,
+        messages=QUESTION,
+        extra_body=GREEDY,
+        extra_headers=FRESH,
+        system="You answer in French, in one word, and never list anything.",
+    )
+    blocks = client.messages.create(
+        model="default",
+        max_tokens=8,
+        messages=QUESTION,
+        extra_body=GREEDY,
+        extra_headers=FRESH,
+        system=[
+            {
+                "type": "text",
+                "text": "You answer in French, in one word, and never list anything.",
+                "cache_control": {"type": "ephemeral"},
+            }
+        ],
+    )
     assert with_system.usage.input_tokens > without.usage.input_tokens
     assert blocks.usage.input_tokens == with_system.usage.input_tokens
     assert _text(blocks) == _text(with_system)
@@ -112,13 +136,20 @@ def test_stop_sequences(client):
     words = [w for w in text.split() if len(w) > 2]
     assert len(words) >= 2, text
     stop = words[1]
-    cut = client.messages.create(model="default", max_tokens=24, messages=QUESTION, extra_body=GREEDY, extra_headers=FRESH,
-                                 stop_sequences=[stop, "never-seen-here"])
+    cut = client.messages.create(
+        model="default",
+        max_tokens=24,
+        messages=QUESTION,
+        extra_body=GREEDY,
+        extra_headers=FRESH,
+        stop_sequences=[stop, "never-seen-here"],
+    )
     assert cut.stop_reason == "stop_sequence"
     assert cut.stop_sequence == stop
-    assert _text(cut) == text[:text.index(stop)]
-    with client.messages.stream(model="default", max_tokens=24, messages=QUESTION, extra_body=GREEDY, extra_headers=FRESH,
-                                stop_sequences=[stop]) as stream:
+    assert _text(cut) == text[: text.index(stop)]
+    with client.messages.stream(
+        model="default", max_tokens=24, messages=QUESTION, extra_body=GREEDY, extra_headers=FRESH, stop_sequences=[stop]
+    ) as stream:
         streamed = stream.get_final_message()
     assert (streamed.stop_reason, streamed.stop_sequence, _text(streamed)) == ("stop_sequence", stop, _text(cut))
 
@@ -128,24 +159,42 @@ def test_cached_answers_are_the_same_message_plain_and_streamed(client, daemon):
     plain = client.messages.create(model="default", max_tokens=20, messages=prompt, extra_body=GREEDY, extra_headers=FRESH)
     words = [w for w in _text(plain).split() if len(w) > 2]
     stop = words[1] if len(words) > 1 else None
-    fields = {"model": "default", "max_tokens": 20, "messages": prompt, "extra_body": GREEDY, "stop_sequences": [stop] if stop else []}
+    fields = {
+        "model": "default",
+        "max_tokens": 20,
+        "messages": prompt,
+        "extra_body": GREEDY,
+        "stop_sequences": [stop] if stop else [],
+    }
     first = client.messages.with_raw_response.create(**fields)  # computed (and stored)
     again = client.messages.with_raw_response.create(**fields)  # from the response cache
     assert again.headers["x-cache"] == "exact"
     cached = again.parse()
-    assert (cached.content, cached.stop_reason, cached.stop_sequence) == (first.parse().content, first.parse().stop_reason,
-                                                                        first.parse().stop_sequence)
+    assert (cached.content, cached.stop_reason, cached.stop_sequence) == (
+        first.parse().content,
+        first.parse().stop_reason,
+        first.parse().stop_sequence,
+    )
     assert cached.usage.input_tokens == first.parse().usage.input_tokens
     with client.messages.stream(**fields) as stream:
         replayed = stream.get_final_message()
         assert stream.response.headers["x-cache"] == "exact"
-    assert (_text(replayed), replayed.stop_reason, replayed.stop_sequence) == (_text(cached), cached.stop_reason, cached.stop_sequence)
+    assert (_text(replayed), replayed.stop_reason, replayed.stop_sequence) == (
+        _text(cached),
+        cached.stop_reason,
+        cached.stop_sequence,
+    )
     assert _ledger(daemon, again.headers["x-request-id"])[0] == "messages"
 
 
 def test_max_tokens_is_the_stop_reason(client):
-    reply = client.messages.create(model="default", max_tokens=3, extra_body=GREEDY, extra_headers=FRESH,
-                                   messages=[{"role": "user", "content": "Write a long story about the sea."}])
+    reply = client.messages.create(
+        model="default",
+        max_tokens=3,
+        extra_body=GREEDY,
+        extra_headers=FRESH,
+        messages=[{"role": "user", "content": "Write a long story about the sea."}],
+    )
     assert reply.stop_reason == "max_tokens"
     assert reply.usage.output_tokens == 3
 
@@ -164,11 +213,14 @@ def test_unknown_model_is_not_found(client):
     assert "no-such-model" in info.value.body["error"]["message"]
 
 
-@pytest.mark.parametrize("extra, named", [
-    ({"max_tokenz": 4}, "max_tokenz"),
-    ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking"),
-    ({"temperature": 1.5}, "temperature"),
-])
+@pytest.mark.parametrize(
+    "extra, named",
+    [
+        ({"max_tokenz": 4}, "max_tokenz"),
+        ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking"),
+        ({"temperature": 1.5}, "temperature"),
+    ],
+)
 def test_refused_fields_are_400_in_anthropic_shape(client, extra, named):
     with pytest.raises(anthropic.BadRequestError) as info:
         client.messages.create(model="default", max_tokens=4, messages=QUESTION, extra_body=extra)
@@ -180,41 +232,72 @@ def test_refused_fields_are_400_in_anthropic_shape(client, extra, named):
 def test_image_blocks_are_refused(client):
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
     with pytest.raises(anthropic.BadRequestError) as info:
-        client.messages.create(model="default", max_tokens=4,
-                               messages=[{"role": "user", "content": [image, {"type": "text", "text": "What is this?"}]}])
+        client.messages.create(
+            model="default",
+            max_tokens=4,
+            messages=[{"role": "user", "content": [image, {"type": "text", "text": "What is this?"}]}],
+        )
     assert "Image content blocks are not supported" in info.value.body["error"]["message"]
 
 
 def test_ignored_fields_do_not_change_the_answer(client):
     plain = client.messages.create(model="default", max_tokens=6, messages=QUESTION, extra_body=GREEDY, extra_headers=FRESH)
-    reply = client.messages.create(model="default", max_tokens=6, messages=QUESTION, extra_body=GREEDY, extra_headers=FRESH,
-                                   thinking={"type": "disabled"}, metadata={"user_id": "someone"}, service_tier="auto",
-                                   output_config={"effort": "low"}, cache_control={"type": "ephemeral"})
+    reply = client.messages.create(
+        model="default",
+        max_tokens=6,
+        messages=QUESTION,
+        extra_body=GREEDY,
+        extra_headers=FRESH,
+        thinking={"type": "disabled"},
+        metadata={"user_id": "someone"},
+        service_tier="auto",
+        output_config={"effort": "low"},
+        cache_control={"type": "ephemeral"},
+    )
     assert (_text(reply), reply.usage.input_tokens) == (_text(plain), plain.usage.input_tokens)
 
 
 def test_sampling_fields_change_the_answer(client):
     prompt = [{"role": "user", "content": "Write one sentence about the sea."}]
     greedy = client.messages.create(model="default", max_tokens=16, messages=prompt, extra_body=GREEDY, extra_headers=FRESH)
-    top_k_1 = client.messages.create(model="default", max_tokens=16, messages=prompt, extra_headers=FRESH,
-                                     extra_body={"temperature": 1.0, "top_k": 1})
+    top_k_1 = client.messages.create(
+        model="default", max_tokens=16, messages=prompt, extra_headers=FRESH, extra_body={"temperature": 1.0, "top_k": 1}
+    )
     assert _text(top_k_1) == _text(greedy)  # one candidate left: the greedy answer at any temperature
-    sampled = {_text(client.messages.create(model="default", max_tokens=16, messages=prompt, extra_headers=FRESH,
-                                            extra_body={"temperature": 1.0, "top_p": 1.0, "top_k": 0})) for _ in range(4)}
+    sampled = {
+        _text(
+            client.messages.create(
+                model="default",
+                max_tokens=16,
+                messages=prompt,
+                extra_headers=FRESH,
+                extra_body={"temperature": 1.0, "top_p": 1.0, "top_k": 0},
+            )
+        )
+        for _ in range(4)
+    }
     assert len(sampled) > 1
 
 
 def test_output_format_constrains_the_answer_to_the_schema(client):
     schema = {"type": "object", "properties": {"colour": {"type": "string"}}, "required": ["colour"]}
-    reply = client.messages.create(model="default", max_tokens=48, messages=QUESTION, extra_body=GREEDY, extra_headers=FRESH,
-                                   output_config={"format": {"type": "json_schema", "schema": schema}})
+    reply = client.messages.create(
+        model="default",
+        max_tokens=48,
+        messages=QUESTION,
+        extra_body=GREEDY,
+        extra_headers=FRESH,
+        output_config={"format": {"type": "json_schema", "schema": schema}},
+    )
     assert set(json.loads(_text(reply))) == {"colour"}
 
 
 def test_count_tokens_equals_the_billed_prompt(client):
     system = "Be brief."
     counted = client.messages.count_tokens(model="default", messages=QUESTION, system=system)
-    reply = client.messages.create(model="default", max_tokens=2, messages=QUESTION, system=system, extra_body=GREEDY, extra_headers=FRESH)
+    reply = client.messages.create(
+        model="default", max_tokens=2, messages=QUESTION, system=system, extra_body=GREEDY, extra_headers=FRESH
+    )
     assert counted.input_tokens == reply.usage.input_tokens > 0
 
 
@@ -226,27 +309,51 @@ def test_x_api_key_and_bearer_both_authenticate(daemon, key):
         assert response.json()["type"] == "message"
 
 
-WEATHER = {"name": "get_weather", "description": "The current weather in a city.",
-           "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+WEATHER = {
+    "name": "get_weather",
+    "description": "The current weather in a city.",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
 
 
 def test_tool_use_round_trip(client):
     """Forced tool use, the call answered with a tool_result, and the model's final text (needs the engine's tool-call parsing)."""
     question = {"role": "user", "content": "What is the weather in Paris?"}
-    first = client.messages.create(model="default", max_tokens=64, extra_body=GREEDY, extra_headers=FRESH, messages=[question],
-                                   tools=[WEATHER], tool_choice={"type": "tool", "name": "get_weather"})
+    first = client.messages.create(
+        model="default",
+        max_tokens=64,
+        extra_body=GREEDY,
+        extra_headers=FRESH,
+        messages=[question],
+        tools=[WEATHER],
+        tool_choice={"type": "tool", "name": "get_weather"},
+    )
     assert first.stop_reason == "tool_use"
     calls = [block for block in first.content if block.type == "tool_use"]
     assert calls and calls[0].name == "get_weather" and isinstance(calls[0].input, dict)
-    with client.messages.stream(model="default", max_tokens=64, extra_body=GREEDY, extra_headers=FRESH, messages=[question],
-                                tools=[WEATHER], tool_choice={"type": "tool", "name": "get_weather"}) as stream:
+    with client.messages.stream(
+        model="default",
+        max_tokens=64,
+        extra_body=GREEDY,
+        extra_headers=FRESH,
+        messages=[question],
+        tools=[WEATHER],
+        tool_choice={"type": "tool", "name": "get_weather"},
+    ) as stream:
         streamed = stream.get_final_message()
     streamed_calls = [block for block in streamed.content if block.type == "tool_use"]
     assert streamed.stop_reason == "tool_use" and streamed_calls[0].input == calls[0].input
-    final = client.messages.create(model="default", max_tokens=16, extra_body=GREEDY, extra_headers=FRESH, tools=[WEATHER], messages=[
-        question,
-        {"role": "assistant", "content": [block.model_dump(exclude_none=True) for block in first.content]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": calls[0].id, "content": "Sunny, 24 °C"}]},
-    ])
+    final = client.messages.create(
+        model="default",
+        max_tokens=16,
+        extra_body=GREEDY,
+        extra_headers=FRESH,
+        tools=[WEATHER],
+        messages=[
+            question,
+            {"role": "assistant", "content": [block.model_dump(exclude_none=True) for block in first.content]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": calls[0].id, "content": "Sunny, 24 °C"}]},
+        ],
+    )
     assert final.stop_reason in ("end_turn", "max_tokens", "tool_use")
     assert final.usage.input_tokens > first.usage.input_tokens

@@ -76,8 +76,12 @@ def test_restore_forgets_answers_cached_after_the_backup(daemon):
     key = daemon.create_key("cache-before-backup")
     result = ctl(daemon, "backup", "cache-snapshot.db")
     assert result.returncode == 0, result.stderr
-    body = {"model": "default", "messages": [{"role": "user", "content": "Name one colour (restore check)."}],
-            "max_tokens": 4, "temperature": 0}
+    body = {
+        "model": "default",
+        "messages": [{"role": "user", "content": "Name one colour (restore check)."}],
+        "max_tokens": 4,
+        "temperature": 0,
+    }
     with daemon.client(key, timeout=300) as client:
         first = client.post("/v1/chat/completions", json=body)
         second = client.post("/v1/chat/completions", json=body)

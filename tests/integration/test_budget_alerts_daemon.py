@@ -64,10 +64,15 @@ def test_one_signed_alert_per_window_and_a_dead_receiver_costs_nothing(tmp_path)
         assert receiver.signature_ok(headers, body, SECRET)
         payload = json.loads(body)
         assert (payload["subject"], payload["dimension"], payload["limit"], payload["percent"]) == (
-            f"key:{secret[:12]}", "tokens_per_day", 300.0, 5.0)
+            f"key:{secret[:12]}",
+            "tokens_per_day",
+            300.0,
+            5.0,
+        )
         assert payload["spent"] >= 15
-        assert _audit(alerting) == [("system", f"key:{secret[:12]}",
-                                     f"tokens_per_day reached 5% of its limit: {payload['spent']:g} of 300")]
+        assert _audit(alerting) == [
+            ("system", f"key:{secret[:12]}", f"tokens_per_day reached 5% of its limit: {payload['spent']:g} of 300")
+        ]
     finally:
         alerting.stop()
         receiver.close()
@@ -88,6 +93,8 @@ def test_one_signed_alert_per_window_and_a_dead_receiver_costs_nothing(tmp_path)
     finally:
         down.stop()
     # the first request of each loads the model; compare the rest
-    print(f"median latency with the webhook delivered {statistics.median(delivered_lat[1:]):.3f} s,"
-          f" with the receiver down {statistics.median(undelivered_lat[1:]):.3f} s")
+    print(
+        f"median latency with the webhook delivered {statistics.median(delivered_lat[1:]):.3f} s,"
+        f" with the receiver down {statistics.median(undelivered_lat[1:]):.3f} s"
+    )
     assert statistics.median(undelivered_lat[1:]) < 2 * statistics.median(delivered_lat[1:]) + 0.25

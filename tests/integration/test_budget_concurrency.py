@@ -24,11 +24,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def ledger_matches_counters(db) -> None:
     """Every counter's spent equals the sum of the ledger rows it covers; nothing is left reserved."""
-    for subject, sid, dim, spent, reserved in rows(db, "SELECT subject_type, subject_id, dimension, spent, reserved FROM quota_counters"):
+    for subject, sid, dim, spent, reserved in rows(
+        db, "SELECT subject_type, subject_id, dimension, spent, reserved FROM quota_counters"
+    ):
         column = "key_id" if subject == "key" else "team_id"
         measure = {"requests_per_minute": "count(*)", "cost_per_month": "coalesce(sum(cost), 0)"}.get(
-            dim, "coalesce(sum(prompt_tokens + completion_tokens), 0)")
-        (total,), = rows(db, f"SELECT {measure} FROM usage WHERE {column} = ?", sid)
+            dim, "coalesce(sum(prompt_tokens + completion_tokens), 0)"
+        )
+        ((total,),) = rows(db, f"SELECT {measure} FROM usage WHERE {column} = ?", sid)
         if dim == "max_concurrent":
             assert (spent, reserved) == (0, 0)
         else:
@@ -85,8 +88,18 @@ async def test_64_concurrent_tasks_on_one_meter_admit_exactly_10(tmp_path, budge
         except RateLimited:
             return False
         await asyncio.sleep(0.01)  # all 64 are in flight before any settles
-        await meter.settle(admission, model="m", variant=None, backend="x", prompt_tokens=50, completion_tokens=50,
-                           cached_tokens=0, ttft_ms=1.0, latency_ms=2.0, status=200)
+        await meter.settle(
+            admission,
+            model="m",
+            variant=None,
+            backend="x",
+            prompt_tokens=50,
+            completion_tokens=50,
+            cached_tokens=0,
+            ttft_ms=1.0,
+            latency_ms=2.0,
+            status=200,
+        )
         return True
 
     assert sum(await asyncio.gather(*(request(i) for i in range(64)))) == 10
@@ -104,15 +117,32 @@ async def test_group_commit_many_settles_few_transactions_none_lost(tmp_path):
     n = 400
     admissions = [meter.admit_now(key, request_id=f"g{i}", endpoint="chat", model="m", estimated_tokens=10) for i in range(n)]
     base = meter.writer_stats.transactions
-    await asyncio.gather(*(meter.settle(a, model="m", variant=None, backend="x", prompt_tokens=3, completion_tokens=4, cached_tokens=0,
-                                        ttft_ms=1.0, latency_ms=2.0, status=200) for a in admissions))
+    await asyncio.gather(
+        *(
+            meter.settle(
+                a,
+                model="m",
+                variant=None,
+                backend="x",
+                prompt_tokens=3,
+                completion_tokens=4,
+                cached_tokens=0,
+                ttft_ms=1.0,
+                latency_ms=2.0,
+                status=200,
+            )
+            for a in admissions
+        )
+    )
     transactions = meter.writer_stats.transactions - base
     print(f"{n} settles in {transactions} transactions, largest batch {meter.writer_stats.largest_batch}")
     assert transactions <= n // 10
     assert meter.writer_stats.largest_batch >= 10
     await meter.stop()
     meter.close()
-    assert rows(db, "SELECT count(*), count(DISTINCT request_id), sum(prompt_tokens + completion_tokens) FROM usage") == [(n, n, 7 * n)]
+    assert rows(db, "SELECT count(*), count(DISTINCT request_id), sum(prompt_tokens + completion_tokens) FROM usage") == [
+        (n, n, 7 * n)
+    ]
     assert rows(db, "SELECT count(*) FROM reservations") == [(0,)]
     ledger_matches_counters(db)
 
@@ -124,7 +154,11 @@ def test_kill_9_loses_no_acknowledged_settle(tmp_path):
     db.dispose()
     proc = subprocess.Popen(
         [sys.executable, "-c", f"from tests.meterkit import hammer; hammer({str(db.url.database)!r}, {key.id})"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     acknowledged: list[str] = []
     deadline = time.monotonic() + 60

@@ -36,12 +36,16 @@ def test_a_bundle_from_another_data_dir_serves_on_an_offline_appliance(tmp_path:
 
     outbound = tmp_path / "outbound.jsonl"
     watch = str(Path(__file__).resolve().parents[1] / "outbound_watch")
-    daemon = start_daemon(tmp_path, APPLIANCE_OFFLINE="true", APPLIANCE_TEST_OUTBOUND_LOG=str(outbound),
-                          PYTHONPATH=os.pathsep.join(filter(None, [watch, os.environ.get("PYTHONPATH")])))
+    daemon = start_daemon(
+        tmp_path,
+        APPLIANCE_OFFLINE="true",
+        APPLIANCE_TEST_OUTBOUND_LOG=str(outbound),
+        PYTHONPATH=os.pathsep.join(filter(None, [watch, os.environ.get("PYTHONPATH")])),
+    )
     try:
         imported = _cli(daemon.env, "models", "import", str(bundle))
         assert imported.returncode == 0, imported.stderr
-        assert f"Imported tiny:f32: ready" in imported.stdout and made.sha256 in imported.stdout
+        assert "Imported tiny:f32: ready" in imported.stdout and made.sha256 in imported.stdout
         key = daemon.create_key("bundle")
         with daemon.client(key) as client:
             r = client.post("/v1/completions", json={"model": "tiny:f32", "prompt": "hello", "max_tokens": 4})

@@ -79,7 +79,13 @@ def test_cli_stats_and_purge(daemon):
         ask(client, "Name a fruit.")
         assert ask(client, "Name a fruit.").headers["x-cache"] == "exact"
     env = {**daemon.env}
-    run = lambda *args: subprocess.run([sys.executable, "-c", "from appliance.cli import main; main()", *args], env=env, capture_output=True, text=True, timeout=60)  # noqa: E731
+    run = lambda *args: subprocess.run(
+        [sys.executable, "-c", "from appliance.cli import main; main()", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # noqa: E731
     stats = run("cache", "stats", "--json")
     assert stats.returncode == 0, stats.stderr
     s = json.loads(stats.stdout)

@@ -69,8 +69,10 @@ def test_admin_from_the_provider_signs_in_and_sees_admin_pages(box):
     assert 'class="badge role-admin">admin' in users.text and ">ada<" in users.text
     assert 'href="/password"' not in users.text  # no local password to change
     with sqlite3.connect(daemon.data_dir / "appliance.db") as db:
-        assert db.execute("SELECT role, sso_subject FROM users WHERE username='ada'").fetchall() == [("admin", f"{provider.url} ada-1")]
-    assert ("user:ada", f"role=admin client=127.0.0.1") in audit_rows(daemon, "console.sso_login")
+        assert db.execute("SELECT role, sso_subject FROM users WHERE username='ada'").fetchall() == [
+            ("admin", f"{provider.url} ada-1")
+        ]
+    assert ("user:ada", "role=admin client=127.0.0.1") in audit_rows(daemon, "console.sso_login")
     # the same CSRF rules as any session: an unsafe request without the token is refused
     assert client.post(daemon.url + "/cache/purge").status_code == 403
 
@@ -134,8 +136,11 @@ def test_local_sign_in_is_refused_when_switched_off(box):
     engine.dispose()
     client = httpx.Client(timeout=30)
     token = re.search(r'"X-CSRF-Token": "([^"]+)"', client.get(daemon.url + "/login").text).group(1)
-    refused = client.post(daemon.url + "/login", data={"username": "breakglass", "password": "breakglass-password-1",
-                                                        "csrf_token": token}, follow_redirects=False)
+    refused = client.post(
+        daemon.url + "/login",
+        data={"username": "breakglass", "password": "breakglass-password-1", "csrf_token": token},
+        follow_redirects=False,
+    )
     assert refused.status_code == 403 and "switched off" in refused.text
     assert "appliance_session" not in refused.cookies
 

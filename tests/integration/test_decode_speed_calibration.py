@@ -23,8 +23,16 @@ def test_unload_stores_the_measured_decode_speed_and_the_next_plan_uses_it(tmp_p
         key = daemon.create_key("speed")
         with daemon.client(key) as client:
             for i in range(2):
-                r = client.post("/v1/completions", json={"model": "default", "prompt": f"Tale {i}: once upon a time",
-                                                         "max_tokens": 48, "temperature": 0, "ignore_eos": True})
+                r = client.post(
+                    "/v1/completions",
+                    json={
+                        "model": "default",
+                        "prompt": f"Tale {i}: once upon a time",
+                        "max_tokens": 48,
+                        "temperature": 0,
+                        "ignore_eos": True,
+                    },
+                )
                 assert r.status_code == 200, r.text
         with daemon.admin() as admin:
             instance = admin.get("/admin/instances/").json()[0]

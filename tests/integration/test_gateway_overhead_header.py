@@ -25,8 +25,13 @@ def _overhead_ms(response: httpx.Response) -> float:
 
 def test_every_response_says_what_the_daemon_itself_spent(daemon, api_key):
     before = _overhead_count(daemon, "chat")
-    chat = {"model": "default", "messages": [{"role": "user", "content": f"Overhead {time.time_ns()}"}],
-            "max_tokens": 24, "temperature": 0, "ignore_eos": True}
+    chat = {
+        "model": "default",
+        "messages": [{"role": "user", "content": f"Overhead {time.time_ns()}"}],
+        "max_tokens": 24,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
     with daemon.client(api_key) as client:
         started = time.perf_counter()
         plain = client.post("/v1/chat/completions", json=chat)
@@ -35,8 +40,11 @@ def test_every_response_says_what_the_daemon_itself_spent(daemon, api_key):
         # generating 24 tokens is engine time, not the daemon's: the overhead is a small part of the latency
         assert _overhead_ms(plain) < latency_ms / 2
 
-        with client.stream("POST", "/v1/chat/completions", json={**chat, "stream": True,
-                                                                   "messages": [{"role": "user", "content": f"S {time.time_ns()}"}]}) as stream:
+        with client.stream(
+            "POST",
+            "/v1/chat/completions",
+            json={**chat, "stream": True, "messages": [{"role": "user", "content": f"S {time.time_ns()}"}]},
+        ) as stream:
             assert stream.status_code == 200
             head_overhead = _overhead_ms(stream)
             body = b"".join(stream.iter_bytes())
@@ -46,8 +54,11 @@ def test_every_response_says_what_the_daemon_itself_spent(daemon, api_key):
         assert repeat.headers["x-cache"] == "exact"
         _overhead_ms(repeat)
 
-        for refused in (client.get("/v1/nope"), httpx.get(f"{daemon.url}/v1/models"),
-                        client.post("/v1/chat/completions", json={**chat, "model": "no-such-model"})):
+        for refused in (
+            client.get("/v1/nope"),
+            httpx.get(f"{daemon.url}/v1/models"),
+            client.post("/v1/chat/completions", json={**chat, "model": "no-such-model"}),
+        ):
             assert refused.status_code in (401, 404), refused.text
             _overhead_ms(refused)
     with daemon.admin() as admin:

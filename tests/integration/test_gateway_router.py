@@ -17,16 +17,23 @@ def _instances(daemon) -> dict[str, dict]:
 
 
 def _chat(client: httpx.Client, model: str, max_tokens: int = 4) -> httpx.Response:
-    return client.post("/v1/chat/completions", json={"model": model, "messages": [{"role": "user", "content": "hi"}],
-                                                     "max_tokens": max_tokens, "temperature": 0})
+    return client.post(
+        "/v1/chat/completions",
+        json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens, "temperature": 0},
+    )
 
 
 @pytest.fixture(scope="module")
 def small_box(tmp_path_factory, tiny_gguf):
     """A daemon allowed one loaded instance, unloading after 3 idle seconds."""
-    daemon = start_daemon(tmp_path_factory.mktemp("router"), APPLIANCE_MAX_LOADED_INSTANCES="1",
-                          APPLIANCE_IDLE_UNLOAD_SECONDS="3", APPLIANCE_ENGINE_PARALLEL="1",
-                          APPLIANCE_QUEUE_SIZE="1", APPLIANCE_QUEUE_TIMEOUT_SECONDS="20")
+    daemon = start_daemon(
+        tmp_path_factory.mktemp("router"),
+        APPLIANCE_MAX_LOADED_INSTANCES="1",
+        APPLIANCE_IDLE_UNLOAD_SECONDS="3",
+        APPLIANCE_ENGINE_PARALLEL="1",
+        APPLIANCE_QUEUE_SIZE="1",
+        APPLIANCE_QUEUE_TIMEOUT_SECONDS="20",
+    )
     with daemon.admin() as admin:
         response = admin.post("/admin/models/import", json={"path": str(tiny_gguf), "name": "tiny:f32"})
         assert response.status_code in (200, 201, 202), response.text

@@ -21,8 +21,9 @@ def test_the_console_pull_form_pulls_from_the_hub(tmp_path: Path) -> None:
     model = make_tiny_gguf(tmp_path / "src.gguf")
     with RangeServer() as cdn, HubServer(cdn) as hub:
         hub.add_repo("org/Tiny-GGUF", {"Tiny-Q8_0.gguf": model, "Tiny-F16.gguf": model})
-        settings = Settings(data_dir=tmp_path / "data", seed_default_model=False, hub_url=hub.url,
-                            allow_private_pull_hosts=["127.0.0.1"])
+        settings = Settings(
+            data_dir=tmp_path / "data", seed_default_model=False, hub_url=hub.url, allow_private_pull_hosts=["127.0.0.1"]
+        )
         settings.data_dir.mkdir()
         dbmod.migrate(settings.db_path)
         services = Services(settings)
@@ -40,7 +41,9 @@ def test_the_console_pull_form_pulls_from_the_hub(tmp_path: Path) -> None:
                 time.sleep(0.05)
             assert job.state == "done", job.message
             assert job.total_bytes == model.stat().st_size
-            assert services.store.get("tiny:q8_0").sha256 and [r["path"] for r in cdn.requests] == ["/cdn/org/Tiny-GGUF/Tiny-Q8_0.gguf"]
+            assert services.store.get("tiny:q8_0").sha256 and [r["path"] for r in cdn.requests] == [
+                "/cdn/org/Tiny-GGUF/Tiny-Q8_0.gguf"
+            ]
             refused = client.post("/models/pull", data={"url": "hf:org/Tiny-GGUF:Q2_K"}, headers={"X-CSRF-Token": token})
             assert refused.status_code == 400 and "Q2_K" in refused.text
         finally:

@@ -38,8 +38,12 @@ def test_a_gated_split_model_is_pulled_served_and_its_token_never_shown(tmp_path
     token_file.chmod(0o600)
     with RangeServer() as cdn, HubServer(cdn, token=TOKEN) as hub:
         hub.add_repo("org/Tiny-GGUF", {p.name: p for p in parts}, gated=True)
-        daemon = start_daemon(tmp_path, APPLIANCE_HUB_URL=hub.url, APPLIANCE_HUB_TOKEN_FILE=str(token_file),
-                              APPLIANCE_ALLOW_PRIVATE_PULL_HOSTS='["127.0.0.1"]')
+        daemon = start_daemon(
+            tmp_path,
+            APPLIANCE_HUB_URL=hub.url,
+            APPLIANCE_HUB_TOKEN_FILE=str(token_file),
+            APPLIANCE_ALLOW_PRIVATE_PULL_HOSTS='["127.0.0.1"]',
+        )
         try:
             pulled = _cli(daemon.env, "models", "pull", "hf:org/Tiny-GGUF:q8_0")
             assert pulled.returncode == 0, pulled.stderr
@@ -95,7 +99,11 @@ def test_a_split_pull_killed_with_the_daemon_resumes_after_a_restart(tmp_path: P
                 started = admin.post("/admin/models/pull", json={"url": "hf:org/Big-GGUF"})
                 assert started.status_code == 202, started.text
                 job = started.json()
-                assert len(job["hub"]["variants"][0]["files"]) == 3 and job["hub"]["files"] == 3 and job["hub"]["reason"] == "the only GGUF variant of org/Big-GGUF"
+                assert (
+                    len(job["hub"]["variants"][0]["files"]) == 3
+                    and job["hub"]["files"] == 3
+                    and job["hub"]["reason"] == "the only GGUF variant of org/Big-GGUF"
+                )
                 deadline = time.monotonic() + 120
                 while _job(admin, job["id"])["done_bytes"] < parts[0].stat().st_size + (1 << 15):  # into the second part
                     assert time.monotonic() < deadline and _job(admin, job["id"])["state"] == "running"
@@ -122,4 +130,6 @@ def test_a_split_pull_killed_with_the_daemon_resumes_after_a_restart(tmp_path: P
         assert resumed and resumed[0]["range"] is not None  # picked up where the killed daemon stopped
     assert info["status"] == "ready" and not list(store.rglob("*.partial")) and not list(store.rglob("*.partial.json"))
     stored = sorted((store / "big").rglob("*.gguf"))
-    assert [hashlib.sha256(p.read_bytes()).hexdigest() for p in stored] == [hashlib.sha256(p.read_bytes()).hexdigest() for p in parts]
+    assert [hashlib.sha256(p.read_bytes()).hexdigest() for p in stored] == [
+        hashlib.sha256(p.read_bytes()).hexdigest() for p in parts
+    ]

@@ -54,14 +54,19 @@ def _no_partials(store: ModelStore) -> bool:
 
 
 def test_pull_by_name_and_quantization(tmp_path: Path, hub: HubServer, cdn: RangeServer, ggufs: dict[str, Path]) -> None:
-    hub.add_repo("org/Tiny-GGUF", {"Tiny-Q8_0.gguf": ggufs["Tiny-Q8_0.gguf"], "Tiny-F32.gguf": ggufs["Tiny-F32.gguf"],
-                                   "README.md": ggufs["Tiny-F32.gguf"]})
+    hub.add_repo(
+        "org/Tiny-GGUF",
+        {"Tiny-Q8_0.gguf": ggufs["Tiny-Q8_0.gguf"], "Tiny-F32.gguf": ggufs["Tiny-F32.gguf"], "README.md": ggufs["Tiny-F32.gguf"]},
+    )
     store = _store(tmp_path, hub)
     pull = store.prepare_hub_pull("hf:org/Tiny-GGUF:q8_0")  # any case
     assert pull.name == "tiny:q8_0" and {v["variant"] for v in pull.to_dict()["variants"]} == {"q8_0", "f32"}
     listed = {v["variant"]: v["files"][0] for v in pull.to_dict()["variants"]}  # every variant with its real size and sha256
-    assert listed["f32"] == {"path": "Tiny-F32.gguf", "size_bytes": ggufs["Tiny-F32.gguf"].stat().st_size,
-                             "sha256": sha256_file(ggufs["Tiny-F32.gguf"])}
+    assert listed["f32"] == {
+        "path": "Tiny-F32.gguf",
+        "size_bytes": ggufs["Tiny-F32.gguf"].stat().st_size,
+        "sha256": sha256_file(ggufs["Tiny-F32.gguf"]),
+    }
     info = store.pull_hub(pull)
     assert info.status == "ready" and info.source == "hf:org/Tiny-GGUF/Tiny-Q8_0.gguf"
     assert info.sha256 == sha256_file(ggufs["Tiny-Q8_0.gguf"]) and info.size_bytes == ggufs["Tiny-Q8_0.gguf"].stat().st_size
@@ -110,8 +115,9 @@ def test_a_mirror_at_another_address(tmp_path: Path, cdn: RangeServer, ggufs: di
         assert info.name == "tiny:q8_0" and mirror.requests and not upstream.requests
 
 
-def test_a_gated_repository_needs_the_token_and_the_cdn_never_sees_it(tmp_path: Path, hub: HubServer, cdn: RangeServer,
-                                                                     ggufs: dict[str, Path]) -> None:
+def test_a_gated_repository_needs_the_token_and_the_cdn_never_sees_it(
+    tmp_path: Path, hub: HubServer, cdn: RangeServer, ggufs: dict[str, Path]
+) -> None:
     hub.add_repo("org/Gated-GGUF", {"Gated-Q8_0.gguf": ggufs["Tiny-Q8_0.gguf"]}, gated=True)
     with pytest.raises(HubAccessDenied, match="gated or private; set hub_token_file") as no_token:
         _store(tmp_path / "a", hub).prepare_hub_pull("hf:org/Gated-GGUF")
@@ -129,8 +135,9 @@ def test_a_gated_repository_needs_the_token_and_the_cdn_never_sees_it(tmp_path: 
     assert cdn.requests and all(r["authorization"] is None for r in cdn.requests)  # ... the redirect target never did
 
 
-def test_split_gguf_pull_resumes_and_totals_all_parts(tmp_path: Path, hub: HubServer, cdn: RangeServer,
-                                                      ggufs: dict[str, Path]) -> None:
+def test_split_gguf_pull_resumes_and_totals_all_parts(
+    tmp_path: Path, hub: HubServer, cdn: RangeServer, ggufs: dict[str, Path]
+) -> None:
     parts = {name: path for name, path in ggufs.items() if "-of-" in name}
     assert len(parts) == 3
     hub.add_repo("org/Split-GGUF", {f"Q4_0/{name}": path for name, path in parts.items()})
@@ -169,17 +176,30 @@ def test_split_gguf_pull_resumes_and_totals_all_parts(tmp_path: Path, hub: HubSe
 
 
 def test_a_safetensors_repository_becomes_an_hf_variant(tmp_path: Path, hub: HubServer, cdn: RangeServer) -> None:
-    folder = make_hf_folder(tmp_path / "hf", files={"generation_config.json": b"{}", "modeling_x.py": b"import os",
-                                                    "pytorch_model.bin": b"pickle", "extra/notes.txt": b"x",
-                                                    "special_tokens_map.json": b"{}"})
+    folder = make_hf_folder(
+        tmp_path / "hf",
+        files={
+            "generation_config.json": b"{}",
+            "modeling_x.py": b"import os",
+            "pytorch_model.bin": b"pickle",
+            "extra/notes.txt": b"x",
+            "special_tokens_map.json": b"{}",
+        },
+    )
     hub.add_repo("org/Tiny-HF", {p.relative_to(folder).as_posix(): p for p in folder.rglob("*") if p.is_file()})
     store = _store(tmp_path, hub)
     pull = store.prepare_hub_pull("hf:org/Tiny-HF")
     assert pull.name == "tiny-hf:hf" and pull.format == "safetensors"
     info = store.pull_hub(pull)
     stored = sorted(p.name for p in (store.settings.store_dir / info.path).iterdir())
-    assert stored == ["config.json", "generation_config.json", "model.safetensors", "special_tokens_map.json",
-                      "tokenizer.json", "tokenizer_config.json"]
+    assert stored == [
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "special_tokens_map.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
     fetched = {r["path"].rsplit("/", 1)[-1] for r in cdn.requests}
     assert not fetched & {"modeling_x.py", "pytorch_model.bin", "README.md", "notes.txt"}
     assert info.status == "ready" and info.facts["architecture"] and store.verify(info.name).status == "ready"

@@ -13,8 +13,16 @@ from litestar.testing import TestClient
 
 from appliance.errors import BadRequest, NotFound
 from appliance.store import split_gguf
-from appliance.store.errors import (HubAccessDenied, ModelNotDownloaded, Offline, PullNotAllowed, RefusedImport, StoreReadOnly,
-                                    UnsafePath, UpstreamError)
+from appliance.store.errors import (
+    HubAccessDenied,
+    ModelNotDownloaded,
+    Offline,
+    PullNotAllowed,
+    RefusedImport,
+    StoreReadOnly,
+    UnsafePath,
+    UpstreamError,
+)
 from appliance.store.jobs import JobRegistry
 from appliance.store.store import ModelStore
 from tests.ggufkit import make_tiny_gguf
@@ -65,18 +73,25 @@ def _states(store: ModelStore) -> dict[str, tuple[str, int]]:
 
 
 def _snapshot(folder: Path) -> dict[str, tuple[int, str]]:
-    return {str(p.relative_to(folder)): (os.lstat(p).st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "")
-            for p in sorted(folder.rglob("*"))}
+    return {
+        str(p.relative_to(folder)): (os.lstat(p).st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "")
+        for p in sorted(folder.rglob("*"))
+    }
 
 
 def _expected(files: dict[str, Path], downloaded: str) -> dict[str, tuple[str, int]]:
-    sizes = {"tiny:q8_0": files["Tiny-Q8_0.gguf"].stat().st_size, "tiny:f16": files["Tiny-F16.gguf"].stat().st_size,
-             "tiny:f32": files["Tiny-F32.gguf"].stat().st_size, "tiny:q4_0": _split_size(files)}
+    sizes = {
+        "tiny:q8_0": files["Tiny-Q8_0.gguf"].stat().st_size,
+        "tiny:f16": files["Tiny-F16.gguf"].stat().st_size,
+        "tiny:f32": files["Tiny-F32.gguf"].stat().st_size,
+        "tiny:q4_0": _split_size(files),
+    }
     return {name: ("ready" if name == downloaded else "available", size) for name, size in sizes.items()}
 
 
 def test_a_pull_registers_every_variant_and_an_available_one_is_pulled_later(
-        tmp_path: Path, hub: HubServer, cdn: RangeServer, repo_files: dict[str, Path]) -> None:
+    tmp_path: Path, hub: HubServer, cdn: RangeServer, repo_files: dict[str, Path]
+) -> None:
     hub.add_repo(REPO, repo_files)
     store = _store(tmp_path / "data", hub)
     pulled = store.pull_hub(store.prepare_hub_pull(f"hf:{REPO}:q8_0"))
@@ -90,7 +105,11 @@ def test_a_pull_registers_every_variant_and_an_available_one_is_pulled_later(
     assert sorted(p.name for p in (store.settings.store_dir / "tiny").iterdir()) == ["q8_0"]
     with pytest.raises(ModelNotDownloaded, match="available on the hub but not downloaded"):
         store.resolve("tiny:f32")
-    for refused in (lambda: store.verify("tiny:f32"), lambda: store.set_default("tiny:f32"), lambda: store.export_bundle("tiny:f32")):
+    for refused in (
+        lambda: store.verify("tiny:f32"),
+        lambda: store.set_default("tiny:f32"),
+        lambda: store.export_bundle("tiny:f32"),
+    ):
         with pytest.raises(ModelNotDownloaded):
             refused()
     assert store.resolve("tiny").name == "tiny:q8_0"
@@ -100,10 +119,16 @@ def test_a_pull_registers_every_variant_and_an_available_one_is_pulled_later(
     split = store.pull_hub(again)
     assert split.status == "ready" and split.size_bytes == _split_size(repo_files)
     stored = split_gguf.parts_of(store.resolve("tiny:q4_0").file)
-    assert [sha256_file(p) for p in stored] == [sha256_file(repo_files[f"Q4_0/Tiny-Q4_0-0000{n}-of-00003.gguf"]) for n in (1, 2, 3)]
+    assert [sha256_file(p) for p in stored] == [
+        sha256_file(repo_files[f"Q4_0/Tiny-Q4_0-0000{n}-of-00003.gguf"]) for n in (1, 2, 3)
+    ]
     assert store.verify("tiny:q4_0").status == "ready"
     assert {n: s for n, (s, _size) in _states(store).items()} == {
-        "tiny:q8_0": "ready", "tiny:q4_0": "ready", "tiny:f16": "available", "tiny:f32": "available"}
+        "tiny:q8_0": "ready",
+        "tiny:q4_0": "ready",
+        "tiny:f16": "available",
+        "tiny:f32": "available",
+    }
     assert store.get("tiny").name == "tiny:q8_0"  # the default stays
 
     store.delete("tiny:f16")  # an available variant is forgotten alone
@@ -115,7 +140,8 @@ def test_a_pull_registers_every_variant_and_an_available_one_is_pulled_later(
 
 
 def test_the_admin_api_lists_available_variants_with_their_fit_and_pulls_one_by_name(
-        tmp_path: Path, hub: HubServer, repo_files: dict[str, Path]) -> None:
+    tmp_path: Path, hub: HubServer, repo_files: dict[str, Path]
+) -> None:
     hub.add_repo(REPO, repo_files)
     store = _store(tmp_path / "data", hub)
     store.pull_hub(store.prepare_hub_pull(f"hf:{REPO}:f16"))
@@ -123,7 +149,11 @@ def test_the_admin_api_lists_available_variants_with_their_fit_and_pulls_one_by_
     with TestClient(make_app(store, jobs)) as client:
         listed = {m["name"]: m for m in client.get("/admin/models/").json()}
         assert {n: m["status"] for n, m in listed.items()} == {
-            "tiny:f16": "ready", "tiny:q8_0": "available", "tiny:f32": "available", "tiny:q4_0": "available"}
+            "tiny:f16": "ready",
+            "tiny:q8_0": "available",
+            "tiny:f32": "available",
+            "tiny:q4_0": "available",
+        }
         assert listed["tiny:q4_0"]["size_bytes"] == _split_size(repo_files)
         fit = listed["tiny:q8_0"]["fit"]  # planned from the downloaded variant's architecture and the listed size
         assert fit["fits"] is True and fit["backend"] == "llamacpp" and fit["reason"]
@@ -141,8 +171,9 @@ def test_the_admin_api_lists_available_variants_with_their_fit_and_pulls_one_by_
         assert gone.status_code == 409 and gone.json()["error"]["code"] == "model_not_downloaded"
 
 
-def test_a_failed_pull_of_an_available_variant_leaves_it_available(tmp_path: Path, hub: HubServer,
-                                                                  repo_files: dict[str, Path]) -> None:
+def test_a_failed_pull_of_an_available_variant_leaves_it_available(
+    tmp_path: Path, hub: HubServer, repo_files: dict[str, Path]
+) -> None:
     hub.add_repo(REPO, repo_files, listed_sha256={"Tiny-F32.gguf": "ab" * 32})  # the hub lists a wrong hash
     store = _store(tmp_path / "data", hub)
     store.pull_hub(store.prepare_hub_pull(f"hf:{REPO}:q8_0"))
@@ -156,7 +187,8 @@ def test_a_failed_pull_of_an_available_variant_leaves_it_available(tmp_path: Pat
 
 @pytest.mark.parametrize("status", [404, 501])
 def test_without_the_tree_endpoint_the_siblings_list_the_files_and_a_head_gives_their_sizes(
-        tmp_path: Path, cdn: RangeServer, repo_files: dict[str, Path], status: int) -> None:
+    tmp_path: Path, cdn: RangeServer, repo_files: dict[str, Path], status: int
+) -> None:
     with HubServer(cdn, tree_status=status, sibling_sizes=False) as mirror:
         mirror.add_repo(REPO, repo_files)
         store = _store(tmp_path / "data", mirror)
@@ -170,7 +202,11 @@ def test_without_the_tree_endpoint_the_siblings_list_the_files_and_a_head_gives_
         heads = {p for m, p in paths if m == "HEAD"}
         assert heads == {f"/{REPO}/resolve/v1.0/{path}" for path in repo_files if path.endswith(".gguf")}  # not the README
     assert {n: s for n, (s, _size) in _states(store).items()} == {
-        "tiny:q4_0": "ready", "tiny:q8_0": "available", "tiny:f16": "available", "tiny:f32": "available"}
+        "tiny:q4_0": "ready",
+        "tiny:q8_0": "available",
+        "tiny:f16": "available",
+        "tiny:f32": "available",
+    }
     assert store.get("tiny:f32").source == f"hf:{REPO}/Tiny-F32.gguf@v1.0"
 
 
@@ -184,8 +220,9 @@ def test_siblings_with_sizes_need_no_head(tmp_path: Path, cdn: RangeServer, repo
     assert len(store.list()) == 4
 
 
-def test_without_the_model_info_endpoint_the_tree_lists_the_files(tmp_path: Path, cdn: RangeServer,
-                                                                   repo_files: dict[str, Path]) -> None:
+def test_without_the_model_info_endpoint_the_tree_lists_the_files(
+    tmp_path: Path, cdn: RangeServer, repo_files: dict[str, Path]
+) -> None:
     with HubServer(cdn, info_status=404) as mirror:
         mirror.add_repo(REPO, repo_files)
         store = _store(tmp_path / "data", mirror)
@@ -195,19 +232,20 @@ def test_without_the_model_info_endpoint_the_tree_lists_the_files(tmp_path: Path
 
 
 def test_a_mirror_with_neither_listing_and_an_unknown_repository_are_clear_errors(
-        tmp_path: Path, cdn: RangeServer, repo_files: dict[str, Path]) -> None:
+    tmp_path: Path, cdn: RangeServer, repo_files: dict[str, Path]
+) -> None:
     with HubServer(cdn, tree_status=501, info_status=501) as mirror:
         mirror.add_repo(REPO, repo_files)
         with pytest.raises(UpstreamError, match="neither in a tree nor in its model info .*tree: HTTP 501.*model info: HTTP 501"):
             _store(tmp_path / "a", mirror).prepare_hub_pull(f"hf:{REPO}")
-    with HubServer(cdn, tree_status=404) as mirror:
-        with pytest.raises(NotFound, match="the hub has no repository org/Nothing"):
-            _store(tmp_path / "b", mirror).prepare_hub_pull("hf:org/Nothing")
+    with HubServer(cdn, tree_status=404) as mirror, pytest.raises(NotFound, match="the hub has no repository org/Nothing"):
+        _store(tmp_path / "b", mirror).prepare_hub_pull("hf:org/Nothing")
 
 
 @pytest.mark.parametrize("tree_status", [None, 501])
-def test_a_repository_without_gguf_files_is_a_clear_error(tmp_path: Path, cdn: RangeServer, repo_files: dict[str, Path],
-                                                          tree_status: int | None) -> None:
+def test_a_repository_without_gguf_files_is_a_clear_error(
+    tmp_path: Path, cdn: RangeServer, repo_files: dict[str, Path], tree_status: int | None
+) -> None:
     with HubServer(cdn, tree_status=tree_status) as mirror:
         mirror.add_repo("org/Docs", {"README.md": repo_files["README.md"]})
         store = _store(tmp_path / "data", mirror)
@@ -219,7 +257,8 @@ def test_a_repository_without_gguf_files_is_a_clear_error(tmp_path: Path, cdn: R
 
 
 def test_offline_and_read_only_stores_list_available_variants_but_neither_reach_out_nor_write(
-        tmp_path: Path, hub: HubServer, cdn: RangeServer, repo_files: dict[str, Path]) -> None:
+    tmp_path: Path, hub: HubServer, cdn: RangeServer, repo_files: dict[str, Path]
+) -> None:
     hub.add_repo(REPO, repo_files)
     data = tmp_path / "data"
     online = _store(data, hub)
@@ -249,10 +288,18 @@ def test_offline_and_read_only_stores_list_available_variants_but_neither_reach_
     assert _snapshot(data / "models") == before and len(hub.requests) + len(cdn.requests) == seen
 
 
-@pytest.mark.parametrize("hostile", [{"rfilename": "../../escape-Q2_K.gguf"}, {"rfilename": "/etc/Tiny-Q2_K.gguf"},
-                                     {"rfilename": "sub/\x00Tiny-Q2_K.gguf"}, {"rfilename": "Tiny-Q2_K.gguf", "size": -5}])
-def test_a_hostile_siblings_listing_is_refused_whole(tmp_path: Path, cdn: RangeServer, repo_files: dict[str, Path],
-                                                     hostile: dict[str, object]) -> None:
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        {"rfilename": "../../escape-Q2_K.gguf"},
+        {"rfilename": "/etc/Tiny-Q2_K.gguf"},
+        {"rfilename": "sub/\x00Tiny-Q2_K.gguf"},
+        {"rfilename": "Tiny-Q2_K.gguf", "size": -5},
+    ],
+)
+def test_a_hostile_siblings_listing_is_refused_whole(
+    tmp_path: Path, cdn: RangeServer, repo_files: dict[str, Path], hostile: dict[str, object]
+) -> None:
     with HubServer(cdn, tree_status=501) as mirror:
         mirror.add_repo(REPO, repo_files, extra_siblings=[hostile])
         store = _store(tmp_path / "data", mirror)
@@ -262,8 +309,9 @@ def test_a_hostile_siblings_listing_is_refused_whole(tmp_path: Path, cdn: RangeS
     assert not [p for p in tmp_path.rglob("*") if "escape" in p.name]
 
 
-def test_a_gated_mirror_without_the_tree_gets_the_token_and_its_cdn_never_does(tmp_path: Path, cdn: RangeServer,
-                                                                              repo_files: dict[str, Path]) -> None:
+def test_a_gated_mirror_without_the_tree_gets_the_token_and_its_cdn_never_does(
+    tmp_path: Path, cdn: RangeServer, repo_files: dict[str, Path]
+) -> None:
     token = "hf_canary_5e0c1b7a9d3f2468"
     token_file = tmp_path / "token"
     token_file.write_text(token + "\n")
@@ -279,8 +327,9 @@ def test_a_gated_mirror_without_the_tree_gets_the_token_and_its_cdn_never_does(t
     assert len(store.list()) == 4
 
 
-def test_a_head_redirect_to_an_address_not_allowed_is_refused(tmp_path: Path, cdn: RangeServer,
-                                                              repo_files: dict[str, Path]) -> None:
+def test_a_head_redirect_to_an_address_not_allowed_is_refused(
+    tmp_path: Path, cdn: RangeServer, repo_files: dict[str, Path]
+) -> None:
     with HubServer(cdn, tree_status=501, sibling_sizes=False, head_location="http://[::1]:9/metadata") as mirror:
         mirror.add_repo(REPO, repo_files)
         store = _store(tmp_path / "data", mirror)  # 127.0.0.1 is allowed, ::1 is not

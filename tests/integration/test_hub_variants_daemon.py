@@ -35,9 +35,11 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 def _repo(folder: Path) -> dict[str, Path]:
     first = make_tiny_gguf(folder / "split" / "Tiny-Q4_0.gguf", vocab=1024, n_embd=128, seed=4, split_max_tensors=8)
-    return {"Tiny-Q8_0.gguf": make_tiny_gguf(folder / "q8.gguf", seed=1),
-            "Tiny-F16.gguf": make_tiny_gguf(folder / "f16.gguf", vocab=768, seed=2),
-            **{p.name: p for p in split_gguf.parts_of(first)}}
+    return {
+        "Tiny-Q8_0.gguf": make_tiny_gguf(folder / "q8.gguf", seed=1),
+        "Tiny-F16.gguf": make_tiny_gguf(folder / "f16.gguf", vocab=768, seed=2),
+        **{p.name: p for p in split_gguf.parts_of(first)},
+    }
 
 
 def _tiny(models: dict[str, list[dict[str, str]]]) -> list[str]:
@@ -56,7 +58,10 @@ def test_available_variants_are_listed_not_served_and_pulled_by_name(tmp_path: P
             assert listed.returncode == 0, listed.stderr
             rows = {r["name"]: r for r in json.loads(listed.stdout) if r["family"] == "tiny"}  # beside the seeded default
             assert {n: r["status"] for n, r in rows.items()} == {
-                "tiny:q8_0": "ready", "tiny:f16": "available", "tiny:q4_0": "available"}
+                "tiny:q8_0": "ready",
+                "tiny:f16": "available",
+                "tiny:q4_0": "available",
+            }
             assert rows["tiny:q4_0"]["size_bytes"] == sum(p.stat().st_size for n, p in files.items() if "-of-" in n)
             assert rows["tiny:f16"]["fit"]["fits"] is True and rows["tiny:f16"]["source"] == f"hf:{REPO}/Tiny-F16.gguf"
             table = _cli({**daemon.env, "COLUMNS": "200"}, "models", "ls")  # wide enough for rich not to wrap
@@ -125,8 +130,9 @@ def test_the_console_lists_available_variants_and_pulls_one(tmp_path: Path) -> N
     files = _repo(tmp_path / "src")
     with RangeServer() as cdn, HubServer(cdn) as hub:
         hub.add_repo(REPO, files)
-        settings = Settings(data_dir=tmp_path / "data", seed_default_model=False, hub_url=hub.url,
-                            allow_private_pull_hosts=["127.0.0.1"])
+        settings = Settings(
+            data_dir=tmp_path / "data", seed_default_model=False, hub_url=hub.url, allow_private_pull_hosts=["127.0.0.1"]
+        )
         settings.data_dir.mkdir()
         dbmod.migrate(settings.db_path)
         services = Services(settings)
@@ -137,8 +143,11 @@ def test_the_console_lists_available_variants_and_pulls_one(tmp_path: Path) -> N
             page = client.get("/models").text
             parser = _Rows()
             parser.feed(page)
-            assert parser.rows == {"tiny:f16": ["available", "Pull"], "tiny:q4_0": ["available", "Pull"],
-                                   "tiny:q8_0": ["ready", "Load"]}
+            assert parser.rows == {
+                "tiny:f16": ["available", "Pull"],
+                "tiny:q4_0": ["available", "Pull"],
+                "tiny:q8_0": ["ready", "Load"],
+            }
             assert "on the hub, not downloaded: hf:org/Tiny-GGUF/Tiny-F16.gguf" in page
             response = client.post("/models/pull", data={"name": "tiny:f16"}, headers={"X-CSRF-Token": _csrf(page)})
             assert response.status_code == 200, response.text

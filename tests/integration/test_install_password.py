@@ -14,9 +14,9 @@ import sys
 import pytest
 from sqlalchemy import select
 
+from appliance.accounts.users import set_password, verify_password
 from appliance.db import engine as dbmod
 from appliance.db.tables import User
-from appliance.accounts.users import set_password, verify_password
 from tests.daemon import daemon_env, free_port
 
 pytestmark = pytest.mark.slow
@@ -24,8 +24,13 @@ SHOWN = re.compile(r"one-time password `([^`]+)`")
 
 
 def _install(data_dir, port):
-    result = subprocess.run([sys.executable, "-m", "appliance.cli", "install", "--local", "--no-serve"],
-                            env=daemon_env(data_dir, port), capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "appliance.cli", "install", "--local", "--no-serve"],
+        env=daemon_env(data_dir, port),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
 

@@ -18,8 +18,13 @@ from tests.reliability.kit import NO_EOS, TINY, start_tiny_daemon
 
 pytestmark = pytest.mark.slow
 
-CHAT = {"model": TINY, "messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 8, "temperature": 0,
-        "logit_bias": NO_EOS}
+CHAT = {
+    "model": TINY,
+    "messages": [{"role": "user", "content": "Name a colour."}],
+    "max_tokens": 8,
+    "temperature": 0,
+    "logit_bias": NO_EOS,
+}
 PROMPT = {"model": TINY, "prompt": "the model answer", "max_tokens": 6, "temperature": 0, "logit_bias": NO_EOS}
 
 
@@ -44,6 +49,7 @@ def _as_dicts(content) -> list[dict]:
 def assert_same_logprobs(got: list[dict], expected: list[dict]) -> None:
     """Same tokens and bytes, same values up to rounding: a prompt read from the engine's prefix cache (a repeat)
     rounds differently in the last bits than one read whole."""
+
     def values(items: list[dict]) -> list[float]:
         return [v for d in items for v in (d["logprob"], *(t["logprob"] for t in d["top_logprobs"]))]
 
@@ -72,12 +78,14 @@ def test_chat_logprobs_are_a_distribution_whose_top_is_the_greedy_token(client):
 
 
 def test_chat_streamed_logprobs_equal_the_plain_ones(client):
-    plain = client.chat.completions.create(**{**CHAT, "messages": [{"role": "user", "content": "Stream it."}]},
-                                           logprobs=True, top_logprobs=3)
+    plain = client.chat.completions.create(
+        **{**CHAT, "messages": [{"role": "user", "content": "Stream it."}]}, logprobs=True, top_logprobs=3
+    )
     streamed: list[dict] = []
     text = ""
-    for chunk in client.chat.completions.create(**{**CHAT, "messages": [{"role": "user", "content": "Stream it."}]},
-                                                logprobs=True, top_logprobs=3, stream=True):
+    for chunk in client.chat.completions.create(
+        **{**CHAT, "messages": [{"role": "user", "content": "Stream it."}]}, logprobs=True, top_logprobs=3, stream=True
+    ):
         for choice in chunk.choices:
             text += choice.delta.content or ""
             if choice.logprobs is not None and choice.logprobs.content:
@@ -98,7 +106,7 @@ def test_completion_logprobs_list_the_chosen_and_the_most_likely_tokens(client):
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 6
     text = r.choices[0].text
     for token, offset in zip(lp.tokens, lp.text_offset):  # a byte of a split character is spelled \xNN
-        assert "\\x" in token or text[offset:offset + len(token)] == token, (token, offset, text)
+        assert "\\x" in token or text[offset : offset + len(token)] == token, (token, offset, text)
     assert lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset)
     for token, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
         assert top[token] == pytest.approx(logprob) and logprob == pytest.approx(max(top.values()))
@@ -143,20 +151,24 @@ def test_scoring_a_prompt_with_max_tokens_0(client):
     assert offsets[split] == offsets[split + 1] == prompt.index("é"), "both halves of é start where é does"
     assert offsets == sorted(offsets) and offsets[-1] < len(prompt)
     # scored again while its prompt is still in the engine's KV cache: every position is decoded again
-    again = client.completions.create(model=TINY, prompt=prompt, max_tokens=0, echo=True, logprobs=0,
-                                      extra_headers={"cache-control": "no-cache"})
+    again = client.completions.create(
+        model=TINY, prompt=prompt, max_tokens=0, echo=True, logprobs=0, extra_headers={"cache-control": "no-cache"}
+    )
     assert again.choices[0].logprobs.token_logprobs[0] is None
     assert again.choices[0].logprobs.token_logprobs[1:] == pytest.approx(choice.logprobs.token_logprobs[1:], rel=1e-2, abs=1e-2)
     unscored = client.completions.create(model=TINY, prompt=prompt, max_tokens=0, echo=True).choices[0]
     assert unscored.text == prompt and unscored.logprobs is None
 
 
-@pytest.mark.parametrize("call, param", [
-    (lambda c: c.chat.completions.create(**CHAT, logprobs=True, top_logprobs=21), "top_logprobs"),
-    (lambda c: c.chat.completions.create(**CHAT, top_logprobs=2), "top_logprobs"),
-    (lambda c: c.completions.create(**PROMPT, logprobs=6), "logprobs"),
-    (lambda c: c.completions.create(**{**PROMPT, "max_tokens": 0}), "max_tokens"),
-])
+@pytest.mark.parametrize(
+    "call, param",
+    [
+        (lambda c: c.chat.completions.create(**CHAT, logprobs=True, top_logprobs=21), "top_logprobs"),
+        (lambda c: c.chat.completions.create(**CHAT, top_logprobs=2), "top_logprobs"),
+        (lambda c: c.completions.create(**PROMPT, logprobs=6), "logprobs"),
+        (lambda c: c.completions.create(**{**PROMPT, "max_tokens": 0}), "max_tokens"),
+    ],
+)
 def test_out_of_bounds_values_are_refused_by_name(client, call, param):
     with pytest.raises(openai.BadRequestError) as info:
         call(client)

@@ -8,13 +8,12 @@ a base model) says ``["completion"]``.
 
 from __future__ import annotations
 
-
 import openai
 import pytest
 
 from tests.daemon import start_daemon
-from tests.reliability.kit import import_model
 from tests.ggufkit import make_tiny_gguf
+from tests.reliability.kit import import_model
 
 pytestmark = pytest.mark.slow
 

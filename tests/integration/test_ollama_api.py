@@ -39,8 +39,11 @@ def client(daemon, key):
 
 def _ledger(daemon, key_name: str) -> list[tuple]:
     with sqlite3.connect(daemon.data_dir / "appliance.db") as db:
-        return db.execute("SELECT u.endpoint, u.model, u.prompt_tokens, u.completion_tokens, u.status FROM usage u "
-                          "JOIN api_keys k ON k.id = u.key_id WHERE k.name = ? ORDER BY u.id", (key_name,)).fetchall()
+        return db.execute(
+            "SELECT u.endpoint, u.model, u.prompt_tokens, u.completion_tokens, u.status FROM usage u "
+            "JOIN api_keys k ON k.id = u.key_id WHERE k.name = ? ORDER BY u.id",
+            (key_name,),
+        ).fetchall()
 
 
 def test_version(client):
@@ -96,33 +99,51 @@ def test_ps_lists_the_loaded_model(client):
 
 
 def test_num_predict_caps_eval_count(client):
-    reply = client.generate(model="default", prompt="Count from one to fifty: one, two, three,", options={"num_predict": 5, "temperature": 0})
+    reply = client.generate(
+        model="default", prompt="Count from one to fifty: one, two, three,", options={"num_predict": 5, "temperature": 0}
+    )
     assert reply.eval_count == 5 and reply.done_reason == "length"
 
 
 def test_generate_streamed_and_plain_agree(client):
     options = {"num_predict": 12, "temperature": 0}
-    parts = list(client.generate(model="default", prompt="Name three colours.", system="Answer briefly.", stream=True, options=options))
+    parts = list(
+        client.generate(model="default", prompt="Name three colours.", system="Answer briefly.", stream=True, options=options)
+    )
     assert len(parts) > 2 and parts[-1].done and parts[-1].eval_count > 0
     plain = client.generate(model="default", prompt="Name three colours.", system="Answer briefly.", options=options)
     assert plain.response == "".join(p.response for p in parts) != ""
 
 
 def test_generate_streamed_and_raw(client):
-    parts = list(client.generate(model="default", prompt="The capital of France is", raw=True, stream=True,
-                                 options={"num_predict": 8, "temperature": 0}))
+    parts = list(
+        client.generate(
+            model="default",
+            prompt="The capital of France is",
+            raw=True,
+            stream=True,
+            options={"num_predict": 8, "temperature": 0},
+        )
+    )
     assert parts[-1].done and parts[-1].eval_count > 0
     text = "".join(p.response for p in parts)
-    plain = client.generate(model="default", prompt="The capital of France is", raw=True, options={"num_predict": 8, "temperature": 0})
+    plain = client.generate(
+        model="default", prompt="The capital of France is", raw=True, options={"num_predict": 8, "temperature": 0}
+    )
     assert text == plain.response and text.strip()
 
 
 def test_format_json_gives_parseable_json(client):
-    reply = client.chat(model="default", messages=[{"role": "user", "content": "Give the capital of France as JSON."}],
-                        format={"type": "object", "properties": {"capital": {"type": "string"}}, "required": ["capital"]},
-                        options={"temperature": 0, "num_predict": 60})
+    reply = client.chat(
+        model="default",
+        messages=[{"role": "user", "content": "Give the capital of France as JSON."}],
+        format={"type": "object", "properties": {"capital": {"type": "string"}}, "required": ["capital"]},
+        options={"temperature": 0, "num_predict": 60},
+    )
     assert isinstance(json.loads(reply.message.content)["capital"], str)
-    reply = client.generate(model="default", prompt="A JSON object with a name:", format="json", options={"temperature": 0, "num_predict": 60})
+    reply = client.generate(
+        model="default", prompt="A JSON object with a name:", format="json", options={"temperature": 0, "num_predict": 60}
+    )
     assert isinstance(json.loads(reply.response), dict)
 
 
@@ -135,11 +156,15 @@ def test_embed_and_legacy_embeddings(client):
 
 def test_usage_rows_carry_the_key_and_tokens(daemon, key_name, client):
     before = len(_ledger(daemon, key_name))
-    reply = client.chat(model="default", messages=[{"role": "user", "content": "Name a fruit."}], options={"num_predict": 6, "seed": 3})
+    reply = client.chat(
+        model="default", messages=[{"role": "user", "content": "Name a fruit."}], options={"num_predict": 6, "seed": 3}
+    )
     parts = list(client.generate(model="default", prompt="Name a river.", stream=True, options={"num_predict": 6, "seed": 3}))
     rows = _ledger(daemon, key_name)[before:]
-    assert rows == [("chat", "gemma-3-270m:q4_k_m", reply.prompt_eval_count, reply.eval_count, 200),
-                    ("chat", "gemma-3-270m:q4_k_m", parts[-1].prompt_eval_count, parts[-1].eval_count, 200)]
+    assert rows == [
+        ("chat", "gemma-3-270m:q4_k_m", reply.prompt_eval_count, reply.eval_count, 200),
+        ("chat", "gemma-3-270m:q4_k_m", parts[-1].prompt_eval_count, parts[-1].eval_count, 200),
+    ]
 
 
 def test_unknown_model_is_404_in_ollama_shape(client, daemon, key):
@@ -191,8 +216,12 @@ def test_admin_delete_of_a_loaded_model_is_refused_and_unknown_is_404(daemon, ad
 
 
 def test_hang_up_mid_stream_is_settled_at_once(daemon, key):
-    body = {"model": "default", "prompt": "Once upon a time, in a small village by the sea,", "raw": True,
-            "options": {"num_predict": 400, "temperature": 0}}
+    body = {
+        "model": "default",
+        "prompt": "Once upon a time, in a small village by the sea,",
+        "raw": True,
+        "options": {"num_predict": 400, "temperature": 0},
+    }
     with httpx.Client(base_url=daemon.url, headers={"Authorization": f"Bearer {key}"}, timeout=300) as http:
         with http.stream("POST", "/api/generate", json=body) as response:
             assert response.status_code == 200 and response.headers["content-type"].startswith("application/x-ndjson")
@@ -202,10 +231,14 @@ def test_hang_up_mid_stream_is_settled_at_once(daemon, key):
             assert not any(p["done"] for p in pieces)
     gone_at = time.monotonic()
     with sqlite3.connect(daemon.data_dir / "appliance.db") as db:
-        rows = wait_until(lambda: db.execute("SELECT status, completion_tokens FROM usage WHERE request_id = ?", (request_id,)).fetchall(),
-                          2.0, 0.05, "the usage row of the abandoned stream")
+        rows = wait_until(
+            lambda: db.execute("SELECT status, completion_tokens FROM usage WHERE request_id = ?", (request_id,)).fetchall(),
+            2.0,
+            0.05,
+            "the usage row of the abandoned stream",
+        )
     assert time.monotonic() - gone_at < 2.0
-    (status, completion_tokens), = rows
+    ((status, completion_tokens),) = rows
     assert status == 499 and 10 <= completion_tokens < 400
 
 

@@ -18,8 +18,9 @@ def test_models_lists_default_and_alias(client):
 
 
 def test_chat(client):
-    reply = client.chat.completions.create(model="default", messages=[{"role": "user", "content": "Name a colour."}],
-                                           max_tokens=16, temperature=0)
+    reply = client.chat.completions.create(
+        model="default", messages=[{"role": "user", "content": "Name a colour."}], max_tokens=16, temperature=0
+    )
     assert reply.choices[0].finish_reason in ("stop", "length")
     assert reply.usage.prompt_tokens > 0
     assert reply.usage.completion_tokens > 0
@@ -27,8 +28,14 @@ def test_chat(client):
 
 
 def test_streamed_chat_with_usage(client):
-    stream = client.chat.completions.create(model="default", messages=[{"role": "user", "content": "Count: one, two,"}],
-                                            max_tokens=12, temperature=0, stream=True, stream_options={"include_usage": True})
+    stream = client.chat.completions.create(
+        model="default",
+        messages=[{"role": "user", "content": "Count: one, two,"}],
+        max_tokens=12,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     text, usage, finish = "", None, None
     for chunk in stream:
         if chunk.usage:
@@ -42,8 +49,9 @@ def test_streamed_chat_with_usage(client):
 
 
 def test_stream_without_usage_option_has_no_usage_chunk(client):
-    stream = client.chat.completions.create(model="default", messages=[{"role": "user", "content": "Hi"}], max_tokens=4,
-                                            temperature=0, stream=True)
+    stream = client.chat.completions.create(
+        model="default", messages=[{"role": "user", "content": "Hi"}], max_tokens=4, temperature=0, stream=True
+    )
     chunks = list(stream)
     assert chunks and all(c.usage is None for c in chunks)
 

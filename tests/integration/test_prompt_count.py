@@ -26,8 +26,11 @@ CASES = {
     "chinese-completion": ("completions", "/v1/completions", {"prompt": CHINESE}),
     "rare-completion": ("completions", "/v1/completions", {"prompt": RARE}),
     "code-completion": ("completions", "/v1/completions", {"prompt": CODE}),
-    "chinese-chat": ("chat", "/v1/chat/completions", {"messages": [
-        {"role": "system", "content": "你是一个乐于助人的助手。"}, {"role": "user", "content": CHINESE}]}),
+    "chinese-chat": (
+        "chat",
+        "/v1/chat/completions",
+        {"messages": [{"role": "system", "content": "你是一个乐于助人的助手。"}, {"role": "user", "content": CHINESE}]},
+    ),
     "chinese-embedding": ("embeddings", "/v1/embeddings", {"input": [CHINESE, "长城"]}),
 }
 

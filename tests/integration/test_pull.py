@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from appliance.errors import Conflict
-from appliance.store.jobs import JobRegistry
 from appliance.store.errors import ChecksumMismatch
+from appliance.store.jobs import JobRegistry
 from appliance.store.store import ModelStore
 from tests.ggufkit import make_tiny_gguf
 from tests.storekit import RangeServer, make_store, random_file, sha256_file

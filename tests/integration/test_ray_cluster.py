@@ -41,8 +41,18 @@ pytestmark = [pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
 L4_BYTES = 23034 << 20
-NODE_ARGS = ["--num-cpus", "1", "--num-gpus", "2", "--resources", json.dumps({"accelerator_type:L4": 1}),
-             "--object-store-memory", str(80 * 10**6), "--disable-usage-stats", "--block"]
+NODE_ARGS = [
+    "--num-cpus",
+    "1",
+    "--num-gpus",
+    "2",
+    "--resources",
+    json.dumps({"accelerator_type:L4": 1}),
+    "--object-store-memory",
+    str(80 * 10**6),
+    "--disable-usage-stats",
+    "--block",
+]
 
 
 def _unavailable(reason: str) -> None:
@@ -60,8 +70,18 @@ def _free_port() -> int:
 def _variants(family: str) -> list[Variant]:
     data = json.loads((FIXTURES / "models" / f"{family}.json").read_text())
     facts = ModelFacts.from_dict(data["facts"])
-    return [Variant(family, v["name"], v["format"], v["quantization"], v["size_bytes"], replace(facts, format=v["format"]),
-                    f"/models/{family}/{v['name']}") for v in data["variants"]]
+    return [
+        Variant(
+            family,
+            v["name"],
+            v["format"],
+            v["quantization"],
+            v["size_bytes"],
+            replace(facts, format=v["format"]),
+            f"/models/{family}/{v['name']}",
+        )
+        for v in data["variants"]
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +90,9 @@ def ray_bin() -> Path:
     ray = venv / "bin" / "ray"
     if not ray.exists():
         _unavailable(f"{ray} does not exist")
-    probe = subprocess.run([str(venv / "bin" / "python"), "-c", "import ray; print(ray.__version__)"],
-                           capture_output=True, text=True, timeout=120)
+    probe = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import ray; print(ray.__version__)"], capture_output=True, text=True, timeout=120
+    )
     if probe.returncode != 0:
         _unavailable(f"{venv / 'bin' / 'python'} cannot import ray: {probe.stderr.strip()[-500:]}")
     return ray
@@ -89,8 +110,16 @@ def cluster(ray_bin: Path, tmp_path_factory: pytest.TempPathFactory):
 
     def start(args: list[str], log: str) -> None:
         with open(tmp / log, "wb") as out:
-            procs.append(subprocess.Popen([str(ray_bin), "start", *args, *NODE_ARGS], stdout=out, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, env=env, start_new_session=True))
+            procs.append(
+                subprocess.Popen(
+                    [str(ray_bin), "start", *args, *NODE_ARGS],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    start_new_session=True,
+                )
+            )
 
     def wait_nodes(n: int) -> None:
         deadline = time.monotonic() + 90
@@ -105,8 +134,19 @@ def cluster(ray_bin: Path, tmp_path_factory: pytest.TempPathFactory):
         pytest.fail(f"the Ray cluster did not reach {n} node(s):\n{logs}", pytrace=False)
 
     try:
-        start(["--head", "--port", str(port), "--node-ip-address", "127.0.0.1", "--temp-dir", str(tmp / "t"),
-               "--include-dashboard=false"], "head.log")
+        start(
+            [
+                "--head",
+                "--port",
+                str(port),
+                "--node-ip-address",
+                "127.0.0.1",
+                "--temp-dir",
+                str(tmp / "t"),
+                "--include-dashboard=false",
+            ],
+            "head.log",
+        )
         wait_nodes(1)
         start(["--address", address, "--node-ip-address", "127.0.0.1"], "node.log")
         wait_nodes(2)
@@ -148,7 +188,9 @@ def test_read_plan_and_argv_against_a_real_two_node_cluster(cluster: str, ray_bi
     assert len(nodes) == 2, [n.description for n in nodes]
     assert len({n.hostname for n in nodes}) == 2  # two nodes on one machine keep distinct names
     for node in nodes:
-        assert [(g.vendor, g.name, g.memory_total, g.compute_capability) for g in node.gpus] == [("nvidia", "NVIDIA L4", L4_BYTES, "8.9")] * 2
+        assert [(g.vendor, g.name, g.memory_total, g.compute_capability) for g in node.gpus] == [
+            ("nvidia", "NVIDIA L4", L4_BYTES, "8.9")
+        ] * 2
         assert node.cpu.threads == 1 and node.cpu.memory_total > GiB
         assert not node.findings
 
@@ -159,7 +201,12 @@ def test_read_plan_and_argv_against_a_real_two_node_cluster(cluster: str, ray_bi
     assert isinstance(alone, Plan) and alone.backend == "llamacpp", alone
     split = plan(view.local, variants, replace(prefs, cluster=view.nodes))
     assert isinstance(split, Plan), split
-    assert (split.backend, split.tensor_parallel_size, split.pipeline_parallel_size, split.distributed_executor) == ("vllm", 2, 2, "ray")
+    assert (split.backend, split.tensor_parallel_size, split.pipeline_parallel_size, split.distributed_executor) == (
+        "vllm",
+        2,
+        2,
+        "ray",
+    )
     assert split.devices == tuple(f"{n.hostname}/cuda:{i}" for n in nodes for i in (0, 1))
     assert "over 2 nodes (Ray)" in split.reason
 

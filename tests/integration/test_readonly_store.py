@@ -12,7 +12,7 @@ import pytest
 
 from appliance.store import split_gguf
 from appliance.store.errors import StoreReadOnly
-from tests.daemon import daemon_env, free_port, RunningDaemon
+from tests.daemon import RunningDaemon, daemon_env, free_port
 from tests.ggufkit import make_tiny_gguf
 from tests.storekit import make_hf_folder, make_store
 
@@ -21,7 +21,11 @@ def _snapshot(folder: Path) -> dict[str, tuple[int, int, str]]:
     out = {}
     for p in sorted(folder.rglob("*")):
         st = os.lstat(p)
-        out[str(p.relative_to(folder))] = (st.st_mode, st.st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "")
+        out[str(p.relative_to(folder))] = (
+            st.st_mode,
+            st.st_mtime_ns,
+            hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "",
+        )
     return out
 
 
@@ -74,8 +78,9 @@ def test_a_daemon_serves_from_a_read_only_store(tmp_path: Path) -> None:
     make_tiny_gguf(models / "Tiny-Q8_0.gguf", vocab=1024)
     before = _snapshot(models)
     port = free_port()
-    daemon = RunningDaemon(data, port, daemon_env(data, port, APPLIANCE_STORE_READ_ONLY="true",
-                                                  APPLIANCE_DEFAULT_MODEL="tiny:q8_0")).start()
+    daemon = RunningDaemon(
+        data, port, daemon_env(data, port, APPLIANCE_STORE_READ_ONLY="true", APPLIANCE_DEFAULT_MODEL="tiny:q8_0")
+    ).start()
     try:
         key = daemon.create_key("ro")
         with daemon.client(key) as client:

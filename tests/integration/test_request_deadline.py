@@ -35,7 +35,9 @@ def daemon(tmp_path_factory: pytest.TempPathFactory):
 def _row(daemon: RunningDaemon, request_id: str) -> tuple[int, int, int]:
     conn = sqlite3.connect(daemon.data_dir / "appliance.db")
     try:
-        rows = conn.execute("SELECT status, prompt_tokens, completion_tokens FROM usage WHERE request_id = ?", (request_id,)).fetchall()
+        rows = conn.execute(
+            "SELECT status, prompt_tokens, completion_tokens FROM usage WHERE request_id = ?", (request_id,)
+        ).fetchall()
     finally:
         conn.close()
     assert len(rows) == 1, rows

@@ -23,14 +23,29 @@ TEMPLATE = (
     "{%- if tools %}{{- 'Tools: ' + (tools | tojson) + '\n' }}{%- endif %}"
     "{%- for m in messages %}{{- m.role + ': ' }}{{- m.content if m.content else '' }}"
     "{%- if m.tool_calls %}{{- ' calls ' + (m.tool_calls | tojson) }}{%- endif %}{{- '\n' }}{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- 'assistant: ' }}{%- endif %}")
-WEATHER = {"type": "function", "name": "get_weather", "description": "The weather of a city.",
-           # an enum keeps a random tiny model's forced arguments short (a free string runs to max_output_tokens)
-           "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome", "Oslo"]}},
-                          "required": ["city"]}}
-EXPECTED_EVENTS = ["response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
-                   "response.output_text.delta", "response.output_text.done", "response.content_part.done",
-                   "response.output_item.done"]
+    "{%- if add_generation_prompt %}{{- 'assistant: ' }}{%- endif %}"
+)
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather of a city.",
+    # an enum keeps a random tiny model's forced arguments short (a free string runs to max_output_tokens)
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "enum": ["Paris", "Rome", "Oslo"]}},
+        "required": ["city"],
+    },
+}
+EXPECTED_EVENTS = [
+    "response.created",
+    "response.in_progress",
+    "response.output_item.added",
+    "response.content_part.added",
+    "response.output_text.delta",
+    "response.output_text.done",
+    "response.content_part.done",
+    "response.output_item.done",
+]
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +110,9 @@ class Verdict(pydantic.BaseModel):
 
 def test_the_stream_helper_accumulates_and_parses_the_final_response(client):
     # a JSON schema answer ends when its object closes, so the stream ends with response.completed
-    with client.responses.stream(model=MODEL, input="The stream helper: is it fine?", text_format=Verdict, temperature=0,
-                                 max_output_tokens=40) as stream:
+    with client.responses.stream(
+        model=MODEL, input="The stream helper: is it fine?", text_format=Verdict, temperature=0, max_output_tokens=40
+    ) as stream:
         deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
         final = stream.get_final_response()
     assert deltas and final.output_text == "".join(deltas)
@@ -114,12 +130,19 @@ def test_previous_response_id_continues_the_conversation(client):
     assert second.usage.input_tokens > fresh.usage.input_tokens
     assert second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens
     assert second.previous_response_id == first.id
-    third = list(client.responses.create(model=MODEL, input="And again?", max_output_tokens=4, temperature=0, stream=True,
-                                         previous_response_id=second.id))[-1].response
+    third = list(
+        client.responses.create(
+            model=MODEL, input="And again?", max_output_tokens=4, temperature=0, stream=True, previous_response_id=second.id
+        )
+    )[-1].response
     assert third.usage.input_tokens > second.usage.input_tokens + second.usage.output_tokens
     # the stored response reads back as it was answered, with the items it answered
     stored = client.responses.retrieve(first.id)
-    assert stored.id == first.id and stored.output_text == first.output_text and stored.usage.input_tokens == first.usage.input_tokens
+    assert (
+        stored.id == first.id
+        and stored.output_text == first.output_text
+        and stored.usage.input_tokens == first.usage.input_tokens
+    )
     items = client.responses.input_items.list(second.id).data
     assert [item.type for item in items] == ["message", "message", "message"]
     assert items[0].content[0].text == "Remember the code 4417." and items[-1].content[0].text == "What was the code?"
@@ -147,8 +170,9 @@ def test_another_keys_response_is_not_found_and_deleting_is_for_the_owner(client
 
 def test_store_false_is_not_kept(client):
     plain = client.responses.create(model=MODEL, input="Do not keep this.", max_output_tokens=4, temperature=0, store=False)
-    streamed = list(client.responses.create(model=MODEL, input="Nor this.", max_output_tokens=4, temperature=0, store=False,
-                                            stream=True))[-1].response
+    streamed = list(
+        client.responses.create(model=MODEL, input="Nor this.", max_output_tokens=4, temperature=0, store=False, stream=True)
+    )[-1].response
     assert plain.store is False and streamed.store is False
     for response_id in (plain.id, streamed.id):
         with pytest.raises(openai.NotFoundError):
@@ -161,8 +185,9 @@ def test_responses_are_metered_on_the_key(box):
     key_id, secret = _key(box, "responses-metered")
     metered = openai.OpenAI(base_url=box.url + "/v1", api_key=secret, max_retries=0, timeout=300)
     plain = metered.responses.create(model=MODEL, input="Meter this one.", max_output_tokens=5, temperature=0.7, top_p=0.9)
-    streamed = list(metered.responses.create(model=MODEL, input="And this one.", max_output_tokens=5, temperature=0.7,
-                                             stream=True))[-1].response
+    streamed = list(
+        metered.responses.create(model=MODEL, input="And this one.", max_output_tokens=5, temperature=0.7, stream=True)
+    )[-1].response
     with box.admin() as admin:
         totals = admin.get("/admin/usage", params={"key": str(key_id)}).json()["totals"]
     assert totals["requests"] == 2 and totals["failed"] == 0, totals
@@ -172,9 +197,13 @@ def test_responses_are_metered_on_the_key(box):
 
 def test_instructions_and_input_parts_reach_the_model(client):
     bare = client.responses.create(model=MODEL, input="Hello parts.", max_output_tokens=2, temperature=0)
-    parts = client.responses.create(model=MODEL, instructions="Answer as a pirate, in one short line.", max_output_tokens=2,
-                                    temperature=0, input=[{"role": "user", "content": [{"type": "input_text", "text": "Hello "},
-                                                                                       {"type": "input_text", "text": "parts."}]}])
+    parts = client.responses.create(
+        model=MODEL,
+        instructions="Answer as a pirate, in one short line.",
+        max_output_tokens=2,
+        temperature=0,
+        input=[{"role": "user", "content": [{"type": "input_text", "text": "Hello "}, {"type": "input_text", "text": "parts."}]}],
+    )
     assert parts.usage.input_tokens > bare.usage.input_tokens
     assert parts.instructions == "Answer as a pirate, in one short line."
 
@@ -182,7 +211,7 @@ def test_instructions_and_input_parts_reach_the_model(client):
 def test_function_tools_and_call_outputs_reach_the_template(client):
     conversation = [
         {"role": "user", "content": "Weather in Paris?"},
-        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{\"city\": \"Paris\"}"},
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
         {"type": "function_call_output", "call_id": "call_1", "output": "18 C and sunny"},
     ]
     ask = {"model": MODEL, "max_output_tokens": 2, "temperature": 0}
@@ -195,14 +224,17 @@ def test_function_tools_and_call_outputs_reach_the_template(client):
     assert offered.tools[0].name == "get_weather"
 
 
-@pytest.mark.parametrize("body, param", [
-    ({"tools": [{"type": "web_search"}]}, "tools"),
-    ({"tools": [{"type": "file_search", "vector_store_ids": ["vs_1"]}]}, "tools"),
-    ({"tools": [WEATHER], "tool_choice": {"type": "function", "name": "not_offered"}}, "tool_choice"),
-    ({"input": [{"type": "input_image", "image_url": "https://example.com/a.png"}]}, "input"),
-    ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text"),
-    ({"reasoning": {"effort": "high"}}, "reasoning"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"tools": [{"type": "web_search"}]}, "tools"),
+        ({"tools": [{"type": "file_search", "vector_store_ids": ["vs_1"]}]}, "tools"),
+        ({"tools": [WEATHER], "tool_choice": {"type": "function", "name": "not_offered"}}, "tool_choice"),
+        ({"input": [{"type": "input_image", "image_url": "https://example.com/a.png"}]}, "input"),
+        ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text"),
+        ({"reasoning": {"effort": "high"}}, "reasoning"),
+    ],
+)
 def test_what_cannot_be_served_is_a_400_naming_the_field(box, owner, body, param):
     with box.client(owner[1]) as http:
         r = http.post("/v1/responses", json={"model": MODEL, "input": "x", **body})
@@ -211,8 +243,13 @@ def test_what_cannot_be_served_is_a_400_naming_the_field(box, owner, body, param
 
 def test_json_schema_text_format_constrains_the_answer(client):
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": False}
-    response = client.responses.create(model=MODEL, input="Is it fine?", temperature=0, max_output_tokens=40,
-                                       text={"format": {"type": "json_schema", "name": "verdict", "schema": schema, "strict": True}})
+    response = client.responses.create(
+        model=MODEL,
+        input="Is it fine?",
+        temperature=0,
+        max_output_tokens=40,
+        text={"format": {"type": "json_schema", "name": "verdict", "schema": schema, "strict": True}},
+    )
     assert response.status == "completed", response
     assert isinstance(json.loads(response.output_text)["ok"], bool)
 
@@ -229,19 +266,40 @@ def test_unknown_response_ids_are_not_found_with_an_openai_error(box, owner):
 # Function calls parsed out of the model's answer need the llama.cpp engine to return OpenAI `tool_calls` and to
 # honour a named tool_choice (it then constrains the answer to a call of that function).
 def test_function_call_round_trip(client):
-    called = client.responses.create(model=MODEL, input="Weather in Paris?", tools=[WEATHER], temperature=0,
-                                     tool_choice={"type": "function", "name": "get_weather"}, max_output_tokens=64)
+    called = client.responses.create(
+        model=MODEL,
+        input="Weather in Paris?",
+        tools=[WEATHER],
+        temperature=0,
+        tool_choice={"type": "function", "name": "get_weather"},
+        max_output_tokens=64,
+    )
     calls = [item for item in called.output if item.type == "function_call"]
     assert calls, called.output
     call = calls[0]
     assert call.name == "get_weather" and call.id.startswith("fc_") and call.call_id
     assert isinstance(json.loads(call.arguments), dict)
-    answered = client.responses.create(model=MODEL, previous_response_id=called.id, tools=[WEATHER], max_output_tokens=4,
-                                       temperature=0, input=[{"type": "function_call_output", "call_id": call.call_id, "output": "18 C"}])
+    answered = client.responses.create(
+        model=MODEL,
+        previous_response_id=called.id,
+        tools=[WEATHER],
+        max_output_tokens=4,
+        temperature=0,
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "18 C"}],
+    )
     assert answered.status in ("completed", "incomplete")
     assert answered.usage.input_tokens > called.usage.input_tokens
-    events = list(client.responses.create(model=MODEL, input="Weather in Rome?", tools=[WEATHER], temperature=0, stream=True,
-                                          tool_choice={"type": "function", "name": "get_weather"}, max_output_tokens=64))
+    events = list(
+        client.responses.create(
+            model=MODEL,
+            input="Weather in Rome?",
+            tools=[WEATHER],
+            temperature=0,
+            stream=True,
+            tool_choice={"type": "function", "name": "get_weather"},
+            max_output_tokens=64,
+        )
+    )
     types = [e.type for e in events]
     assert "response.function_call_arguments.delta" in types and "response.function_call_arguments.done" in types, types
     added = next(e for e in events if e.type == "response.output_item.added" and e.item.type == "function_call")

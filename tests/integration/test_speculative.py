@@ -30,8 +30,11 @@ def _worker_stats(daemon: RunningDaemon) -> dict:
 def _complete(daemon: RunningDaemon) -> dict:
     key = daemon.create_key("speculative")
     with daemon.client(key, timeout=300) as c:
-        r = c.post("/v1/completions", json={"model": "default", "prompt": PROMPT, "max_tokens": 24, "temperature": 0},
-                   headers={"cache-control": "no-store"})
+        r = c.post(
+            "/v1/completions",
+            json={"model": "default", "prompt": PROMPT, "max_tokens": 24, "temperature": 0},
+            headers={"cache-control": "no-store"},
+        )
     assert r.status_code == 200, r.text
     return r.json()
 

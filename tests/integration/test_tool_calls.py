@@ -25,29 +25,43 @@ pytestmark = pytest.mark.slow
 
 HERMES_TEMPLATE = (
     "{%- if tools %}{{- 'Tools: ' + (tools | tojson) + '\n"
-    "Call one as <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call>\n' }}{%- endif %}"
+    'Call one as <tool_call>{"name": ..., "arguments": ...}</tool_call>\n\' }}{%- endif %}'
     "{%- for m in messages %}"
     "{%- if m.role == 'tool' %}{{- 'tool: <tool_response>' + m.content + '</tool_response>\n' }}"
     "{%- elif m.role == 'assistant' and m.tool_calls %}{{- 'assistant: ' }}{%- for c in m.tool_calls %}"
-    "{{- '<tool_call>{\"name\": \"' + c.function.name + '\", \"arguments\": ' + (c.function.arguments | tojson)"
+    '{{- \'<tool_call>{"name": "\' + c.function.name + \'", "arguments": \' + (c.function.arguments | tojson)'
     " + '}</tool_call>' }}{%- endfor %}{{- '\n' }}"
     "{%- else %}{{- m.role + ': ' + m.content + '\n' }}{%- endif %}{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- 'assistant: ' }}{%- endif %}")
+    "{%- if add_generation_prompt %}{{- 'assistant: ' }}{%- endif %}"
+)
 
 THINKING_TEMPLATE = (
     "{%- for m in messages %}{{- m.role + ': ' + (m.content.split('</think>')[-1] if m.role == 'assistant'"
     " else m.content) + '\n' }}{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- 'assistant: <think>\n' }}{%- endif %}")
+    "{%- if add_generation_prompt %}{{- 'assistant: <think>\n' }}{%- endif %}"
+)
 
-WEATHER = {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo", "Lima"]},
-                                            "days": {"type": "integer", "minimum": 1, "maximum": 9},
-                                            "metric": {"type": "boolean"}},
-           "required": ["city", "days", "metric"], "additionalProperties": False}
-TIME = {"type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
-        "required": ["zone"], "additionalProperties": False}
+WEATHER = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "enum": ["Paris", "Oslo", "Lima"]},
+        "days": {"type": "integer", "minimum": 1, "maximum": 9},
+        "metric": {"type": "boolean"},
+    },
+    "required": ["city", "days", "metric"],
+    "additionalProperties": False,
+}
+TIME = {
+    "type": "object",
+    "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
+    "required": ["zone"],
+    "additionalProperties": False,
+}
 TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "description": "Weather forecast for a city.",
-                                      "parameters": WEATHER}},
+    {
+        "type": "function",
+        "function": {"name": "get_weather", "description": "Weather forecast for a city.", "parameters": WEATHER},
+    },
     {"type": "function", "function": {"name": "get_time", "description": "The time in a zone.", "parameters": TIME}},
 ]
 SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
@@ -81,8 +95,9 @@ def _valid(name: str, arguments: str) -> dict:
 
 
 def test_required_gets_a_parsed_call_that_validates(client):
-    reply = client.chat.completions.create(model="hermes-tiny:f32", messages=ASK, tools=TOOLS, tool_choice="required",
-                                           max_tokens=200, temperature=0)
+    reply = client.chat.completions.create(
+        model="hermes-tiny:f32", messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=200, temperature=0
+    )
     choice = reply.choices[0]
     assert choice.finish_reason == "tool_calls", choice
     assert choice.message.content is None
@@ -95,9 +110,16 @@ def test_required_gets_a_parsed_call_that_validates(client):
 
 def test_named_function_streamed_reassembles_into_a_valid_call(client):
     stream = client.chat.completions.create(
-        model="hermes-tiny:f32", messages=ASK, tools=TOOLS, max_tokens=200, temperature=0.8, seed=3,
-        tool_choice={"type": "function", "function": {"name": "get_time"}}, stream=True,
-        stream_options={"include_usage": True})
+        model="hermes-tiny:f32",
+        messages=ASK,
+        tools=TOOLS,
+        max_tokens=200,
+        temperature=0.8,
+        seed=3,
+        tool_choice={"type": "function", "function": {"name": "get_time"}},
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     calls: dict[int, dict] = {}
     finish, usage, content = None, None, ""
     for chunk in stream:
@@ -120,13 +142,22 @@ def test_named_function_streamed_reassembles_into_a_valid_call(client):
 
 
 def test_a_tool_result_round_trip_is_accepted_and_answered(client):
-    first = client.chat.completions.create(model="hermes-tiny:f32", messages=ASK, tools=TOOLS, max_tokens=200,
-                                           tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    first = client.chat.completions.create(
+        model="hermes-tiny:f32",
+        messages=ASK,
+        tools=TOOLS,
+        max_tokens=200,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    )
     call = first.choices[0].message.tool_calls[0]
-    conversation = [*ASK, first.choices[0].message.model_dump(exclude_none=True),
-                    {"role": "tool", "tool_call_id": call.id, "content": '{"forecast": "sunny", "high": 24}'}]
-    second = client.chat.completions.create(model="hermes-tiny:f32", messages=conversation, tools=TOOLS, max_tokens=8,
-                                            temperature=0)
+    conversation = [
+        *ASK,
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": '{"forecast": "sunny", "high": 24}'},
+    ]
+    second = client.chat.completions.create(
+        model="hermes-tiny:f32", messages=conversation, tools=TOOLS, max_tokens=8, temperature=0
+    )
     assert second.choices[0].finish_reason in ("stop", "length", "tool_calls")
     assert second.usage.completion_tokens > 0
     # The call and its result are in the prompt: it is longer than the question's by both.
@@ -143,8 +174,9 @@ def test_langchain_bind_tools_gets_a_parsed_call(box):
         return "12:00"
 
     daemon, key = box
-    llm = ChatOpenAI(model="hermes-tiny:f32", base_url=daemon.url + "/v1", api_key=key, max_retries=0, max_tokens=120,
-                     temperature=0)
+    llm = ChatOpenAI(
+        model="hermes-tiny:f32", base_url=daemon.url + "/v1", api_key=key, max_retries=0, max_tokens=120, temperature=0
+    )
     message = llm.bind_tools([get_time], tool_choice="get_time").invoke("What time is it in Paris?")
     [call] = message.tool_calls
     assert call["name"] == "get_time" and call["args"]["zone"] in ("UTC", "CET")
@@ -155,8 +187,11 @@ def test_reasoning_is_split_from_the_answer(client):
     """The template opens <think>; the grammar makes the model close it and answer."""
     answer = "Paris is the capital.</think>It is Paris."
     reply = client.chat.completions.create(
-        model="thinking-tiny:f32", messages=[{"role": "user", "content": "Capital of France?"}], max_tokens=60,
-        response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": {"enum": [answer]}}})
+        model="thinking-tiny:f32",
+        messages=[{"role": "user", "content": "Capital of France?"}],
+        max_tokens=60,
+        response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": {"enum": [answer]}}},
+    )
     message = reply.choices[0].message
     assert message.model_extra["reasoning_content"] == '"Paris is the capital.'
     assert message.content == 'It is Paris."'
@@ -166,8 +201,13 @@ def test_reasoning_is_split_from_the_answer(client):
 
 def test_reasoning_streamed_and_counted(client):
     stream = client.chat.completions.create(
-        model="thinking-tiny:f32", messages=[{"role": "user", "content": "Think."}], max_tokens=12, temperature=0,
-        stream=True, stream_options={"include_usage": True})
+        model="thinking-tiny:f32",
+        messages=[{"role": "user", "content": "Think."}],
+        max_tokens=12,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     reasoning, content, usage = "", "", None
     for chunk in stream:
         usage = chunk.usage or usage
@@ -183,8 +223,9 @@ def test_the_ledger_records_tool_call_requests(box, client):
     daemon, _ = box
     with daemon.admin() as admin:
         before = admin.get("/admin/usage", params={"model": "hermes-tiny:f32"}).json()["totals"]
-        reply = client.chat.completions.create(model="hermes-tiny:f32", messages=ASK, tools=TOOLS, tool_choice="required",
-                                               max_tokens=200, temperature=0.7, seed=21)
+        reply = client.chat.completions.create(
+            model="hermes-tiny:f32", messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=200, temperature=0.7, seed=21
+        )
         assert reply.choices[0].finish_reason == "tool_calls"
         after = admin.get("/admin/usage", params={"model": "hermes-tiny:f32"}).json()["totals"]
     assert after["requests"] == before["requests"] + 1 and after["failed"] == before["failed"]
@@ -197,9 +238,13 @@ def test_the_default_model_answers_a_named_call_with_valid_arguments(daemon, api
     client = openai.OpenAI(base_url=daemon.url + "/v1", api_key=api_key, max_retries=0, timeout=300)
     city = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}}, "required": ["city"]}
     reply = client.chat.completions.create(
-        model="default", messages=[{"role": "user", "content": "What is the weather in Paris?"}], max_tokens=60,
-        temperature=0, tools=[{"type": "function", "function": {"name": "get_weather", "parameters": city}}],
-        tool_choice={"type": "function", "function": {"name": "get_weather"}})
+        model="default",
+        messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+        max_tokens=60,
+        temperature=0,
+        tools=[{"type": "function", "function": {"name": "get_weather", "parameters": city}}],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    )
     assert reply.choices[0].finish_reason == "tool_calls"
     [call] = reply.choices[0].message.tool_calls
     assert call.function.name == "get_weather"

@@ -8,13 +8,12 @@ import sys
 import time
 
 import httpx
+import pytest
 from alembic import command
 from alembic.script import ScriptDirectory
 
 from appliance.db.engine import alembic_config
 from tests.daemon import RunningDaemon, daemon_env, free_port
-
-import pytest
 
 pytestmark = pytest.mark.slow
 OLD_KEY = "ak_" + "o" * 40
@@ -22,8 +21,13 @@ OLD_KEY = "ak_" + "o" * 40
 
 def _installer(data_dir, port):
     env = daemon_env(data_dir, port)
-    return subprocess.run([sys.executable, "-m", "appliance.cli", "install", "--local", "--no-serve"], env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "appliance.cli", "install", "--local", "--no-serve"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_install_migrates_an_older_database_and_keeps_its_data(tmp_path):
@@ -32,10 +36,15 @@ def test_install_migrates_an_older_database_and_keeps_its_data(tmp_path):
     db = data_dir / "appliance.db"
     command.upgrade(alembic_config(db), "0001")  # the first released schema
     conn = sqlite3.connect(db)
-    conn.execute("INSERT INTO api_keys (name, prefix, secret_hash, role, priority, created_at) VALUES (?, ?, ?, 'user', 'interactive', ?)",
-                 ("from-v1", OLD_KEY[:12], hashlib.sha256(OLD_KEY.encode()).hexdigest(), time.time()))
-    conn.execute("INSERT INTO usage (request_id, created_at, endpoint, model, prompt_tokens, completion_tokens, cached_tokens, status, cache_tier, cost)"
-                 " VALUES ('req_old', ?, 'chat', 'gemma-3-270m:q4_k_m', 7, 5, 0, 200, 'miss', 0.0)", (time.time(),))
+    conn.execute(
+        "INSERT INTO api_keys (name, prefix, secret_hash, role, priority, created_at) VALUES (?, ?, ?, 'user', 'interactive', ?)",
+        ("from-v1", OLD_KEY[:12], hashlib.sha256(OLD_KEY.encode()).hexdigest(), time.time()),
+    )
+    conn.execute(
+        "INSERT INTO usage (request_id, created_at, endpoint, model, prompt_tokens, completion_tokens, cached_tokens, status, cache_tier, cost)"
+        " VALUES ('req_old', ?, 'chat', 'gemma-3-270m:q4_k_m', 7, 5, 0, 200, 'miss', 0.0)",
+        (time.time(),),
+    )
     conn.commit()
     conn.close()
 
@@ -69,7 +78,9 @@ def test_upgrade_command_migrates_forward(tmp_path):
     command.upgrade(alembic_config(db), "0001")
     env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
     env["APPLIANCE_DATA_DIR"] = str(tmp_path)
-    result = subprocess.run([sys.executable, "-m", "appliance.cli", "upgrade"], env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "appliance.cli", "upgrade"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     head = ScriptDirectory.from_config(alembic_config(db)).get_current_head()
     assert sqlite3.connect(db).execute("SELECT version_num FROM alembic_version").fetchone()[0] == head

@@ -26,8 +26,14 @@ from tests.daemon import start_daemon
 pytestmark = pytest.mark.slow
 
 FIELDS = ("requests", "prompt_tokens", "completion_tokens", "total_tokens", "cache_hits", "cache_tokens")
-TESTIDS = {"total-requests": "requests", "total-prompt": "prompt_tokens", "total-completion": "completion_tokens",
-           "total-tokens": "total_tokens", "cache-hits": "cache_hits", "cache-tokens": "cache_tokens"}
+TESTIDS = {
+    "total-requests": "requests",
+    "total-prompt": "prompt_tokens",
+    "total-completion": "completion_tokens",
+    "total-tokens": "total_tokens",
+    "cache-hits": "cache_hits",
+    "cache-tokens": "cache_tokens",
+}
 
 
 class _Figures(HTMLParser):
@@ -98,8 +104,12 @@ def console_session(base: str) -> httpx.Client:
 def test_console_admin_api_and_csv_agree_for_every_filter(appliance):
     with appliance.admin() as admin:
         teams = {name: admin.post("/admin/teams", json={"name": name}).json()["id"] for name in ("red", "blue")}
-        assert admin.put("/admin/prices/*", json={"input_per_m": 1000, "output_per_m": 3000, "cached_per_m": 100}).status_code == 200
-        secrets = {name: admin.post("/admin/keys/", json={"name": f"{name}-key", "team_id": teams[name]}).json() for name in teams}
+        assert (
+            admin.put("/admin/prices/*", json={"input_per_m": 1000, "output_per_m": 3000, "cached_per_m": 100}).status_code == 200
+        )
+        secrets = {
+            name: admin.post("/admin/keys/", json={"name": f"{name}-key", "team_id": teams[name]}).json() for name in teams
+        }
     prefixes = {name: s["prefix"] for name, s in secrets.items()}
     told: dict[str, list[dict[str, int]]] = {"red": [], "blue": []}
     with appliance.client(secrets["red"]["secret"]) as red, appliance.client(secrets["blue"]["secret"]) as blue:
@@ -119,14 +129,26 @@ def test_console_admin_api_and_csv_agree_for_every_filter(appliance):
     today = datetime.now(UTC).date()
     week = {"from": (today - timedelta(days=6)).isoformat(), "to": today.isoformat()}
     family = "gemma-3-270m"
-    filters = [{}, {"team": "red"}, {"team": "blue"}, {"key": prefixes["red"]}, {"key": prefixes["blue"]},
-               {"model": family}, {"model": family, "team": "blue", "key": prefixes["blue"]}, {"team": "red", "key": prefixes["blue"]}]
+    filters = [
+        {},
+        {"team": "red"},
+        {"team": "blue"},
+        {"key": prefixes["red"]},
+        {"key": prefixes["blue"]},
+        {"model": family},
+        {"model": family, "team": "blue", "key": prefixes["blue"]},
+        {"team": "red", "key": prefixes["blue"]},
+    ]
     console = console_session(appliance.url)
     try:
         with appliance.admin() as admin:
             for chosen in filters:
-                expected = [u for name, us in told.items() for u in us
-                            if chosen.get("team", name) == name and chosen.get("key", prefixes[name]) == prefixes[name]]
+                expected = [
+                    u
+                    for name, us in told.items()
+                    for u in us
+                    if chosen.get("team", name) == name and chosen.get("key", prefixes[name]) == prefixes[name]
+                ]
                 api = admin.get("/admin/usage", params={**week, **chosen})
                 assert api.status_code == 200, (chosen, api.text)
                 report = api.json()
@@ -152,8 +174,14 @@ def test_console_admin_api_and_csv_agree_for_every_filter(appliance):
                 if expected:  # every chosen view but the empty one has streamed engine answers
                     assert totals["latency_p50_ms"] is not None and totals["ttft_p95_ms"] >= totals["ttft_p50_ms"], chosen
 
-                exported = list(csv.DictReader(io.StringIO(console.get("/usage.csv", params={"range": "7d", "by": "team", **chosen}).text)))
-                api_csv = list(csv.DictReader(io.StringIO(admin.get("/admin/usage", params={**week, **chosen, "by": "team", "format": "csv"}).text)))
+                exported = list(
+                    csv.DictReader(io.StringIO(console.get("/usage.csv", params={"range": "7d", "by": "team", **chosen}).text))
+                )
+                api_csv = list(
+                    csv.DictReader(
+                        io.StringIO(admin.get("/admin/usage", params={**week, **chosen, "by": "team", "format": "csv"}).text)
+                    )
+                )
                 assert exported == api_csv, chosen
                 for field in FIELDS:
                     assert sum(int(row[field]) for row in exported) == totals[field], (chosen, field)

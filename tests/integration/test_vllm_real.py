@@ -57,8 +57,12 @@ def vllm_python() -> Path:
         _unavailable(f"{python} does not exist")
     if not (venv / ".appliance-vllm-stamp").exists():
         _unavailable(f"{venv} was not completed by tests/vllm_env.sh (no stamp)")
-    probe = subprocess.run([str(python), "-c", "import vllm.entrypoints.openai.api_server, transformers"],
-                           capture_output=True, text=True, timeout=180)
+    probe = subprocess.run(
+        [str(python), "-c", "import vllm.entrypoints.openai.api_server, transformers"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     if probe.returncode != 0:
         _unavailable(f"{python} cannot import vLLM: {probe.stderr.strip()[-800:]}")
     return python
@@ -109,13 +113,21 @@ def _tree(pid: int) -> list[psutil.Process]:
 
 
 def _sse_events(body: str) -> list[str]:
-    return [line[len("data: "):] for line in body.splitlines() if line.startswith("data: ")]
+    return [line[len("data: ") :] for line in body.splitlines() if line.startswith("data: ")]
 
 
 def test_vllm_parses_every_argument_the_driver_emits(vllm_python: Path, tmp_path: Path):
     """vLLM's own parser accepts the argv of a busy GPU plan (flags renamed upstream fail here)."""
-    plan = VllmPlan(model_path=str(tmp_path), devices=("cuda:0", "cuda:1"), tensor_parallel_size=2, pipeline_parallel_size=2,
-                    distributed_executor="ray", kv_cache_dtype="fp8", quantization="awq-int4", gpu_memory_utilization=0.9)
+    plan = VllmPlan(
+        model_path=str(tmp_path),
+        devices=("cuda:0", "cuda:1"),
+        tensor_parallel_size=2,
+        pipeline_parallel_size=2,
+        distributed_executor="ray",
+        kv_cache_dtype="fp8",
+        quantization="awq-int4",
+        gpu_memory_utilization=0.9,
+    )
     argv = build_args(plan, tmp_path / "e.sock", SimpleNamespace(vllm_python=vllm_python, ray_address="10.0.0.5:6379"))
     code = (
         "import sys, json\n"
@@ -144,8 +156,15 @@ async def _stream_completion(client: httpx.AsyncClient, prompt: str, max_tokens:
     started = time.perf_counter()
     first = None
     usage = None
-    body = {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
-            "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": MODEL,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     async with client.stream("POST", "/v1/completions", json=body) as response:
         assert response.status_code == 200, await response.aread()
         async for line in response.aiter_lines():
@@ -162,7 +181,9 @@ async def _stream_completion(client: httpx.AsyncClient, prompt: str, max_tokens:
 
 async def test_engine_process_serves_vllm_and_unload_frees_it(vllm_python: Path, tiny_hf: Path, tmp_path: Path):
     plan = VllmPlan(model_path=str(tiny_hf), gpu_memory_utilization=cpu_fraction())
-    settings = SimpleNamespace(vllm_python=vllm_python, ray_address=None, request_timeout_seconds=120.0, load_timeout_seconds=240.0)
+    settings = SimpleNamespace(
+        vllm_python=vllm_python, ray_address=None, request_timeout_seconds=120.0, load_timeout_seconds=240.0
+    )
     socket_path = tmp_path / "run" / "engine-vllm.sock"
     engine = EngineProcess(MODEL, plan, VllmDriver(), settings, socket_path)
     started = time.monotonic()
@@ -172,8 +193,12 @@ async def test_engine_process_serves_vllm_and_unload_frees_it(vllm_python: Path,
         assert engine.state == "ready"
         # The engine's routes need the driver's key, which the supervisor's client sends on every request.
         assert engine.client.headers["authorization"].startswith("Bearer ")
-        client = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(socket_path)), base_url="http://engine",
-                                   headers=engine.client.headers, timeout=120)
+        client = httpx.AsyncClient(
+            transport=httpx.AsyncHTTPTransport(uds=str(socket_path)),
+            base_url="http://engine",
+            headers=engine.client.headers,
+            timeout=120,
+        )
         status, listed = await engine.client.get("/v1/models")
         assert status == 200 and [m["id"] for m in json.loads(listed)["data"]] == [MODEL]
 
@@ -186,22 +211,33 @@ async def test_engine_process_serves_vllm_and_unload_frees_it(vllm_python: Path,
             assert (await bare.post("/v1/completions", json={"model": MODEL, "prompt": "x"})).status_code == 401
         # The API listens on its socket only. vLLM's internal channels (ZMQ between the API
         # server and the engine core, torch.distributed's gloo store) use TCP, on loopback only.
-        listening = [(p.name(), c.laddr) for p in _tree(engine.pid) for c in p.net_connections(kind="inet")
-                     if c.status == psutil.CONN_LISTEN]
+        listening = [
+            (p.name(), c.laddr)
+            for p in _tree(engine.pid)
+            for c in p.net_connections(kind="inet")
+            if c.status == psutil.CONN_LISTEN
+        ]
         assert [(name, addr) for name, addr in listening if not ipaddress.ip_address(addr.ip).is_loopback] == []
         _record("loopback_listeners", sorted(f"{name} {addr.ip}:{addr.port}" for name, addr in listening))
 
         # Completions, not streamed.
-        r = await client.post("/v1/completions", json={"model": MODEL, "prompt": "hello world", "max_tokens": 8,
-                                                       "temperature": 0, "ignore_eos": True})
+        r = await client.post(
+            "/v1/completions",
+            json={"model": MODEL, "prompt": "hello world", "max_tokens": 8, "temperature": 0, "ignore_eos": True},
+        )
         assert r.status_code == 200, r.text
         body = r.json()
         assert body["usage"]["completion_tokens"] == 8 and body["usage"]["prompt_tokens"] > 0
         assert isinstance(body["choices"][0]["text"], str)
 
         # Chat, not streamed (the tokenizer's chat template renders the prompt).
-        chat = {"model": MODEL, "messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 6, "temperature": 0,
-                "ignore_eos": True}
+        chat = {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "Say hi"}],
+            "max_tokens": 6,
+            "temperature": 0,
+            "ignore_eos": True,
+        }
         r = await client.post("/v1/chat/completions", json=chat)
         assert r.status_code == 200, r.text
         body = r.json()
@@ -232,8 +268,14 @@ async def test_engine_process_serves_vllm_and_unload_frees_it(vllm_python: Path,
         t0 = time.perf_counter()
         results = await asyncio.gather(*[_stream_completion(client, f"prompt number {i}", 64) for i in range(8)])
         wall = time.perf_counter() - t0
-        _record("eight_streams", {"tokens": sum(r[2] for r in results), "aggregate_tokens_per_s": round(sum(r[2] for r in results) / wall, 1),
-                                  "ttft_p_max_s": round(max(r[0] for r in results), 3)})
+        _record(
+            "eight_streams",
+            {
+                "tokens": sum(r[2] for r in results),
+                "aggregate_tokens_per_s": round(sum(r[2] for r in results) / wall, 1),
+                "ttft_p_max_s": round(max(r[0] for r in results), 3),
+            },
+        )
         assert sum(r[2] for r in results) == 8 * 64
 
         rss = engine.rss_bytes()
@@ -266,6 +308,7 @@ def _alive(pid: int) -> bool:
 
 # --- (b) the whole daemon ---------------------------------------------------------------------
 
+
 def _wait_job(admin: httpx.Client, job: dict, timeout: float = 120.0) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -285,8 +328,14 @@ def test_daemon_serves_an_imported_hf_model_on_vllm(vllm_python: Path, tiny_hf: 
     from tests.daemon import start_daemon
 
     t0 = time.monotonic()
-    daemon = start_daemon(tmp_path, APPLIANCE_VLLM_PYTHON=str(vllm_python), APPLIANCE_BACKEND="vllm",
-                          APPLIANCE_ENGINE_CONTEXT="1024", APPLIANCE_ENGINE_PARALLEL="4", APPLIANCE_LOAD_TIMEOUT_SECONDS="240")
+    daemon = start_daemon(
+        tmp_path,
+        APPLIANCE_VLLM_PYTHON=str(vllm_python),
+        APPLIANCE_BACKEND="vllm",
+        APPLIANCE_ENGINE_CONTEXT="1024",
+        APPLIANCE_ENGINE_PARALLEL="4",
+        APPLIANCE_LOAD_TIMEOUT_SECONDS="240",
+    )
     _record("daemon_start_seconds", round(time.monotonic() - t0, 1))
     try:
         with daemon.admin() as admin:
@@ -302,8 +351,13 @@ def test_daemon_serves_an_imported_hf_model_on_vllm(vllm_python: Path, tiny_hf: 
         key = daemon.create_key("vllm-e2e")
         started = time.monotonic()
         with daemon.client(key) as client:
-            chat = {"model": MODEL, "messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 5, "temperature": 0,
-                    "ignore_eos": True}
+            chat = {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": "Say hi"}],
+                "max_tokens": 5,
+                "temperature": 0,
+                "ignore_eos": True,
+            }
             r = client.post("/v1/chat/completions", json=chat)  # loads on demand
             assert r.status_code == 200, (r.text, daemon.log()[-3000:])
             _record("daemon_first_request_seconds", round(time.monotonic() - started, 1))

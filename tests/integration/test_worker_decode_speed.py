@@ -15,12 +15,18 @@ from tests.ggufkit import WorkerProcess, make_tiny_gguf
 def test_decode_only_counters_give_a_per_stream_rate(tmp_path):
     model = make_tiny_gguf(tmp_path / "tiny.gguf")
     with WorkerProcess(model, tmp_path / "w.sock", ctx=256, parallel=4) as w:
+
         async def four_streams():
             async with w.client() as c:
-                return await asyncio.gather(*[
-                    c.post("/v1/completions", json={"prompt": f"story {i}", "max_tokens": 48, "temperature": 0,
-                                                    "logit_bias": {"2": -100}})
-                    for i in range(4)])
+                return await asyncio.gather(
+                    *[
+                        c.post(
+                            "/v1/completions",
+                            json={"prompt": f"story {i}", "max_tokens": 48, "temperature": 0, "logit_bias": {"2": -100}},
+                        )
+                        for i in range(4)
+                    ]
+                )
 
         answers = asyncio.run(four_streams())
         assert all(r.status_code == 200 for r in answers)

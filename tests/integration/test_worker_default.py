@@ -19,9 +19,14 @@ from tests.ggufkit import WorkerProcess
 pytestmark = pytest.mark.slow
 
 PROMPTS = [
-    "A recipe for bread begins with", "The history of the printing press", "In the year 2050, cities",
-    "The rules of chess are", "Photosynthesis is the process", "The best way to learn a language",
-    "Once upon a time in a small village", "The theory of relativity says",
+    "A recipe for bread begins with",
+    "The history of the printing press",
+    "In the year 2050, cities",
+    "The rules of chess are",
+    "Photosynthesis is the process",
+    "The best way to learn a language",
+    "Once upon a time in a small village",
+    "The theory of relativity says",
 ]
 NO_EOG = {"1": -100, "106": -100}  # <eos>, <end_of_turn>
 
@@ -115,8 +120,7 @@ async def test_stop_string_spanning_tokens(worker):
         full = "".join(pieces)
         expected = full[: full.index(stop)]
         res = await complete(c, prompt=PROMPTS[6], max_tokens=40, temperature=0, logit_bias=NO_EOG, stop=[stop])
-        spieces, _, sfinish, _ = await stream(c, prompt=PROMPTS[6], max_tokens=40, temperature=0,
-                                              logit_bias=NO_EOG, stop=stop)
+        spieces, _, sfinish, _ = await stream(c, prompt=PROMPTS[6], max_tokens=40, temperature=0, logit_bias=NO_EOG, stop=stop)
     assert res["choices"][0]["text"] == expected and res["choices"][0]["finish_reason"] == "stop"
     assert "".join(spieces) == expected and sfinish == "stop"
     assert not any(stop[:3] in p for p in spieces[-2:])
@@ -132,12 +136,13 @@ async def test_max_tokens_gives_length(worker):
 
 async def test_prefix_cache_reuses_kv_and_cuts_ttft(worker):
     prefix = f"Document {uuid.uuid4().hex}. " + " ".join(
-        f"Paragraph {i}: the committee reviewed budget line {i * 7} and approved it after a long debate."
-        for i in range(22))
+        f"Paragraph {i}: the committee reviewed budget line {i * 7} and approved it after a long debate." for i in range(22)
+    )
     async with worker.client() as c:
         _, cold_usage, _, cold = await stream(c, prompt=prefix + "\nSummary:", max_tokens=4, temperature=0)
-        _, warm_usage, _, warm = await stream(c, prompt=prefix + "\nQuestion: what was approved?\nAnswer:",
-                                              max_tokens=4, temperature=0)
+        _, warm_usage, _, warm = await stream(
+            c, prompt=prefix + "\nQuestion: what was approved?\nAnswer:", max_tokens=4, temperature=0
+        )
     assert cold_usage["prompt_tokens"] > 300
     assert cold_usage["prompt_tokens_details"]["cached_tokens"] <= 2
     assert warm_usage["prompt_tokens_details"]["cached_tokens"] >= cold_usage["prompt_tokens"] - 5
@@ -147,10 +152,15 @@ async def test_prefix_cache_reuses_kv_and_cuts_ttft(worker):
 async def test_json_schema_output_parses(worker):
     schema = {"type": "object", "properties": {"year": {"type": "integer"}}, "required": ["year"]}
     async with worker.client() as c:
-        r = await c.post("/v1/chat/completions", json={
-            "messages": [{"role": "user", "content": "In which year did the Berlin wall fall? Answer in JSON."}],
-            "max_tokens": 40, "temperature": 0,
-            "response_format": {"type": "json_schema", "json_schema": {"name": "y", "schema": schema}}})
+        r = await c.post(
+            "/v1/chat/completions",
+            json={
+                "messages": [{"role": "user", "content": "In which year did the Berlin wall fall? Answer in JSON."}],
+                "max_tokens": 40,
+                "temperature": 0,
+                "response_format": {"type": "json_schema", "json_schema": {"name": "y", "schema": schema}},
+            },
+        )
     msg = r.json()["choices"][0]
     assert msg["finish_reason"] == "stop"
     assert isinstance(json.loads(msg["message"]["content"])["year"], int)
@@ -158,11 +168,17 @@ async def test_json_schema_output_parses(worker):
 
 async def test_chat_answer_is_not_empty(worker):
     async with worker.client() as c:
-        r = await c.post("/v1/chat/completions", json={
-            "messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 30,
-            "temperature": 0})
-        pieces, usage, finish, _ = await stream(c, "/v1/chat/completions", max_tokens=30, temperature=0,
-                                                messages=[{"role": "user", "content": "Name a color."}])
+        r = await c.post(
+            "/v1/chat/completions",
+            json={
+                "messages": [{"role": "user", "content": "What is the capital of France?"}],
+                "max_tokens": 30,
+                "temperature": 0,
+            },
+        )
+        pieces, usage, finish, _ = await stream(
+            c, "/v1/chat/completions", max_tokens=30, temperature=0, messages=[{"role": "user", "content": "Name a color."}]
+        )
     text = r.json()["choices"][0]["message"]["content"]
     assert text.strip() and "Paris" in text
     assert "".join(pieces).strip() and usage["completion_tokens"] > 0 and finish in ("stop", "length")
@@ -170,8 +186,9 @@ async def test_chat_answer_is_not_empty(worker):
 
 async def test_cancel_frees_slot_within_a_step(worker):
     async with worker.client() as c:
-        async with c.stream("POST", "/v1/completions", json={"prompt": PROMPTS[0], "max_tokens": 500,
-                                                             "stream": True, "logit_bias": NO_EOG}) as r:
+        async with c.stream(
+            "POST", "/v1/completions", json={"prompt": PROMPTS[0], "max_tokens": 500, "stream": True, "logit_bias": NO_EOG}
+        ) as r:
             async for line in r.aiter_lines():
                 if line.startswith("data: "):
                     break

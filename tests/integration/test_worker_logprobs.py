@@ -16,8 +16,13 @@ import pytest
 from tests.ggufkit import WorkerProcess
 
 NO_EOS = {"2": -100}
-PROMPT = {"prompt": "the the the model answer the the the model answer the", "max_tokens": 24, "temperature": 0,
-          "logit_bias": NO_EOS, "logprobs": 2}
+PROMPT = {
+    "prompt": "the the the model answer the the the model answer the",
+    "max_tokens": 24,
+    "temperature": 0,
+    "logit_bias": NO_EOS,
+    "logprobs": 2,
+}
 
 
 def _stream_logprobs(raw: str) -> tuple[str, dict]:
@@ -40,8 +45,9 @@ def worker(tiny_gguf, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def speculating(tiny_gguf, tmp_path_factory):
-    with WorkerProcess(tiny_gguf, tmp_path_factory.mktemp("lps") / "w.sock", served_name="tiny", ctx=256, parallel=4,
-                       extra=("--spec-ngram", "2")) as w:
+    with WorkerProcess(
+        tiny_gguf, tmp_path_factory.mktemp("lps") / "w.sock", served_name="tiny", ctx=256, parallel=4, extra=("--spec-ngram", "2")
+    ) as w:
         yield w
 
 
@@ -49,10 +55,10 @@ async def test_concurrent_streams_each_carry_their_own_logprobs(worker):
     prompts = [f"{word} model answer number" for word in ("one", "two", "three", "four")]
     async with worker.client() as c:
         plain = [(await c.post("/v1/completions", json={**PROMPT, "prompt": p})).json()["choices"][0] for p in prompts]
-        streams = await asyncio.gather(*(c.post("/v1/completions", json={**PROMPT, "prompt": p, "stream": True})
-                                         for p in prompts),
-                                       c.post("/v1/completions", json={**PROMPT, "prompt": "no logprobs here",
-                                                                       "logprobs": None, "stream": True}))
+        streams = await asyncio.gather(
+            *(c.post("/v1/completions", json={**PROMPT, "prompt": p, "stream": True}) for p in prompts),
+            c.post("/v1/completions", json={**PROMPT, "prompt": "no logprobs here", "logprobs": None, "stream": True}),
+        )
     # Batched decoding rounds differently from a lone sequence's (a few 1e-3 here); another stream's values
     # would differ by whole units, and its tokens would not match.
     for want, got in zip(plain, streams):
@@ -78,8 +84,15 @@ async def test_speculative_drafts_report_what_plain_decoding_does(worker, specul
 
 
 async def test_grammar_sampled_tokens_have_logprobs_plain_and_streamed(worker):
-    body = {"messages": [{"role": "user", "content": "Give me JSON."}], "max_tokens": 12, "temperature": 0,
-            "response_format": {"type": "json_object"}, "logprobs": True, "top_logprobs": 2, "repeat_penalty": 1.1}
+    body = {
+        "messages": [{"role": "user", "content": "Give me JSON."}],
+        "max_tokens": 12,
+        "temperature": 0,
+        "response_format": {"type": "json_object"},
+        "logprobs": True,
+        "top_logprobs": 2,
+        "repeat_penalty": 1.1,
+    }
     async with worker.client() as c:
         plain = (await c.post("/v1/chat/completions", json=body)).json()
         streamed = await c.post("/v1/chat/completions", json={**body, "stream": True})

@@ -37,11 +37,14 @@ def model(tmp_path_factory):
     return make_tiny_gguf(tmp_path_factory.mktemp("kv") / "tiny32.gguf", n_embd=64, n_head=2, n_kv_head=2)
 
 
-@pytest.mark.parametrize(("kv", "flash", "logged"), [
-    ("q8_0", "on", "K (q8_0)"),
-    ("q4_0", "on", "K (q4_0)"),
-    ("f16", "off", "K (f16)"),
-])
+@pytest.mark.parametrize(
+    ("kv", "flash", "logged"),
+    [
+        ("q8_0", "on", "K (q8_0)"),
+        ("q4_0", "on", "K (q4_0)"),
+        ("f16", "off", "K (f16)"),
+    ],
+)
 def test_worker_applies_the_kv_cache_type_and_flash_attention(model, tmp_path, monkeypatch, kv, flash, logged):
     plan = CpuPlan(str(model), kv, flash)
     monkeypatch.setenv("APPLIANCE_LLAMA_VERBOSE", "1")
@@ -49,13 +52,17 @@ def test_worker_applies_the_kv_cache_type_and_flash_attention(model, tmp_path, m
         monkeypatch.setenv(name, value)
     worker = WorkerProcess(model, tmp_path / "w.sock")
     worker.argv = worker_command(plan, worker.socket)
-    assert ["--kv-type", kv] == worker.argv[worker.argv.index("--kv-type"):][:2]
+    assert ["--kv-type", kv] == worker.argv[worker.argv.index("--kv-type") :][:2]
     with worker as w:
         with w.sync_client() as c:
-            r = c.post("/v1/completions", json={"model": "tiny", "prompt": "hello world", "max_tokens": 6,
-                                                "temperature": 0, "logit_bias": {"2": -100}})
-            chat = c.post("/v1/chat/completions", json={"model": "tiny", "max_tokens": 4, "temperature": 0,
-                                                        "messages": [{"role": "user", "content": "hi"}]})
+            r = c.post(
+                "/v1/completions",
+                json={"model": "tiny", "prompt": "hello world", "max_tokens": 6, "temperature": 0, "logit_bias": {"2": -100}},
+            )
+            chat = c.post(
+                "/v1/chat/completions",
+                json={"model": "tiny", "max_tokens": 4, "temperature": 0, "messages": [{"role": "user", "content": "hi"}]},
+            )
         log = w.stderr()
     assert r.status_code == 200, r.text
     assert r.json()["usage"]["completion_tokens"] == 6
@@ -69,8 +76,21 @@ def test_worker_refuses_a_quantized_cache_without_flash_attention(model, tmp_pat
     import subprocess
     import sys
 
-    argv = [sys.executable, "-m", "appliance.drivers.llamacpp.worker", "--model", str(model), "--socket",
-            str(tmp_path / "w.sock"), "--served-name", "tiny", "--kv-type", "q8_0", "--flash-attn", "off"]
+    argv = [
+        sys.executable,
+        "-m",
+        "appliance.drivers.llamacpp.worker",
+        "--model",
+        str(model),
+        "--socket",
+        str(tmp_path / "w.sock"),
+        "--served-name",
+        "tiny",
+        "--kv-type",
+        "q8_0",
+        "--flash-attn",
+        "off",
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "needs flash attention" in done.stderr
     assert not (tmp_path / "w.sock").exists()

@@ -43,8 +43,15 @@ async def test_health_models_stats(worker):
         models = (await c.get("/v1/models")).json()
         assert models["object"] == "list" and models["data"][0]["id"] == "tiny"
         stats = (await c.get("/stats")).json()
-        for k in ("slots_total", "slots_busy", "waiting", "kv_cells_used", "tokens_generated_total",
-                  "prompt_tokens_total", "cached_tokens_total"):
+        for k in (
+            "slots_total",
+            "slots_busy",
+            "waiting",
+            "kv_cells_used",
+            "tokens_generated_total",
+            "prompt_tokens_total",
+            "cached_tokens_total",
+        ):
             assert isinstance(stats[k], int)
         assert stats["slots_total"] == 8
 
@@ -58,8 +65,10 @@ def test_socket_is_private(worker):
 
 async def test_completion_shape_and_usage(worker):
     async with worker.client() as c:
-        r = await c.post("/v1/completions", json={"model": "tiny", "prompt": "hello world", "max_tokens": 7,
-                                                   "temperature": 0, "logit_bias": NO_EOS})
+        r = await c.post(
+            "/v1/completions",
+            json={"model": "tiny", "prompt": "hello world", "max_tokens": 7, "temperature": 0, "logit_bias": NO_EOS},
+        )
     assert r.status_code == 200
     body = r.json()
     assert body["object"] == "text_completion" and body["model"] == "tiny" and body["id"]
@@ -89,8 +98,10 @@ async def test_stream_equals_non_stream_and_usage_chunk(worker):
 
 async def test_chat_stream_shape(worker):
     async with worker.client() as c:
-        r = await c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}],
-                                                        "max_tokens": 5, "stream": True, "seed": 1})
+        r = await c.post(
+            "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "stream": True, "seed": 1},
+        )
     ev = sse_events(r.text)
     assert ev[0]["object"] == "chat.completion.chunk"
     assert ev[0]["choices"][0]["delta"]["role"] == "assistant"
@@ -104,11 +115,13 @@ async def test_greedy_identical_alone_and_in_a_crowd(worker):
     req = {"prompt": "one two three", "max_tokens": 24, "temperature": 0, "logit_bias": NO_EOS}
     async with worker.client() as c:
         alone = (await c.post("/v1/completions", json=req)).json()["choices"][0]["text"]
-        others = [{"prompt": p, "max_tokens": 30, "temperature": 0.9, "seed": i, "logit_bias": NO_EOS}
-                  for i, p in enumerate(["water time", "long day", "people work", "one two three four",
-                                         "first call", "new line " * 30, "back"])]
-        results = await asyncio.gather(c.post("/v1/completions", json=req),
-                                       *(c.post("/v1/completions", json=o) for o in others))
+        others = [
+            {"prompt": p, "max_tokens": 30, "temperature": 0.9, "seed": i, "logit_bias": NO_EOS}
+            for i, p in enumerate(
+                ["water time", "long day", "people work", "one two three four", "first call", "new line " * 30, "back"]
+            )
+        ]
+        results = await asyncio.gather(c.post("/v1/completions", json=req), *(c.post("/v1/completions", json=o) for o in others))
     assert results[0].json()["choices"][0]["text"] == alone
 
 
@@ -123,8 +136,7 @@ async def test_seeded_sampling_is_reproducible(worker):
 async def test_logit_bias_forces_a_token(worker):
     # token 300 is a normal word piece in the tiny vocabulary
     async with worker.client() as c:
-        r = await c.post("/v1/completions", json={"prompt": "x", "max_tokens": 3, "temperature": 0,
-                                                   "logit_bias": {"300": 100}})
+        r = await c.post("/v1/completions", json={"prompt": "x", "max_tokens": 3, "temperature": 0, "logit_bias": {"300": 100}})
         piece = (await c.post("/v1/completions", json={"prompt": [300], "max_tokens": 0})).json()
     text = r.json()["choices"][0]["text"]
     assert len(text) > 0 and text == text[: len(text) // 3] * 3
@@ -166,8 +178,9 @@ async def test_stop_string_cuts_output(worker):
 
 async def test_cancel_frees_the_slot(worker):
     async with worker.client() as c:
-        async with c.stream("POST", "/v1/completions", json={"prompt": "hello", "max_tokens": 200, "stream": True,
-                                                             "logit_bias": NO_EOS}) as r:
+        async with c.stream(
+            "POST", "/v1/completions", json={"prompt": "hello", "max_tokens": 200, "stream": True, "logit_bias": NO_EOS}
+        ) as r:
             n = 0
             async for line in r.aiter_lines():
                 if line.startswith("data: "):
@@ -196,10 +209,18 @@ async def test_embeddings_shape_and_norm(worker):
 
 async def test_json_mode_grammar(worker):
     async with worker.client() as c:
-        r = await c.post("/v1/completions", json={
-            "prompt": "json", "max_tokens": 60, "temperature": 0,
-            "response_format": {"type": "json_schema", "json_schema": {"schema": {
-                "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}})
+        r = await c.post(
+            "/v1/completions",
+            json={
+                "prompt": "json",
+                "max_tokens": 60,
+                "temperature": 0,
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"schema": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}},
+                },
+            },
+        )
     # the random model's free choice is nearly always invalid: this exercises the
     # full-vocabulary resample path of the grammar check
     ch = r.json()["choices"][0]
@@ -209,9 +230,17 @@ async def test_json_mode_grammar(worker):
 
 async def test_json_object_with_penalties_uses_the_in_chain_grammar(worker):
     async with worker.client() as c:
-        r = await c.post("/v1/chat/completions", json={
-            "messages": [{"role": "user", "content": "json"}], "max_tokens": 40, "temperature": 0.7, "seed": 1,
-            "repeat_penalty": 1.1, "response_format": {"type": "json_object"}})
+        r = await c.post(
+            "/v1/chat/completions",
+            json={
+                "messages": [{"role": "user", "content": "json"}],
+                "max_tokens": 40,
+                "temperature": 0.7,
+                "seed": 1,
+                "repeat_penalty": 1.1,
+                "response_format": {"type": "json_object"},
+            },
+        )
     text = r.json()["choices"][0]["message"]["content"]
     assert text.startswith("{")
 
@@ -231,10 +260,30 @@ def test_malicious_chat_template_refused(tmp_path):
 def test_unloadable_model_exits_nonzero_with_message(tmp_path):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\x00" * 64)
-    p = subprocess.run([sys.executable, "-m", "appliance.drivers.llamacpp.worker", "--model", str(bad),
-                        "--socket", str(tmp_path / "b.sock"), "--served-name", "x", "--ctx", "64",
-                        "--parallel", "1", "--threads", "1", "--n-gpu-layers", "0"],
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "appliance.drivers.llamacpp.worker",
+            "--model",
+            str(bad),
+            "--socket",
+            str(tmp_path / "b.sock"),
+            "--served-name",
+            "x",
+            "--ctx",
+            "64",
+            "--parallel",
+            "1",
+            "--threads",
+            "1",
+            "--n-gpu-layers",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode != 0
     assert "cannot load the model" in p.stderr
     assert not (tmp_path / "b.sock").exists()
@@ -247,8 +296,10 @@ def test_speculative_prompt_lookup_keeps_greedy_output(tiny_gguf, tmp_path, work
     req = {"prompt": prompt, "max_tokens": 40, "temperature": 0, "logit_bias": NO_EOS}
     with worker.sync_client() as c:
         plain = c.post("/v1/completions", json=req).json()["choices"][0]["text"]
-    with WorkerProcess(tiny_gguf, tmp_path / "s.sock", ctx=256, parallel=2, extra=("--spec-ngram", "2")) as w, \
-            w.sync_client() as c:
+    with (
+        WorkerProcess(tiny_gguf, tmp_path / "s.sock", ctx=256, parallel=2, extra=("--spec-ngram", "2")) as w,
+        w.sync_client() as c,
+    ):
         spec = c.post("/v1/completions", json=req).json()
         streamed = sse_events(c.post("/v1/completions", json={**req, "stream": True}).text)
         # a forced token repeats, so drafts are accepted: the accept path is exercised too
@@ -257,6 +308,7 @@ def test_speculative_prompt_lookup_keeps_greedy_output(tiny_gguf, tmp_path, work
         stats = c.get("/stats").json()
     with worker.sync_client() as c:
         plain_forced = c.post("/v1/completions", json=forced).json()
+
     # Rejected drafts leave holes in the KV cells, so attention sums in another
     # order (f16 accumulation in llama.cpp's CPU flash attention): the random
     # model's near-ties may flip late. Require the long common opening.
@@ -272,8 +324,7 @@ def test_speculative_prompt_lookup_keeps_greedy_output(tiny_gguf, tmp_path, work
 
 
 def test_embedding_mode(tiny_gguf, tmp_path):
-    with WorkerProcess(tiny_gguf, tmp_path / "e.sock", ctx=128, parallel=2, extra=("--embedding",)) as w, \
-            w.sync_client() as c:
+    with WorkerProcess(tiny_gguf, tmp_path / "e.sock", ctx=128, parallel=2, extra=("--embedding",)) as w, w.sync_client() as c:
         emb = c.post("/v1/embeddings", json={"input": [[5, 6, 7], "hello"], "encoding_format": "base64"})
         gen = c.post("/v1/completions", json={"prompt": "x"})
     assert emb.status_code == 200 and len(emb.json()["data"]) == 2
@@ -292,16 +343,18 @@ async def test_prefix_cache_idle_slot_and_busy_donor(worker):
         donor_prefix = "long day back work " * 6
 
         async def slow():
-            return await c.post("/v1/completions", json={"prompt": donor_prefix + "a", "max_tokens": 190,
-                                                         "temperature": 0, "logit_bias": NO_EOS})
+            return await c.post(
+                "/v1/completions", json={"prompt": donor_prefix + "a", "max_tokens": 190, "temperature": 0, "logit_bias": NO_EOS}
+            )
 
         busy = asyncio.create_task(slow())
         for _ in range(200):
             if (await c.get("/stats")).json()["slots_busy"]:
                 break
             await asyncio.sleep(0.005)
-        borrower = await c.post("/v1/completions", json={"prompt": donor_prefix + "b", "max_tokens": 4,
-                                                          "temperature": 0, "logit_bias": NO_EOS})
+        borrower = await c.post(
+            "/v1/completions", json={"prompt": donor_prefix + "b", "max_tokens": 4, "temperature": 0, "logit_bias": NO_EOS}
+        )
         donor_still_busy = not busy.done()
         alone_ref = (await busy).json()
     assert donor_still_busy, "the donor finished too early to test sharing from a busy slot"

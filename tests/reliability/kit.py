@@ -11,9 +11,10 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 import httpx
 import psutil
@@ -44,8 +45,12 @@ def import_model(daemon: RunningDaemon, path: Path, name: str, timeout: float = 
         response = admin.post("/admin/models/import", json={"path": str(path), "name": name})
         assert response.status_code == 202, response.text
         job_id = response.json()["id"]
-        job = wait_until(lambda: (j := admin.get(f"/admin/jobs/{job_id}").json())["state"] in TERMINAL_JOB_STATES and j,
-                         timeout, 0.1, f"import of {name}")
+        job = wait_until(
+            lambda: (j := admin.get(f"/admin/jobs/{job_id}").json())["state"] in TERMINAL_JOB_STATES and j,
+            timeout,
+            0.1,
+            f"import of {name}",
+        )
     assert job["state"] == "done", job
     return job
 
@@ -94,9 +99,16 @@ def engine_get(socket: Path, path: str) -> httpx.Response:
         return client.get(path)
 
 
-def chat_body(content: str = "hi", *, model: str = TINY, max_tokens: int = 8, stream: bool = False, **extra: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
-                            "temperature": 0, **extra}
+def chat_body(
+    content: str = "hi", *, model: str = TINY, max_tokens: int = 8, stream: bool = False, **extra: Any
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        **extra,
+    }
     if stream:
         body["stream"] = True
     return body
@@ -171,9 +183,16 @@ def _plain(client: httpx.Client, op: str, path: str, body: dict[str, Any]) -> Ou
         payload = response.json()
         ok = bool(payload.get("choices") or payload.get("data"))
         usage = payload.get("usage") or {}
-    return Outcome(op, response.status_code, response.headers.get("x-request-id"), ok, response.headers.get("x-cache"),
-                   None if ok else response.text[:300], prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                   completion_tokens=int(usage.get("completion_tokens") or 0))
+    return Outcome(
+        op,
+        response.status_code,
+        response.headers.get("x-request-id"),
+        ok,
+        response.headers.get("x-cache"),
+        None if ok else response.text[:300],
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=int(usage.get("completion_tokens") or 0),
+    )
 
 
 def _stream(client: httpx.Client, op: str, body: dict[str, Any]) -> Outcome:
@@ -189,8 +208,16 @@ def _stream(client: httpx.Client, op: str, body: dict[str, Any]) -> Outcome:
                 error = json.dumps(event)[:300]
             elif event.get("usage"):
                 usage = event["usage"]
-        return Outcome(op, 200, response.headers.get("x-request-id"), done and error is None, response.headers.get("x-cache"), error,
-                       prompt_tokens=int(usage.get("prompt_tokens") or 0), completion_tokens=int(usage.get("completion_tokens") or 0))
+        return Outcome(
+            op,
+            200,
+            response.headers.get("x-request-id"),
+            done and error is None,
+            response.headers.get("x-cache"),
+            error,
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+        )
 
 
 def run_op(client: httpx.Client, op: str, n: int, model: str = TINY) -> Outcome:
@@ -198,15 +225,40 @@ def run_op(client: httpx.Client, op: str, n: int, model: str = TINY) -> Outcome:
     started = time.monotonic()
     try:
         if op == "chat":
-            out = _plain(client, op, "/v1/chat/completions", chat_body(f"hello number {n}", model=model, max_tokens=24, logit_bias=NO_EOS))
+            out = _plain(
+                client, op, "/v1/chat/completions", chat_body(f"hello number {n}", model=model, max_tokens=24, logit_bias=NO_EOS)
+            )
         elif op == "cached":  # the same deterministic request again and again: cache hits where the cache is on
-            out = _plain(client, op, "/v1/chat/completions", chat_body("what is the capital of france", model=model, max_tokens=12))
+            out = _plain(
+                client, op, "/v1/chat/completions", chat_body("what is the capital of france", model=model, max_tokens=12)
+            )
         elif op == "stream":
-            out = _stream(client, op, chat_body(f"tell me a story {n}", model=model, max_tokens=48, logit_bias=NO_EOS, stream=True,
-                                                stream_options={"include_usage": True}))
+            out = _stream(
+                client,
+                op,
+                chat_body(
+                    f"tell me a story {n}",
+                    model=model,
+                    max_tokens=48,
+                    logit_bias=NO_EOS,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                ),
+            )
         elif op == "completion":
-            out = _plain(client, op, "/v1/completions", {"model": model, "prompt": f"once upon a time {n}", "max_tokens": 24,
-                                                         "temperature": 0.7, "seed": n, "logit_bias": NO_EOS})
+            out = _plain(
+                client,
+                op,
+                "/v1/completions",
+                {
+                    "model": model,
+                    "prompt": f"once upon a time {n}",
+                    "max_tokens": 24,
+                    "temperature": 0.7,
+                    "seed": n,
+                    "logit_bias": NO_EOS,
+                },
+            )
         elif op == "embedding":
             out = _plain(client, op, "/v1/embeddings", {"model": model, "input": [f"sentence {n}", "another sentence"]})
         else:
@@ -236,7 +288,7 @@ class MixedLoad:
                 with self._lock:
                     self.outcomes.append(out)
 
-    def start(self) -> "MixedLoad":
+    def start(self) -> MixedLoad:
         for thread in self._threads:
             thread.start()
         return self

@@ -14,7 +14,18 @@ import time
 import pytest
 
 from tests.reliability.conftest import LONG
-from tests.reliability.kit import NO_EOS, TINY, chat_body, db_rows, engine_get, engine_socket, instances, load, sse_events, wait_until
+from tests.reliability.kit import (
+    NO_EOS,
+    TINY,
+    chat_body,
+    db_rows,
+    engine_get,
+    engine_socket,
+    instances,
+    load,
+    sse_events,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 FREED_WITHIN_S = 1.0
@@ -56,12 +67,18 @@ def test_hang_up_mid_stream_records_usage_and_frees_the_reservation_and_the_slot
             assert stats["slots_busy"] == 1, (stats, list(events)[-3:])  # still generating when the client leaves
         # leaving both blocks closes the connection: the client is gone
     gone_at = time.monotonic()
-    wait_until(lambda: _all_freed(long_box, quota_key, engine), FREED_WITHIN_S + 1.0, 0.05, "slot, in-flight count and reservation freed")
+    wait_until(
+        lambda: _all_freed(long_box, quota_key, engine), FREED_WITHIN_S + 1.0, 0.05, "slot, in-flight count and reservation freed"
+    )
     assert time.monotonic() - gone_at < FREED_WITHIN_S + 0.5
 
-    rows = wait_until(lambda: db_rows(long_box.data_dir, "SELECT status, completion_tokens FROM usage WHERE request_id = ?", request_id),
-                      FREED_WITHIN_S, 0.05, "the usage row")
-    (status, completion_tokens), = rows
+    rows = wait_until(
+        lambda: db_rows(long_box.data_dir, "SELECT status, completion_tokens FROM usage WHERE request_id = ?", request_id),
+        FREED_WITHIN_S,
+        0.05,
+        "the usage row",
+    )
+    ((status, completion_tokens),) = rows
     assert status == 499
     assert chunks <= completion_tokens < LONG  # what was produced, not the budget
 
@@ -73,8 +90,12 @@ def test_many_hang_ups_leave_nothing_behind(long_box, quota_key):
     for i in range(10):
         with long_box.client(quota_key, timeout=60) as client:
             body = chat_body(f"story {i}", max_tokens=LONG, logit_bias=NO_EOS, stream=True)
-            with client.stream("POST", "/v1/chat/completions", json=body) as first, \
-                    client.stream("POST", "/v1/chat/completions", json={**body, "messages": [{"role": "user", "content": f"other {i}"}]}) as second:
+            with (
+                client.stream("POST", "/v1/chat/completions", json=body) as first,
+                client.stream(
+                    "POST", "/v1/chat/completions", json={**body, "messages": [{"role": "user", "content": f"other {i}"}]}
+                ) as second,
+            ):
                 assert first.status_code == second.status_code == 200
                 for n, _ in enumerate(first.iter_lines()):
                     if n > i * 7:
@@ -95,13 +116,16 @@ def test_hang_up_before_a_plain_answer_cancels_the_generation(long_box, quota_ke
     body = chat_body("a long plain answer", max_tokens=LONG, logit_bias=NO_EOS)
     payload = __import__("json").dumps(body).encode()
     with socket.create_connection(("127.0.0.1", long_box.port)) as raw:
-        raw.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                    + f"Authorization: Bearer {quota_key}\r\nContent-Length: {len(payload)}\r\n\r\n".encode() + payload)
+        raw.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            + f"Authorization: Bearer {quota_key}\r\nContent-Length: {len(payload)}\r\n\r\n".encode()
+            + payload
+        )
         wait_until(lambda: engine_get(engine, "/stats").json()["slots_busy"] == 1, 30, 0.02, "generation starting")
     gone_at = time.monotonic()
     wait_until(lambda: _all_freed(long_box, quota_key, engine), FREED_WITHIN_S + 1.0, 0.05, "slot freed after a plain hang-up")
     assert time.monotonic() - gone_at < FREED_WITHIN_S + 0.5
-    (status,), = db_rows(long_box.data_dir, "SELECT status FROM usage ORDER BY id DESC LIMIT 1")
+    ((status,),) = db_rows(long_box.data_dir, "SELECT status FROM usage ORDER BY id DESC LIMIT 1")
     assert status == 499
 
 
@@ -109,8 +133,13 @@ def test_hang_up_mid_message_stream_records_usage_and_frees_everything(long_box,
     """The same through the Messages API: its translated stream closes the gateway's stream, which settles."""
     engine = engine_socket(int(load(long_box)["pid"]))
     deltas = 0
-    body = {"model": TINY, "max_tokens": LONG, "stream": True, "temperature": 0,
-            "messages": [{"role": "user", "content": "story"}]}  # greedy: no end-of-generation token for 12,000 tokens
+    body = {
+        "model": TINY,
+        "max_tokens": LONG,
+        "stream": True,
+        "temperature": 0,
+        "messages": [{"role": "user", "content": "story"}],
+    }  # greedy: no end-of-generation token for 12,000 tokens
     with long_box.client(quota_key, timeout=60) as client:
         with client.stream("POST", "/v1/messages", json=body, headers={"x-api-key": quota_key}) as response:
             assert response.status_code == 200
@@ -124,10 +153,18 @@ def test_hang_up_mid_message_stream_records_usage_and_frees_everything(long_box,
             assert deltas == 20, "the message ended before the client left"
             assert engine_get(engine, "/stats").json()["slots_busy"] == 1  # still generating when the client leaves
     gone_at = time.monotonic()
-    wait_until(lambda: _all_freed(long_box, quota_key, engine), FREED_WITHIN_S + 1.0, 0.05, "slot, in-flight count and reservation freed")
+    wait_until(
+        lambda: _all_freed(long_box, quota_key, engine), FREED_WITHIN_S + 1.0, 0.05, "slot, in-flight count and reservation freed"
+    )
     assert time.monotonic() - gone_at < FREED_WITHIN_S + 0.5
-    rows = wait_until(lambda: db_rows(long_box.data_dir, "SELECT status, endpoint, completion_tokens FROM usage WHERE request_id = ?",
-                                      request_id), FREED_WITHIN_S, 0.05, "the usage row")
-    (status, endpoint, completion_tokens), = rows
+    rows = wait_until(
+        lambda: db_rows(
+            long_box.data_dir, "SELECT status, endpoint, completion_tokens FROM usage WHERE request_id = ?", request_id
+        ),
+        FREED_WITHIN_S,
+        0.05,
+        "the usage row",
+    )
+    ((status, endpoint, completion_tokens),) = rows
     assert (status, endpoint) == (499, "messages")
     assert deltas <= completion_tokens < LONG

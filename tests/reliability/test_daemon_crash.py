@@ -23,7 +23,7 @@ import time
 import psutil
 import pytest
 
-from tests.reliability.kit import MixedLoad, TINY, chat_body, db_rows, load, restart, start_tiny_daemon, tree_pids, wait_until
+from tests.reliability.kit import TINY, MixedLoad, chat_body, db_rows, load, restart, start_tiny_daemon, tree_pids, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -78,8 +78,12 @@ def test_kill_9_of_the_daemon_under_mixed_load_loses_no_acknowledged_usage(tmp_p
         # Counters agree with the ledger; the reservations of the killed requests are released.
         with daemon.admin() as admin:
             usage = admin.get(f"/admin/quotas/key:{prefix}").json()["usage"]
-        (tokens,), = db_rows(daemon.data_dir, "SELECT coalesce(sum(prompt_tokens + completion_tokens), 0) FROM usage u "
-                                              "JOIN api_keys k ON k.id = u.key_id WHERE k.prefix = ?", prefix)
+        ((tokens,),) = db_rows(
+            daemon.data_dir,
+            "SELECT coalesce(sum(prompt_tokens + completion_tokens), 0) FROM usage u "
+            "JOIN api_keys k ON k.id = u.key_id WHERE k.prefix = ?",
+            prefix,
+        )
         assert usage["tokens_per_day"]["reserved"] == 0 and usage["max_concurrent"]["reserved"] == 0
         assert usage["tokens_per_day"]["spent"] == pytest.approx(tokens)
 

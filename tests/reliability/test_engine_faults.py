@@ -18,7 +18,18 @@ import httpx
 import pytest
 
 from tests.reliability.conftest import LONG
-from tests.reliability.kit import NO_EOS, TINY, chat_body, db_rows, engine_get, engine_socket, instances, load, sse_events, wait_until
+from tests.reliability.kit import (
+    NO_EOS,
+    TINY,
+    chat_body,
+    db_rows,
+    engine_get,
+    engine_socket,
+    instances,
+    load,
+    sse_events,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 ANSWER_WITHIN_S = 5.0
@@ -32,8 +43,12 @@ def _busy_engine(box) -> int:
 
 
 def _restarted(box, old_pid: int) -> dict:
-    return wait_until(lambda: (i := instances(box).get(TINY)) and i["state"] == "ready" and i["pid"] != old_pid and i,
-                      60, 0.2, "the engine's automatic restart")
+    return wait_until(
+        lambda: (i := instances(box).get(TINY)) and i["state"] == "ready" and i["pid"] != old_pid and i,
+        60,
+        0.2,
+        "the engine's automatic restart",
+    )
 
 
 def _quota(box, key: str) -> dict:
@@ -58,7 +73,9 @@ def test_kill_9_of_the_engine_mid_request_is_a_clear_503_and_the_engine_comes_ba
 
     def ask() -> None:
         with long_box.client(quota_key, timeout=120) as client:
-            result["response"] = client.post("/v1/chat/completions", json=chat_body("count to a million", max_tokens=LONG, logit_bias=NO_EOS))
+            result["response"] = client.post(
+                "/v1/chat/completions", json=chat_body("count to a million", max_tokens=LONG, logit_bias=NO_EOS)
+            )
             result["at"] = time.monotonic()
 
     thread = threading.Thread(target=ask)
@@ -124,7 +141,9 @@ def test_kill_9_of_the_engine_mid_stream_ends_the_stream_with_an_error_event(lon
             tail = list(sse_events(again.iter_lines()))
     assert tail[-1] == "[DONE]" and not any(isinstance(e, dict) and "error" in e for e in tail)
 
-    (status, completion_tokens), = db_rows(long_box.data_dir, "SELECT status, completion_tokens FROM usage WHERE request_id = ?", request_id)
+    ((status, completion_tokens),) = db_rows(
+        long_box.data_dir, "SELECT status, completion_tokens FROM usage WHERE request_id = ?", request_id
+    )
     assert status == 503 and completion_tokens >= 9  # what was produced before the crash is recorded
     usage = _quota(long_box, quota_key)
     assert usage["max_concurrent"]["reserved"] == 0 and usage["tokens_per_day"]["reserved"] == 0

@@ -32,7 +32,9 @@ def small_disk(tmp_path: Path):
     mount.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MIB}m", "tmpfs", str(mount)], capture_output=True, text=True)
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={DISK_MIB}m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
     if result.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
     try:
@@ -52,8 +54,13 @@ def test_full_disk_during_a_pull_fails_cleanly_and_the_daemon_keeps_writing(smal
     store.import_path(str(tiny_gguf), name=TINY)
     store.db.dispose()
     port = free_port()
-    env = daemon_env(data_dir, port, APPLIANCE_SEED_DEFAULT_MODEL="false", APPLIANCE_DEFAULT_MODEL=TINY,
-                     APPLIANCE_ALLOW_PRIVATE_PULL_HOSTS='["127.0.0.1"]')
+    env = daemon_env(
+        data_dir,
+        port,
+        APPLIANCE_SEED_DEFAULT_MODEL="false",
+        APPLIANCE_DEFAULT_MODEL=TINY,
+        APPLIANCE_ALLOW_PRIVATE_PULL_HOSTS='["127.0.0.1"]',
+    )
     daemon = RunningDaemon(data_dir, port, env)
     daemon.log_path = tmp_path / "daemon.log"  # the daemon's stderr copy stays off the small disk
     source = random_file(tmp_path / "big.gguf", (DISK_MIB + 10) << 20, seed=5)
@@ -68,8 +75,12 @@ def test_full_disk_during_a_pull_fails_cleanly_and_the_daemon_keeps_writing(smal
             response = admin.post("/admin/models/pull", json={"url": url, "name": "big:f32"})
             assert response.status_code == 202, response.text
             job_id = response.json()["id"]
-            job = wait_until(lambda: (j := admin.get(f"/admin/jobs/{job_id}").json())["state"] in TERMINAL_JOB_STATES and j,
-                             60, 0.1, "the pull job ending")
+            job = wait_until(
+                lambda: (j := admin.get(f"/admin/jobs/{job_id}").json())["state"] in TERMINAL_JOB_STATES and j,
+                60,
+                0.1,
+                "the pull job ending",
+            )
             elapsed = time.monotonic() - started
             time.sleep(1.0)  # a retry loop would show up as more requests
             requests = len(server.requests)

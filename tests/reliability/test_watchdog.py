@@ -55,7 +55,7 @@ class NotifyListener:
         while not self._stop.is_set():
             try:
                 data = self.sock.recv(4096)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             for line in data.decode().splitlines():
                 self.messages.append((time.monotonic(), line))
@@ -88,7 +88,9 @@ def _supervised(tmp_path) -> tuple[NotifyListener, RunningDaemon]:
     listener = NotifyListener(str(tmp_path / "notify.sock"))
     port = free_port()
     data_dir = tmp_path / "data"
-    env = daemon_env(data_dir, port, NOTIFY_SOCKET=str(tmp_path / "notify.sock"), WATCHDOG_USEC=str(int(WATCHDOG_SEC * 1_000_000)))
+    env = daemon_env(
+        data_dir, port, NOTIFY_SOCKET=str(tmp_path / "notify.sock"), WATCHDOG_USEC=str(int(WATCHDOG_SEC * 1_000_000))
+    )
     env.pop("WATCHDOG_PID", None)
     return listener, RunningDaemon(data_dir, port, env)
 
@@ -138,8 +140,10 @@ def test_no_ping_while_the_event_loop_is_stalled(tmp_path, tiny_gguf):
                 assert admin.put(f"/admin/quotas/key:{key[:12]}", json={"tokens_per_day": 1_000_000}).status_code == 200
         lock = sqlite3.connect(daemon.data_dir / "appliance.db", isolation_level=None, timeout=30)
         lock.execute("BEGIN EXCLUSIVE")  # another writer holds the database
-        askers = [threading.Thread(target=lambda k=k: daemon.client(k, timeout=60).post("/v1/chat/completions", json=chat_body()))
-                  for k in (first, second)]
+        askers = [
+            threading.Thread(target=lambda k=k: daemon.client(k, timeout=60).post("/v1/chat/completions", json=chat_body()))
+            for k in (first, second)
+        ]
         askers[0].start()  # its reservation now waits in the ledger's writer, on the meter's connection
         time.sleep(1.0)
         askers[1].start()  # its limits are read on the event loop, through that connection

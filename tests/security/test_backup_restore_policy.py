@@ -85,26 +85,31 @@ def test_backup_to_dev_null_is_refused_and_dev_null_stays_a_device(d: RunningDae
     assert not os.path.exists("/dev/null.partial")
 
 
-@pytest.mark.parametrize("body", [
-    {"name": "../x"},
-    {"name": "a/b"},
-    {"name": "/abs.db"},
-    {"name": ".."},
-    {"name": ".hidden"},
-    {"name": "x\x00y"},
-    {"name": "a" * 200},
-    {"name": "semi;colon"},
-    {"name": ""},
-    {"path": "relative.db"},
-    {"path": "BACKUPS/../escaped.db"},
-    {"path": "BACKUPS/sub/x.db"},
-    {"path": "OUTSIDE/outside.db"},
-    {"path": "/tmp/../root/appliance-planted.db"},
-    {"name": "ok.db", "path": "BACKUPS/ok.db"},
-], ids=lambda b: repr(b)[:40])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"name": "../x"},
+        {"name": "a/b"},
+        {"name": "/abs.db"},
+        {"name": ".."},
+        {"name": ".hidden"},
+        {"name": "x\x00y"},
+        {"name": "a" * 200},
+        {"name": "semi;colon"},
+        {"name": ""},
+        {"path": "relative.db"},
+        {"path": "BACKUPS/../escaped.db"},
+        {"path": "BACKUPS/sub/x.db"},
+        {"path": "OUTSIDE/outside.db"},
+        {"path": "/tmp/../root/appliance-planted.db"},
+        {"name": "ok.db", "path": "BACKUPS/ok.db"},
+    ],
+    ids=lambda b: repr(b)[:40],
+)
 @pytest.mark.parametrize("via", ["local-socket", "remote-admin"])
 def test_backup_outside_the_folder_or_an_unsafe_name_is_refused_and_writes_nothing(
-        d: RunningDaemon, remote_admin: httpx.Client, tmp_path: Path, body: dict, via: str) -> None:
+    d: RunningDaemon, remote_admin: httpx.Client, tmp_path: Path, body: dict, via: str
+) -> None:
     body = {k: v.replace("BACKUPS", str(backups(d))).replace("OUTSIDE", str(tmp_path)) for k, v in body.items()}
     backups(d).mkdir(exist_ok=True)
     before_data, before_tmp = tree(d.data_dir), tree(tmp_path)
@@ -156,8 +161,10 @@ def _tamper(good: Path, dest: Path, how: str) -> Path:
         return dest
     conn = sqlite3.connect(dest)
     statements = {
-        "trigger": ["CREATE TRIGGER keep_keys AFTER UPDATE OF revoked_at ON api_keys "
-                    "BEGIN UPDATE api_keys SET revoked_at = NULL WHERE id = NEW.id; END"],
+        "trigger": [
+            "CREATE TRIGGER keep_keys AFTER UPDATE OF revoked_at ON api_keys "
+            "BEGIN UPDATE api_keys SET revoked_at = NULL WHERE id = NEW.id; END"
+        ],
         "view": ["CREATE VIEW every_key AS SELECT * FROM api_keys"],
         "extra-table": ["CREATE TABLE stash (payload TEXT)"],
         "extra-index": ["CREATE INDEX ix_sneaky ON api_keys (name)"],
@@ -192,7 +199,8 @@ HOSTILE = {
 @pytest.mark.parametrize("how", sorted(HOSTILE))
 @pytest.mark.parametrize("via", ["local-socket", "remote-admin"])
 def test_hostile_restore_is_refused_before_touching_the_live_database(
-        d: RunningDaemon, remote_admin: httpx.Client, good_backup: Path, tmp_path: Path, how: str, via: str) -> None:
+    d: RunningDaemon, remote_admin: httpx.Client, good_backup: Path, tmp_path: Path, how: str, via: str
+) -> None:
     before = d.create_key(f"before-{how}-{via}")
     name = f"hostile-{how}-{via}.db"
     planted = _tamper(good_backup, backups(d) / name, how)
@@ -224,12 +232,17 @@ def test_hostile_restore_leaves_no_private_copy_behind(d: RunningDaemon, good_ba
 
 # ---------------------------------------------------------------- where a restore may come from
 def test_remote_admin_cannot_restore_from_outside_the_backups_folder(
-        d: RunningDaemon, remote_admin: httpx.Client, good_backup: Path, tmp_path: Path) -> None:
+    d: RunningDaemon, remote_admin: httpx.Client, good_backup: Path, tmp_path: Path
+) -> None:
     outside = tmp_path / "outside.db"
     shutil.copyfile(good_backup, outside)
     after = d.create_key("made-after-the-backup")
-    for body in ({"path": str(outside)}, {"name": "../" + outside.name}, {"path": str(backups(d) / ".." / "appliance.db")},
-                 {"path": "/etc/passwd"}):
+    for body in (
+        {"path": str(outside)},
+        {"name": "../" + outside.name},
+        {"path": str(backups(d) / ".." / "appliance.db")},
+        {"path": "/etc/passwd"},
+    ):
         response = remote_admin.post("/admin/ops/restore", json=body)
         assert 400 <= response.status_code < 500, f"{body}: {response.status_code} {response.text}"
     assert key_works(d, after)  # nothing was restored

@@ -44,13 +44,15 @@ def _sign_in(client: httpx.Client, username: str, password: str) -> httpx.Respon
     assert form.status_code == 200, form.text[:300]
     token = re.search(r'name="csrf_token" value="([^"]+)"', form.text)
     assert token, form.text[:500]
-    return client.post("/login", data={"username": username, "password": password, "csrf_token": token.group(1)},
-                       follow_redirects=False)
+    return client.post(
+        "/login", data={"username": username, "password": password, "csrf_token": token.group(1)}, follow_redirects=False
+    )
 
 
 def _cli(daemon: RunningDaemon, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "appliance.cli", *args], env=daemon.env, input=stdin, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "appliance.cli", *args], env=daemon.env, input=stdin, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_failures_against_admin_from_many_addresses_do_not_lock_out_the_admin(console_daemon: RunningDaemon) -> None:
@@ -94,11 +96,19 @@ def test_one_address_is_slowed_with_a_clear_message_and_unlock_clears_it(console
         assert r.status_code == 303, r.text[:500]
 
 
-@pytest.mark.parametrize("password, reason", [
-    ("password", "at least 12 characters"), ("Password2024!", "commonly used"), ("qwertyuiop123", "commonly used"),
-    ("1qaz2wsx3edc4rfv", "keyboard walk"), ("aaaaaaaaaaaaaa", "repeated"), ("123456789012", "digits only"),
-    ("admin1234567", "commonly used"), ("operator-2024", "user name"),
-])
+@pytest.mark.parametrize(
+    "password, reason",
+    [
+        ("password", "at least 12 characters"),
+        ("Password2024!", "commonly used"),
+        ("qwertyuiop123", "commonly used"),
+        ("1qaz2wsx3edc4rfv", "keyboard walk"),
+        ("aaaaaaaaaaaaaa", "repeated"),
+        ("123456789012", "digits only"),
+        ("admin1234567", "commonly used"),
+        ("operator-2024", "user name"),
+    ],
+)
 def test_weak_passwords_are_refused_with_the_reason(console_daemon: RunningDaemon, password: str, reason: str) -> None:
     with console_daemon.admin() as admin:
         r = admin.post("/admin/users/", json={"username": "operator", "password": password, "role": "operator"})
@@ -109,8 +119,9 @@ def test_weak_passwords_are_refused_with_the_reason(console_daemon: RunningDaemo
 
 
 def test_cli_creates_a_user_and_sets_a_password(console_daemon: RunningDaemon, tmp_path: Path) -> None:
-    done = _cli(console_daemon, "users", "create", "olivia", "--role", "operator", "--password-stdin",
-                stdin="olivia-first-passphrase\n")
+    done = _cli(
+        console_daemon, "users", "create", "olivia", "--role", "operator", "--password-stdin", stdin="olivia-first-passphrase\n"
+    )
     assert done.returncode == 0, done.stderr
     done = _cli(console_daemon, "users", "passwd", "olivia", "--password-stdin", stdin="olivia-second-passphrase\n")
     assert done.returncode == 0, done.stderr

@@ -63,8 +63,14 @@ class TokenProvider:
 
             def do_GET(self) -> None:
                 if self.path == "/.well-known/openid-configuration":
-                    self._json({"issuer": provider.url, "authorization_endpoint": provider.url + "/authorize",
-                                "token_endpoint": provider.url + "/token", "jwks_uri": provider.url + "/jwks"})
+                    self._json(
+                        {
+                            "issuer": provider.url,
+                            "authorization_endpoint": provider.url + "/authorize",
+                            "token_endpoint": provider.url + "/token",
+                            "jwks_uri": provider.url + "/jwks",
+                        }
+                    )
                 elif self.path == "/jwks":
                     self._json({"keys": [k.as_dict(private=False) for k in provider.published]})
                 else:
@@ -84,8 +90,16 @@ class TokenProvider:
 
     def claims(self, nonce: str, **changes: object) -> dict[str, object]:
         now = int(time.time())
-        base: dict[str, object] = {"iss": self.url, "aud": CLIENT_ID, "sub": "u-1", "iat": now, "exp": now + 300,
-                                   "nonce": nonce, "preferred_username": "mallory", "groups": ["admins"]}
+        base: dict[str, object] = {
+            "iss": self.url,
+            "aud": CLIENT_ID,
+            "sub": "u-1",
+            "iat": now,
+            "exp": now + 300,
+            "nonce": nonce,
+            "preferred_username": "mallory",
+            "groups": ["admins"],
+        }
         base.update(changes)
         return {k: v for k, v in base.items() if v is not None}
 
@@ -107,8 +121,14 @@ def provider() -> Iterator[TokenProvider]:
 
 @pytest.fixture
 def app(tmp_path, provider: TokenProvider):
-    settings = Settings(data_dir=tmp_path, seed_default_model=False, oidc_issuer=provider.url, oidc_client_id=CLIENT_ID,
-                        oidc_client_secret=SECRET, oidc_group_roles={"admins": "admin"})
+    settings = Settings(
+        data_dir=tmp_path,
+        seed_default_model=False,
+        oidc_issuer=provider.url,
+        oidc_client_id=CLIENT_ID,
+        oidc_client_secret=SECRET,
+        oidc_group_roles={"admins": "admin"},
+    )
     dbmod.migrate(settings.db_path)
     services = Services(settings)
     yield create_app(settings, services=services)
@@ -184,14 +204,18 @@ def test_none_and_hmac_with_the_public_key_are_refused(app, provider):
         return f"{b64(json.dumps({'alg': 'none'}).encode())}.{b64(json.dumps(provider.claims(nonce)).encode())}."
 
     def hs256_with_public_key(nonce: str) -> str:
-        signing_input = f"{b64(json.dumps({'alg': 'HS256', 'kid': 'k1'}).encode())}.{b64(json.dumps(provider.claims(nonce)).encode())}"
+        signing_input = (
+            f"{b64(json.dumps({'alg': 'HS256', 'kid': 'k1'}).encode())}.{b64(json.dumps(provider.claims(nonce)).encode())}"
+        )
         return signing_input + "." + b64(hmac.new(public_pem, signing_input.encode(), hashlib.sha256).digest())
 
     with TestClient(app, base_url=BASE) as client:
         assert_refused(client, sign_in_with(client, provider, unsigned), 401)
         assert_refused(client, sign_in_with(client, provider, hs256_with_public_key), 401)
-    assert refused_reasons(app) == ["reason=id token algorithm 'none' not accepted client=testclient",
-                                    "reason=id token algorithm 'HS256' not accepted client=testclient"]
+    assert refused_reasons(app) == [
+        "reason=id token algorithm 'none' not accepted client=testclient",
+        "reason=id token algorithm 'HS256' not accepted client=testclient",
+    ]
 
 
 def test_wrong_audience_is_refused(app, provider):
@@ -200,8 +224,10 @@ def test_wrong_audience_is_refused(app, provider):
         assert_refused(client, response, 401)
         response = sign_in_with(client, provider, lambda n: provider.sign(provider.claims(n, aud=[CLIENT_ID, "x"], azp="x")))
         assert_refused(client, response, 401)
-    assert refused_reasons(app) == ["reason=id token audience mismatch client=testclient",
-                                    "reason=id token authorized party mismatch client=testclient"]
+    assert refused_reasons(app) == [
+        "reason=id token audience mismatch client=testclient",
+        "reason=id token authorized party mismatch client=testclient",
+    ]
 
 
 def test_expired_token_is_refused(app, provider):
@@ -239,16 +265,19 @@ def test_state_from_another_browser_and_unknown_state_are_refused(app, provider)
         assert_refused(victim, callback(victim, query["state"]), 400)
         assert_refused(victim, callback(victim, "made-up-state"), 400)
         assert_refused(victim, victim.get("/login/oidc/callback", follow_redirects=False), 400)
-    assert refused_reasons(app) == ["reason=state from another browser client=testclient",
-                                    "reason=state unknown or already used client=testclient",
-                                    "reason=state missing client=testclient"]
+    assert refused_reasons(app) == [
+        "reason=state from another browser client=testclient",
+        "reason=state unknown or already used client=testclient",
+        "reason=state missing client=testclient",
+    ]
 
 
 def test_provider_error_is_shown_and_audited(app, provider):
     with TestClient(app, base_url=BASE) as client:
         query = start(client)
-        response = client.get("/login/oidc/callback", params={"state": query["state"], "error": "access_denied"},
-                              follow_redirects=False)
+        response = client.get(
+            "/login/oidc/callback", params={"state": query["state"], "error": "access_denied"}, follow_redirects=False
+        )
         assert_refused(client, response, 401)
         assert "did not sign you in (access_denied)" in response.text
     assert refused_reasons(app) == ["reason=provider error access_denied client=testclient"]
@@ -257,8 +286,13 @@ def test_provider_error_is_shown_and_audited(app, provider):
 def test_provider_down_is_a_clear_page(tmp_path):
     from tests.daemon import free_port
 
-    settings = Settings(data_dir=tmp_path, seed_default_model=False, oidc_issuer=f"http://127.0.0.1:{free_port()}",
-                        oidc_client_id=CLIENT_ID, oidc_client_secret=SECRET)
+    settings = Settings(
+        data_dir=tmp_path,
+        seed_default_model=False,
+        oidc_issuer=f"http://127.0.0.1:{free_port()}",
+        oidc_client_id=CLIENT_ID,
+        oidc_client_secret=SECRET,
+    )
     dbmod.migrate(settings.db_path)
     services = Services(settings)
     app = create_app(settings, services=services)
@@ -304,17 +338,23 @@ def test_sso_users_cannot_use_the_local_sign_in_and_cannot_take_over_local_names
         users = admin.get("/users").text
         assert "single sign-on</span>" in users and users.count("Reset password") == 0  # root is "(you)", mallory is SSO
         mallory = re.search(r'hx-post="/users/(\d+)/disable"', users).group(1)
-        refused = admin.post(f"/users/{mallory}/reset", headers={"X-CSRF-Token": re.search(r'"X-CSRF-Token": "([^"]+)"', users).group(1)})
+        refused = admin.post(
+            f"/users/{mallory}/reset", headers={"X-CSRF-Token": re.search(r'"X-CSRF-Token": "([^"]+)"', users).group(1)}
+        )
         assert refused.status_code == 400 and "has no password here" in refused.text
     set_password(app.state.services.db, "mallory", "a-password-set-by-an-admin-1")  # even with a password set some other way
     with TestClient(app, base_url=BASE) as client:
         token = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/login").text).group(1)
-        local = client.post("/login", data={"username": "mallory", "password": "a-password-set-by-an-admin-1",
-                                            "csrf_token": token}, follow_redirects=False)
+        local = client.post(
+            "/login",
+            data={"username": "mallory", "password": "a-password-set-by-an-admin-1", "csrf_token": token},
+            follow_redirects=False,
+        )
         assert local.status_code == 401 and "appliance_session" not in local.cookies
     with TestClient(app, base_url=BASE) as client:
-        response = sign_in_with(client, provider,
-                                lambda n: provider.sign(provider.claims(n, sub="u-2", preferred_username="root")))
+        response = sign_in_with(
+            client, provider, lambda n: provider.sign(provider.claims(n, sub="u-2", preferred_username="root"))
+        )
         assert_refused(client, response, 403)
         assert "already has another user named root" in response.text
     assert refused_reasons(app) == ["reason=user name root taken by another console user client=testclient"]

@@ -23,14 +23,45 @@ import psutil
 import pytest
 
 from tests.ggufkit import make_tiny_gguf
-from tests.reliability.kit import TINY, chat_body, engine_get, engine_socket, import_model, instances, load, start_tiny_daemon, tree_pids, wait_until
+from tests.reliability.kit import (
+    TINY,
+    chat_body,
+    engine_get,
+    engine_socket,
+    import_model,
+    instances,
+    load,
+    start_tiny_daemon,
+    tree_pids,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 
-ENGINE_ONLY_PATHS = ["/stats", "/health", "/tokenize", "/detokenize", "/v1/tokenize", "/v1/detokenize", "/v1/stats",
-                     "/v1/health", "/slots", "/props", "/invocations", "/v1/load_lora_adapter", "/v1/engine/stats"]
-TRAVERSALS = ["/v1/../stats", "/v1/chat/completions/../../stats", "/v1/%2e%2e/stats", "/v1/..%2fstats", "//stats", "/v1//stats",
-              "/v1/models/../../health"]
+ENGINE_ONLY_PATHS = [
+    "/stats",
+    "/health",
+    "/tokenize",
+    "/detokenize",
+    "/v1/tokenize",
+    "/v1/detokenize",
+    "/v1/stats",
+    "/v1/health",
+    "/slots",
+    "/props",
+    "/invocations",
+    "/v1/load_lora_adapter",
+    "/v1/engine/stats",
+]
+TRAVERSALS = [
+    "/v1/../stats",
+    "/v1/chat/completions/../../stats",
+    "/v1/%2e%2e/stats",
+    "/v1/..%2fstats",
+    "//stats",
+    "/v1//stats",
+    "/v1/models/../../health",
+]
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +94,14 @@ def test_engine_has_no_network_socket_and_a_private_unix_socket(box):
 
 def test_the_daemon_listens_on_its_configured_address_only(box):
     load(box)
-    listening = sorted({(p, c.laddr.ip, c.laddr.port) for p in tree_pids(box.proc.pid)
-                        for c in psutil.Process(p).net_connections(kind="inet") if c.status == psutil.CONN_LISTEN})
+    listening = sorted(
+        {
+            (p, c.laddr.ip, c.laddr.port)
+            for p in tree_pids(box.proc.pid)
+            for c in psutil.Process(p).net_connections(kind="inet")
+            if c.status == psutil.CONN_LISTEN
+        }
+    )
     assert listening == [(box.proc.pid, "127.0.0.1", box.port)]
 
 
@@ -77,7 +114,12 @@ def test_engine_routes_are_not_reachable_through_the_gateway(box, keys, role):
     for path in ENGINE_ONLY_PATHS:
         for method in ("GET", "POST"):
             response = _raw(box.port, method, path, headers)
-            if response[0] < 400 or b"slots_total" in response[1] or b'"status": "ok"' in response[1] or b'"tokens"' in response[1]:
+            if (
+                response[0] < 400
+                or b"slots_total" in response[1]
+                or b'"status": "ok"' in response[1]
+                or b'"tokens"' in response[1]
+            ):
                 reached.append((method, path, response[0]))
     for path in TRAVERSALS:
         status, body = _raw(box.port, "GET", path, headers)
@@ -109,7 +151,7 @@ PAYLOADS = {
     "cycler": "{{ cycler.__init__.__globals__.os.popen('touch MARKER').read() }}",
     "joiner": "{{ joiner.__init__.__globals__['os'].popen('touch MARKER').read() }}",
     "subclasses": "{% for c in ().__class__.__base__.__subclasses__() %}{% if c.__name__ == 'Popen' %}"
-                  "{{ c(['touch', 'MARKER']) }}{% endif %}{% endfor %}",
+    "{{ c(['touch', 'MARKER']) }}{% endif %}{% endfor %}",
     "attr_filter": "{{ (lipsum|attr('__globals__'))['os'].popen('touch MARKER').read() }}",
 }
 
@@ -142,8 +184,12 @@ def test_chat_template_that_calls_popen_is_imported_but_never_runs(box, keys, tm
 def test_daemon_survives_its_engine_segfaulting(box, keys):
     pid = int(load(box)["pid"])
     os.kill(pid, signal.SIGSEGV)
-    restarted = wait_until(lambda: (i := instances(box).get(TINY)) and i["state"] == "ready" and i["pid"] != pid and i,
-                           60, 0.2, "the engine's restart")
+    restarted = wait_until(
+        lambda: (i := instances(box).get(TINY)) and i["state"] == "ready" and i["pid"] != pid and i,
+        60,
+        0.2,
+        "the engine's restart",
+    )
     assert box.proc.poll() is None
     with box.client(keys["user"]) as client:
         assert client.get("/v1/models").status_code == 200

@@ -13,7 +13,6 @@ from __future__ import annotations
 import threading
 import time
 
-import httpx
 import pytest
 
 from tests.daemon import RunningDaemon, start_daemon
@@ -26,8 +25,13 @@ LIGHT = {"model": "default", "messages": [{"role": "user", "content": "Hi"}], "m
 
 def enum_schema(n: int) -> dict:
     values = [f"value-{i}" for i in range(n)]
-    return {"type": "json_schema", "json_schema": {"name": "pick", "schema": {
-        "type": "object", "properties": {"choice": {"type": "string", "enum": values}}, "required": ["choice"]}}}
+    return {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "pick",
+            "schema": {"type": "object", "properties": {"choice": {"type": "string", "enum": values}}, "required": ["choice"]},
+        },
+    }
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +94,12 @@ def test_light_alone(warm: float):
 
 
 def test_beside_5000_string_enum_schema(box, key, warm):
-    body = {**LIGHT, "messages": [{"role": "user", "content": "Pick one."}], "max_tokens": 64,
-            "response_format": enum_schema(5000)}
+    body = {
+        **LIGHT,
+        "messages": [{"role": "user", "content": "Pick one."}],
+        "max_tokens": 64,
+        "response_format": enum_schema(5000),
+    }
     times, heavy, heavy_s = beside(box, key, "/v1/chat/completions", body, lead=0.5)
     assert max(times) < LIGHT_BOUND_S, f"light chat took {times} s beside a 5,000-string enum schema"
     assert heavy.status_code == 400, heavy.text[:500]
@@ -101,8 +109,12 @@ def test_beside_5000_string_enum_schema(box, key, warm):
 
 def test_beside_legal_enum_schema_only_its_own_request_waits(box, key, warm):
     """A 256-value enum is accepted: its full-vocabulary grammar checks run beside decoding, not in it."""
-    body = {**LIGHT, "messages": [{"role": "user", "content": "Pick one."}], "max_tokens": 24,
-            "response_format": enum_schema(256)}
+    body = {
+        **LIGHT,
+        "messages": [{"role": "user", "content": "Pick one."}],
+        "max_tokens": 24,
+        "response_format": enum_schema(256),
+    }
     times, heavy, _ = beside(box, key, "/v1/chat/completions", body, lead=1.0)
     assert max(times) < LIGHT_BOUND_S, f"light chat took {times} s beside a 256-value enum schema"
     assert heavy.status_code == 200, heavy.text[:500]

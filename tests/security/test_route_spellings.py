@@ -73,11 +73,22 @@ def spellings(path: str) -> list[str]:
     ]
 
 
-def raw_request(port: int, method: str, target: str, headers: dict[str, str] | None = None,
-                body: bytes = b"{}", extra_lines: list[str] | None = None) -> int:
+def raw_request(
+    port: int,
+    method: str,
+    target: str,
+    headers: dict[str, str] | None = None,
+    body: bytes = b"{}",
+    extra_lines: list[str] | None = None,
+) -> int:
     """Send one request exactly as written; returns the status code (0 if the server closed without one)."""
-    lines = [f"{method} {target} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Connection: close",
-             "Content-Type: application/json", f"Content-Length: {len(body)}"]
+    lines = [
+        f"{method} {target} HTTP/1.1",
+        f"Host: 127.0.0.1:{port}",
+        "Connection: close",
+        "Content-Type: application/json",
+        f"Content-Length: {len(body)}",
+    ]
     lines += [f"{k}: {v}" for k, v in (headers or {}).items()] + (extra_lines or [])
     data = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
@@ -121,8 +132,18 @@ def test_non_canonical_paths_are_refused_before_routing(daemon, admin_key):
     """Even with the right credential, a path that would need normalising is refused, not guessed."""
     auth = {"Authorization": f"Bearer {admin_key}"}
     assert raw_request(daemon.port, "GET", "/admin/keys", auth) == 200
-    for target in ("//admin/keys", "/%2Fadmin/keys", "/./admin/keys", "/admin/../admin/keys", "/admin/keys%00",
-                   "/admin/keys;a=b", "/admin%2fkeys", "/admin/%2e%2e/admin/keys", "/admin\\keys", "/admin/keys%252f"):
+    for target in (
+        "//admin/keys",
+        "/%2Fadmin/keys",
+        "/./admin/keys",
+        "/admin/../admin/keys",
+        "/admin/keys%00",
+        "/admin/keys;a=b",
+        "/admin%2fkeys",
+        "/admin/%2e%2e/admin/keys",
+        "/admin\\keys",
+        "/admin/keys%252f",
+    ):
         assert raw_request(daemon.port, "GET", target, auth) == 400, target
 
 
@@ -142,8 +163,9 @@ _ROUTES = None
 def _fuzz_routes() -> list[tuple[str, str, Access]]:
     global _ROUTES
     if _ROUTES is None:
-        _ROUTES = [(m, p, level) for m, p, level, public in declared_routes()
-                   if level in (Access.ADMIN, Access.METRICS) and not public]
+        _ROUTES = [
+            (m, p, level) for m, p, level, public in declared_routes() if level in (Access.ADMIN, Access.METRICS) and not public
+        ]
     return _ROUTES
 
 
@@ -168,9 +190,15 @@ def mangled(draw: st.DrawFn) -> tuple[str, str]:
 @st.composite
 def hostile_headers(draw: st.DrawFn) -> list[str]:
     options = [
-        "X-Forwarded-For: 127.0.0.1", "X-Forwarded-Host: localhost", "X-Original-URL: /admin/keys",
-        "X-Rewrite-URL: /admin/keys", "Authorization: Bearer ", "Authorization: Basic YWRtaW46YWRtaW4=",
-        "x-api-key: ak_", "Authorization: Bearer ak_" + "A" * 40, "Host: localhost",
+        "X-Forwarded-For: 127.0.0.1",
+        "X-Forwarded-Host: localhost",
+        "X-Original-URL: /admin/keys",
+        "X-Rewrite-URL: /admin/keys",
+        "Authorization: Bearer ",
+        "Authorization: Basic YWRtaW46YWRtaW4=",
+        "x-api-key: ak_",
+        "Authorization: Bearer ak_" + "A" * 40,
+        "Host: localhost",
     ]
     return draw(st.lists(st.sampled_from(options), max_size=3, unique=True))
 

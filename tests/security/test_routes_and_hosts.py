@@ -45,8 +45,13 @@ def test_route_list_is_not_empty():
 def admin_routes() -> set[tuple[str, str]]:
     """Every (method, path) whose handler declares the admin level, taken from the app itself."""
     app = create_app(Settings(data_dir="/nonexistent-appliance-routes", seed_default_model=False))
-    return {(method, _concrete(route.path)) for route in app.routes for handler in getattr(route, "route_handlers", [])
-            if handler.opt.get(ACCESS) is Access.ADMIN for method in set(handler.http_methods) - {"OPTIONS", "HEAD"}}
+    return {
+        (method, _concrete(route.path))
+        for route in app.routes
+        for handler in getattr(route, "route_handlers", [])
+        if handler.opt.get(ACCESS) is Access.ADMIN
+        for method in set(handler.http_methods) - {"OPTIONS", "HEAD"}
+    }
 
 
 def test_every_route_needs_credentials(daemon):
@@ -156,9 +161,16 @@ def test_messages_api_x_api_key_missing_wrong_revoked_expired_are_401_in_anthrop
     with httpx.Client(base_url=daemon.url, timeout=300) as client:
         for path, body in routes:
             assert client.post(path, json=body, headers={"x-api-key": key, **ANTHROPIC_VERSION}).status_code == 200
-            for headers in ({}, {"x-api-key": ""}, {"x-api-key": "ak_ordinary-wrong-key"}, {"x-api-key": "' OR '1'='1"},
-                            {"x-api-key": "ak_x' UNION SELECT secret_hash FROM api_keys--"}, {"x-api-key": "ak_" + "A" * 10_000},
-                            {"x-api-key": key[:-1]}, {"Authorization": "Basic " + key, "x-api-key": key}):
+            for headers in (
+                {},
+                {"x-api-key": ""},
+                {"x-api-key": "ak_ordinary-wrong-key"},
+                {"x-api-key": "' OR '1'='1"},
+                {"x-api-key": "ak_x' UNION SELECT secret_hash FROM api_keys--"},
+                {"x-api-key": "ak_" + "A" * 10_000},
+                {"x-api-key": key[:-1]},
+                {"Authorization": "Basic " + key, "x-api-key": key},
+            ):
                 _anthropic_401(client.post(path, json=body, headers={**headers, **ANTHROPIC_VERSION}))
         with daemon.admin() as admin:
             admin.delete(f"/admin/keys/{key[:12]}").raise_for_status()

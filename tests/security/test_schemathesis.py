@@ -94,8 +94,9 @@ def filter_headers(context, headers):
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory, tiny_gguf):
-    daemon = start_tiny_daemon(tmp_path_factory.mktemp("schemathesis"), tiny_gguf, APPLIANCE_ENGINE_PARALLEL="2",
-                               APPLIANCE_QUEUE_TIMEOUT_SECONDS="20")
+    daemon = start_tiny_daemon(
+        tmp_path_factory.mktemp("schemathesis"), tiny_gguf, APPLIANCE_ENGINE_PARALLEL="2", APPLIANCE_QUEUE_TIMEOUT_SECONDS="20"
+    )
     daemon.auth = {"Authorization": f"Bearer {daemon.create_key('schemathesis', role='admin')}"}  # type: ignore[attr-defined]
     yield daemon
     daemon.stop()

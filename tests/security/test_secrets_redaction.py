@@ -21,8 +21,6 @@ import re
 import signal
 import sqlite3
 import sys
-import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -38,21 +36,24 @@ SECRET_PART = CANARY[12:]  # everything but the visible prefix
 def leaks(text: str, secret: str) -> bool:
     """Whether any 10 consecutive characters of the secret part of ``secret`` appear in ``text``."""
     hidden = secret[12:]
-    return any(hidden[i:i + 10] in text for i in range(len(hidden) - 9))
+    return any(hidden[i : i + 10] in text for i in range(len(hidden) - 9))
 
 
 # ------------------------------------------------------------------ unit: redact()
-@pytest.mark.parametrize("text", [
-    f"Authorization: Bearer {CANARY}",
-    f"authorization: bearer {CANARY}",
-    f"x-api-key: {CANARY}",
-    f"{{'api_key': '{CANARY}'}}",
-    f'{{"api_key": "{CANARY}"}}',
-    f"GET /v1/models?api_key={CANARY}&x=1",
-    f"token={CANARY}",
-    f"key {CANARY} was refused",
-    f"Invalid API key {CANARY[:-1]}",  # a mistyped key is still a secret
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"Authorization: Bearer {CANARY}",
+        f"authorization: bearer {CANARY}",
+        f"x-api-key: {CANARY}",
+        f"{{'api_key': '{CANARY}'}}",
+        f'{{"api_key": "{CANARY}"}}',
+        f"GET /v1/models?api_key={CANARY}&x=1",
+        f"token={CANARY}",
+        f"key {CANARY} was refused",
+        f"Invalid API key {CANARY[:-1]}",  # a mistyped key is still a secret
+    ],
+)
 def test_api_keys_are_masked_in_every_shape(text):
     cleaned = redact(text)
     assert not leaks(cleaned, CANARY), cleaned
@@ -60,15 +61,18 @@ def test_api_keys_are_masked_in_every_shape(text):
         assert CANARY[:12] in cleaned or "[redacted]" in cleaned  # the prefix may stay: it identifies the key
 
 
-@pytest.mark.parametrize("text, secret", [
-    ('{"password": "hunter2hunter2"}', "hunter2hunter2"),
-    ("{'password': 'hunter2hunter2'}", "hunter2hunter2"),
-    ("password=hunter2hunter2", "hunter2hunter2"),
-    ("session_secret='s3cr3tv4lue99'", "s3cr3tv4lue99"),
-    ("Authorization: Bearer sk-abcdefabcdef", "sk-abcdefabcdef"),
-    ("vllm serve --api-key abcdefgh12345", "abcdefgh12345"),
-    ("hub answered 403 for hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345", "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"),
-])
+@pytest.mark.parametrize(
+    "text, secret",
+    [
+        ('{"password": "hunter2hunter2"}', "hunter2hunter2"),
+        ("{'password': 'hunter2hunter2'}", "hunter2hunter2"),
+        ("password=hunter2hunter2", "hunter2hunter2"),
+        ("session_secret='s3cr3tv4lue99'", "s3cr3tv4lue99"),
+        ("Authorization: Bearer sk-abcdefabcdef", "sk-abcdefabcdef"),
+        ("vllm serve --api-key abcdefgh12345", "abcdefgh12345"),
+        ("hub answered 403 for hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345", "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"),
+    ],
+)
 def test_other_secrets_are_masked(text, secret):
     assert secret not in redact(text)
 
@@ -196,7 +200,9 @@ def test_canary_key_is_nowhere_and_errors_carry_no_paths(tmp_path_factory, tiny_
     try:
         admin_key = box.create_key("canary-admin", role="admin")
         with box.admin() as admin:  # the canary is made through the public API, by an admin key
-            created = httpx.post(box.url + "/admin/keys/", json={"name": "canary"}, headers={"Authorization": f"Bearer {admin_key}"})
+            created = httpx.post(
+                box.url + "/admin/keys/", json={"name": "canary"}, headers={"Authorization": f"Bearer {admin_key}"}
+            )
             assert created.status_code == 201
             canary = created.json()["secret"]
             prefix = canary[:12]
@@ -213,8 +219,14 @@ def test_canary_key_is_nowhere_and_errors_carry_no_paths(tmp_path_factory, tiny_
             note("models", client.get("/v1/models", headers=bearer))
             # misuse and mistakes
             note("unknown model", client.post("/v1/chat/completions", headers=bearer, json=chat_body(model="no-such-model")))
-            note("bad json", client.post("/v1/chat/completions", headers={**bearer, "content-type": "application/json"}, content=b"{nope"))
-            note("bad field", client.post("/v1/chat/completions", headers=bearer, json={"model": TINY, "messages": "x", "max_tokens": -1}))
+            note(
+                "bad json",
+                client.post("/v1/chat/completions", headers={**bearer, "content-type": "application/json"}, content=b"{nope"),
+            )
+            note(
+                "bad field",
+                client.post("/v1/chat/completions", headers=bearer, json={"model": TINY, "messages": "x", "max_tokens": -1}),
+            )
             note("wrong method", client.get("/v1/chat/completions", headers=bearer))
             note("no route", client.get("/v1/nope", headers=bearer))
             note("admin route", client.get("/admin/keys/", headers=bearer))
@@ -228,12 +240,18 @@ def test_canary_key_is_nowhere_and_errors_carry_no_paths(tmp_path_factory, tiny_
             note("huge body", client.post("/v1/chat/completions", headers=bearer, json=chat_body("x" * 200_000, max_tokens=1)))
             # the engine dies under the key's request
             pid = int(instances(box)[TINY]["pid"])
-            with client.stream("POST", "/v1/chat/completions", headers=bearer,
-                               json=chat_body("long", max_tokens=400, logit_bias=NO_EOS, stream=True)) as s:
+            with client.stream(
+                "POST",
+                "/v1/chat/completions",
+                headers=bearer,
+                json=chat_body("long", max_tokens=400, logit_bias=NO_EOS, stream=True),
+            ) as s:
                 os.kill(pid, signal.SIGKILL)
                 s.read()
                 note("engine killed", s)
-            wait_until(lambda: instances(box)[TINY]["state"] == "ready" and instances(box)[TINY]["pid"] != pid, 60, 0.2, "restart")
+            wait_until(
+                lambda: instances(box)[TINY]["state"] == "ready" and instances(box)[TINY]["pid"] != pid, 60, 0.2, "restart"
+            )
             # rate limited, then revoked
             for _ in range(45):
                 response = client.post("/v1/chat/completions", headers=bearer, json=chat_body("again"))
@@ -254,7 +272,12 @@ def test_canary_key_is_nowhere_and_errors_carry_no_paths(tmp_path_factory, tiny_
         box.stop()
 
     statuses = {label: status for label, status, _ in errors}
-    assert (statuses["revoked"], statuses["admin route"], statuses["unknown model"], statuses["bad field"]) == (401, 403, 404, 400)
+    assert (statuses["revoked"], statuses["admin route"], statuses["unknown model"], statuses["bad field"]) == (
+        401,
+        403,
+        404,
+        400,
+    )
     assert statuses["rate limited chat"] == 429 and "engine_unavailable" in dict((l, b) for l, _, b in errors)["engine killed"]
 
     # The secret part of the canary is nowhere.

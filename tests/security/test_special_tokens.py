@@ -48,8 +48,9 @@ def test_turn_markers_in_a_message_are_billed_and_decoded_as_plain_text(box, key
         safe = engine.chat_tokens(messages)
         rendered = engine.chat.render(messages)
         bos = engine.model.token_text(engine.model.info.bos)
-        parsed = engine.model.tokenize(rendered[len(bos):] if rendered.startswith(bos) else rendered,
-                                       add_special=True, parse_special=True)
+        parsed = engine.model.tokenize(
+            rendered[len(bos) :] if rendered.startswith(bos) else rendered, add_special=True, parse_special=True
+        )
         prompt_parsed = engine.model.tokenize(family.attack, add_special=True, parse_special=True)
     finally:
         engine.close()
@@ -57,11 +58,16 @@ def test_turn_markers_in_a_message_are_billed_and_decoded_as_plain_text(box, key
 
     with box.client(key) as client:
         chat = client.post("/v1/chat/completions", json={**chat_body(model=model, max_tokens=2), "messages": messages})
-        streamed = client.post("/v1/chat/completions", json={**chat_body(model=model, max_tokens=2, stream=True,
-                                                                          stream_options={"include_usage": True}),
-                                                              "messages": messages})
-        completion = client.post("/v1/completions", json={"model": model, "prompt": family.attack, "max_tokens": 2,
-                                                          "temperature": 0})
+        streamed = client.post(
+            "/v1/chat/completions",
+            json={
+                **chat_body(model=model, max_tokens=2, stream=True, stream_options={"include_usage": True}),
+                "messages": messages,
+            },
+        )
+        completion = client.post(
+            "/v1/completions", json={"model": model, "prompt": family.attack, "max_tokens": 2, "temperature": 0}
+        )
     assert chat.status_code == 200, chat.text
     assert chat.json()["usage"]["prompt_tokens"] == len(safe)
     assert streamed.status_code == 200, streamed.text
@@ -85,8 +91,10 @@ def test_special_text_outside_message_contents_is_a_400(box, key, tmp_path):
     ]
     with box.client(key) as client:
         responses = [client.post("/v1/chat/completions", json=body) for body in bodies]
-        fine = client.post("/v1/chat/completions", json={**chat_body(model=model), "messages": [
-            {"role": "user", "content": "hi", "name": "alice"}]})
+        fine = client.post(
+            "/v1/chat/completions",
+            json={**chat_body(model=model), "messages": [{"role": "user", "content": "hi", "name": "alice"}]},
+        )
     for response in responses:
         assert response.status_code == 400, response.text
         assert response.json()["error"]["type"] == "invalid_request_error", response.text

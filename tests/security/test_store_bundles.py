@@ -54,7 +54,12 @@ def test_export_then_offline_import_gives_the_same_variant(tmp_path: Path, kind:
     bundle = _write(tmp_path / "m.tar", source, info.name)
     target = make_store(tmp_path / "b", offline=True)
     imported = target.import_path(str(bundle))
-    assert (imported.name, imported.sha256, imported.size_bytes, imported.format) == (info.name, info.sha256, info.size_bytes, info.format)
+    assert (imported.name, imported.sha256, imported.size_bytes, imported.format) == (
+        info.name,
+        info.sha256,
+        info.size_bytes,
+        info.format,
+    )
     assert imported.source == f"bundle:{info.source}" and imported.status == "ready"
     assert target.verify(imported.name).status == "ready"
     assert not [p for p in target.settings.store_dir.rglob("*") if ".partial" in p.name or p.name.startswith("bundle-")]
@@ -63,9 +68,18 @@ def test_export_then_offline_import_gives_the_same_variant(tmp_path: Path, kind:
 def _install_split(tmp_path: Path, first: Path) -> Path:
     """A split model can only arrive by hub pull or bundle: make its bundle by hand, as an exporter would."""
     parts = split_gguf.parts_of(first)
-    manifest = {"kind": "llm-appliance-bundle", "version": 1, "name": "split:f32", "family": "split", "variant": "f32",
-                "format": "gguf", "quantization": None, "source": "hf:org/Split", "sha256": None,
-                "files": [{"path": p.name, "size": p.stat().st_size, "sha256": sha256_file(p)} for p in parts]}
+    manifest = {
+        "kind": "llm-appliance-bundle",
+        "version": 1,
+        "name": "split:f32",
+        "family": "split",
+        "variant": "f32",
+        "format": "gguf",
+        "quantization": None,
+        "source": "hf:org/Split",
+        "sha256": None,
+        "files": [{"path": p.name, "size": p.stat().st_size, "sha256": sha256_file(p)} for p in parts],
+    }
     path = tmp_path / "split.tar"
     with path.open("wb") as out:
         for chunk in bundle_stream(manifest, [(p.name, p) for p in parts]):
@@ -92,8 +106,15 @@ def _tar(path: Path, manifest: dict[str, Any] | None, members: list[tarfile.TarI
 
 
 def _manifest(files: dict[str, bytes], fmt: str = "gguf", **extra: Any) -> dict[str, Any]:
-    return {"kind": "llm-appliance-bundle", "version": 1, "family": "evil", "variant": "f32", "format": fmt, **extra,
-            "files": [{"path": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()} for name, data in files.items()]}
+    return {
+        "kind": "llm-appliance-bundle",
+        "version": 1,
+        "family": "evil",
+        "variant": "f32",
+        "format": fmt,
+        **extra,
+        "files": [{"path": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()} for name, data in files.items()],
+    }
 
 
 def _link(name: str, kind: bytes, target: str = "/etc/passwd") -> tarfile.TarInfo:
@@ -119,17 +140,23 @@ def _hostile(gguf: bytes) -> dict[str, tuple[dict[str, Any] | None, list[tarfile
         "device": (_manifest(ok), [_link("files/m.gguf", tarfile.CHRTYPE, "")]),
         "fifo": (_manifest(ok), [_link("files/m.gguf", tarfile.FIFOTYPE, "")]),
         "folder": (_manifest(ok), [_link("files/m.gguf", tarfile.DIRTYPE, "")]),
-        "size differs": (_manifest({"m.gguf": gguf + b"x"}) | {"files": [{"path": "m.gguf", "size": len(gguf) - 1,
-                                                                           "sha256": hashlib.sha256(gguf).hexdigest()}]},
-                         [("files/m.gguf", gguf)]),
-        "sha256 differs": (_manifest({"m.gguf": gguf + b"x"}) | {"files": [{"path": "m.gguf", "size": len(gguf),
-                                                                             "sha256": "ab" * 32}]}, [("files/m.gguf", gguf)]),
+        "size differs": (
+            _manifest({"m.gguf": gguf + b"x"})
+            | {"files": [{"path": "m.gguf", "size": len(gguf) - 1, "sha256": hashlib.sha256(gguf).hexdigest()}]},
+            [("files/m.gguf", gguf)],
+        ),
+        "sha256 differs": (
+            _manifest({"m.gguf": gguf + b"x"}) | {"files": [{"path": "m.gguf", "size": len(gguf), "sha256": "ab" * 32}]},
+            [("files/m.gguf", gguf)],
+        ),
         "member not in manifest": (_manifest(ok), [("files/m.gguf", gguf), ("files/other.gguf", gguf)]),
         "member missing": (_manifest(ok | {"m2.gguf": gguf}), [("files/m.gguf", gguf)]),
         "member twice": (_manifest(ok), [("files/m.gguf", gguf), ("files/m.gguf", gguf)]),
         "no manifest first": (None, [("files/m.gguf", gguf)]),
-        "code in a folder": (_manifest({"config.json": b"{}", "model.safetensors": b"x", "modeling.py": b"import os"},
-                                       fmt="safetensors"), []),
+        "code in a folder": (
+            _manifest({"config.json": b"{}", "model.safetensors": b"x", "modeling.py": b"import os"}, fmt="safetensors"),
+            [],
+        ),
         "pickle in a folder": (_manifest({"config.json": b"{}", "pytorch_model.bin": b"x"}, fmt="safetensors"), []),
         "bad model name": (_manifest(ok) | {"family": "../evil"}, [("files/m.gguf", gguf)]),
         "not gguf": (_manifest({"m.py": b"import os"}), [("files/m.py", b"import os")]),

@@ -18,8 +18,8 @@ import pytest
 from litestar.testing import TestClient
 
 from appliance.errors import BadRequest
-from appliance.store.jobs import JobRegistry
 from appliance.store.errors import ModelNotDownloaded
+from appliance.store.jobs import JobRegistry
 from appliance.store.store import ModelStore
 from tests.ggufkit import make_tiny_gguf
 from tests.storekit import make_app, make_hf_folder, make_store
@@ -39,7 +39,11 @@ def assert_empty(store: ModelStore) -> None:
 # ---------------------------------------------------------------- row 5
 def test_hostile_chat_template_imports_flagged_and_unrendered(store: ModelStore, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
-    template = "{{ lipsum.__globals__['os'].popen('touch " + str(marker) + "').read() }}{% for m in messages %}{{ m.content }}{% endfor %}"
+    template = (
+        "{{ lipsum.__globals__['os'].popen('touch "
+        + str(marker)
+        + "').read() }}{% for m in messages %}{{ m.content }}{% endfor %}"
+    )
     path = make_tiny_gguf(tmp_path / "evil.gguf", chat_template=template)
     info = store.import_path(str(path), name="evil:f32")
     assert info.status == "ready"
@@ -58,7 +62,13 @@ def test_hostile_chat_template_imports_flagged_and_unrendered(store: ModelStore,
 # ---------------------------------------------------------------- row 6
 def _kv_string(key: str, value: bytes, declared_len: int | None = None) -> bytes:
     k = key.encode()
-    return struct.pack("<Q", len(k)) + k + struct.pack("<I", 8) + struct.pack("<Q", declared_len if declared_len is not None else len(value)) + value
+    return (
+        struct.pack("<Q", len(k))
+        + k
+        + struct.pack("<I", 8)
+        + struct.pack("<Q", declared_len if declared_len is not None else len(value))
+        + value
+    )
 
 
 def _kv_u32(key: str, value: int) -> bytes:
@@ -74,10 +84,25 @@ HOSTILE = {
     "huge_string_length": _gguf(0, [_kv_string("general.architecture", b"llama", declared_len=1 << 62)]),
     "huge_kv_count": b"GGUF" + struct.pack("<I", 3) + struct.pack("<Q", 0) + struct.pack("<Q", 1 << 60),
     "huge_tensor_count": _gguf(1 << 61, [_kv_string("general.architecture", b"llama")]),
-    "absurd_block_count": _gguf(0, [_kv_string("general.architecture", b"llama"), _kv_u32("llama.block_count", 100_000),
-                                    _kv_u32("llama.embedding_length", 64), _kv_u32("llama.attention.head_count", 4)]),
-    "huge_array": _gguf(0, [struct.pack("<Q", 21) + b"tokenizer.ggml.tokens" + struct.pack("<I", 9) + struct.pack("<I", 8)
-                            + struct.pack("<Q", 1 << 60)]),
+    "absurd_block_count": _gguf(
+        0,
+        [
+            _kv_string("general.architecture", b"llama"),
+            _kv_u32("llama.block_count", 100_000),
+            _kv_u32("llama.embedding_length", 64),
+            _kv_u32("llama.attention.head_count", 4),
+        ],
+    ),
+    "huge_array": _gguf(
+        0,
+        [
+            struct.pack("<Q", 21)
+            + b"tokenizer.ggml.tokens"
+            + struct.pack("<I", 9)
+            + struct.pack("<I", 8)
+            + struct.pack("<Q", 1 << 60)
+        ],
+    ),
     "truncated": b"GGUF" + struct.pack("<I", 3) + b"\x01",
 }
 
@@ -159,8 +184,13 @@ def test_a_clean_hf_folder_imports_without_hidden_entries(store: ModelStore, tmp
     info = store.import_path(str(folder))
     assert (info.name, info.format, info.quantization, info.status) == ("tiny-llama-hf:bf16", "safetensors", "bf16", "ready")
     stored = store.settings.store_dir / info.path
-    assert sorted(p.name for p in stored.iterdir()) == ["README.md", "config.json", "model.safetensors", "tokenizer.json",
-                                                         "tokenizer_config.json"]
+    assert sorted(p.name for p in stored.iterdir()) == [
+        "README.md",
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
     assert store.resolve("tiny-llama-hf").file == stored
 
 
@@ -175,8 +205,9 @@ def hub_world(tmp_path: Path):
         yield store, hub, cdn
 
 
-@pytest.mark.parametrize("spec", ["hf:org/repo/modeling.py", "hf:org/repo/pytorch_model.bin", "hf:org/repo/model.pt",
-                                  "hf:org/repo/model.safetensors"])
+@pytest.mark.parametrize(
+    "spec", ["hf:org/repo/modeling.py", "hf:org/repo/pytorch_model.bin", "hf:org/repo/model.pt", "hf:org/repo/model.safetensors"]
+)
 def test_a_hub_file_that_is_not_gguf_is_refused(hub_world, spec: str) -> None:
     store, hub, _cdn = hub_world
     with pytest.raises(BadRequest, match="only a .gguf file"):

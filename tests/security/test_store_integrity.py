@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 
 from appliance.db import engine as dbmod
+from appliance.db.tables import AuditLog
 from appliance.errors import InsufficientStorage
 from appliance.store.jobs import JobRegistry
 from appliance.store.store import ModelCorrupt, ModelNotReady, ModelStore
-from appliance.db.tables import AuditLog
 from tests.ggufkit import make_tiny_gguf
 from tests.storekit import RangeServer, make_store, random_file, sha256_file
 

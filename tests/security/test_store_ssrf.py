@@ -25,24 +25,51 @@ from tests.ggufkit import make_tiny_gguf
 from tests.storekit import RangeServer, make_app, make_store
 
 INTERNAL_URLS = [
-    "http://127.0.0.1/m.gguf", "http://127.1.2.3:8080/m.gguf", "http://localhost/m.gguf", "http://[::1]/m.gguf",
-    "http://169.254.169.254/latest/meta-data/", "http://[fe80::1]/m.gguf", "http://10.0.0.5/m.gguf",
-    "http://172.16.3.4/m.gguf", "http://192.168.1.10/m.gguf", "http://100.64.0.1/m.gguf", "http://0.0.0.0/m.gguf",
-    "http://[::ffff:127.0.0.1]/m.gguf", "http://[::ffff:169.254.169.254]/m.gguf", "http://2130706433/m.gguf",
-    "http://0x7f000001/m.gguf", "http://[fd00::1]/m.gguf", "http://[fec0::1]/m.gguf", "http://224.0.0.1/m.gguf", "https://127.0.0.1/m.gguf",
+    "http://127.0.0.1/m.gguf",
+    "http://127.1.2.3:8080/m.gguf",
+    "http://localhost/m.gguf",
+    "http://[::1]/m.gguf",
+    "http://169.254.169.254/latest/meta-data/",
+    "http://[fe80::1]/m.gguf",
+    "http://10.0.0.5/m.gguf",
+    "http://172.16.3.4/m.gguf",
+    "http://192.168.1.10/m.gguf",
+    "http://100.64.0.1/m.gguf",
+    "http://0.0.0.0/m.gguf",
+    "http://[::ffff:127.0.0.1]/m.gguf",
+    "http://[::ffff:169.254.169.254]/m.gguf",
+    "http://2130706433/m.gguf",
+    "http://0x7f000001/m.gguf",
+    "http://[fd00::1]/m.gguf",
+    "http://[fec0::1]/m.gguf",
+    "http://224.0.0.1/m.gguf",
+    "https://127.0.0.1/m.gguf",
 ]
 # IPv6 forms that tunnel to an internal IPv4 address: 6to4, Teredo (client = last 32 bits XOR 0xffffffff),
 # NAT64 (well-known and local-use prefixes), IPv4-compatible.
 TUNNELLED_URLS = [
-    "http://[2002:7f00:1::]:8080/m.gguf", "http://[2002:a9fe:a9fe::]/latest/meta-data/", "http://[2002:c0a8:10a::1]/m.gguf",
-    "http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/m.gguf", "http://[2001:0:4136:e378:8000:63bf:f5ff:fffa]/m.gguf",
-    "http://[64:ff9b::7f00:1]/m.gguf", "http://[64:ff9b::a9fe:a9fe]/m.gguf", "http://[64:ff9b:1::a00:5]/m.gguf",
-    "http://[::127.0.0.1]/m.gguf", "http://[::a9fe:a9fe]/m.gguf",
+    "http://[2002:7f00:1::]:8080/m.gguf",
+    "http://[2002:a9fe:a9fe::]/latest/meta-data/",
+    "http://[2002:c0a8:10a::1]/m.gguf",
+    "http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/m.gguf",
+    "http://[2001:0:4136:e378:8000:63bf:f5ff:fffa]/m.gguf",
+    "http://[64:ff9b::7f00:1]/m.gguf",
+    "http://[64:ff9b::a9fe:a9fe]/m.gguf",
+    "http://[64:ff9b:1::a00:5]/m.gguf",
+    "http://[::127.0.0.1]/m.gguf",
+    "http://[::a9fe:a9fe]/m.gguf",
 ]
 # The same wrappings around a public address (93.184.216.34) are not refused.
 PUBLIC_TUNNELLED_URLS = ["http://[2002:5db8:d822::1]/m.gguf", "http://[64:ff9b::5db8:d822]/m.gguf"]
-BAD_SCHEMES = ["file:///etc/passwd", "ftp://93.184.216.34/m.gguf", "gopher://127.0.0.1/", "dict://127.0.0.1:11211/",
-               "http:///m.gguf", "http://exa mple.com/m.gguf", "javascript:alert(1)"]
+BAD_SCHEMES = [
+    "file:///etc/passwd",
+    "ftp://93.184.216.34/m.gguf",
+    "gopher://127.0.0.1/",
+    "dict://127.0.0.1:11211/",
+    "http:///m.gguf",
+    "http://exa mple.com/m.gguf",
+    "javascript:alert(1)",
+]
 
 
 @pytest.fixture()
@@ -70,6 +97,7 @@ def test_tunnelled_public_addresses_pass(url: str) -> None:
 
 def test_a_name_resolving_to_a_6to4_loopback_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """DNS may answer the wrapped form (an AAAA record of 2002:7f00:1::): the check sees through it too."""
+
     def fake(host: str, port: int, *args: Any, **kwargs: Any) -> list:
         return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("2002:7f00:1::", port, 0, 0))]
 
@@ -89,9 +117,12 @@ def test_other_schemes_and_malformed_urls_are_refused(url: str) -> None:
 
 def test_a_name_with_any_internal_address_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """DNS answering one public and one internal address: refused (rebinding with mixed records)."""
+
     def fake(host: str, port: int, *args: Any, **kwargs: Any) -> list:
-        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", port)),
-                (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
+        return [
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", port)),
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port)),
+        ]
 
     monkeypatch.setattr(socket, "getaddrinfo", fake)
     with pytest.raises(PullNotAllowed):
@@ -124,8 +155,13 @@ def test_the_connection_goes_to_the_checked_address(monkeypatch: pytest.MonkeyPa
 def test_pull_api_refuses_internal_hosts_at_once(store: ModelStore) -> None:
     jobs = JobRegistry()
     with TestClient(make_app(store, jobs)) as client:
-        for url in ("http://169.254.169.254/latest/meta-data/iam", "http://127.0.0.1:9/m.gguf", "http://[::1]/m.gguf",
-                    "http://[2002:7f00:1::]:9/m.gguf", "http://[64:ff9b::a9fe:a9fe]/latest/meta-data/iam"):
+        for url in (
+            "http://169.254.169.254/latest/meta-data/iam",
+            "http://127.0.0.1:9/m.gguf",
+            "http://[::1]/m.gguf",
+            "http://[2002:7f00:1::]:9/m.gguf",
+            "http://[64:ff9b::a9fe:a9fe]/latest/meta-data/iam",
+        ):
             r = client.post("/admin/models/pull", json={"url": url, "name": "m:f32"})
             assert r.status_code == 403, (url, r.text)
             assert r.json()["error"]["code"] == "pull_not_allowed"
@@ -156,11 +192,18 @@ def test_redirects_to_internal_hosts_are_refused(tmp_path: Path) -> None:
         # Allowed name → allowed name: fine, and shows the redirect machinery works.
         ok = store.pull(f"{base}/redirect?to={base}/m.gguf", name="ok:f32")
         assert ok.status == "ready"
-        for target in (f"http://127.0.0.1:{server.port}/m.gguf", "http://169.254.169.254/latest/meta-data/",
-                       f"http://[::1]:{server.port}/m.gguf", "file:///etc/passwd"):
+        for target in (
+            f"http://127.0.0.1:{server.port}/m.gguf",
+            "http://169.254.169.254/latest/meta-data/",
+            f"http://[::1]:{server.port}/m.gguf",
+            "file:///etc/passwd",
+        ):
             seen = len(server.requests)
-            job = _wait(registry.submit("pull", "bad:f32", lambda ctx, t=target: store.pull(f"{base}/redirect?to={t}",
-                                                                                           name="bad:f32", ctx=ctx)))
+            job = _wait(
+                registry.submit(
+                    "pull", "bad:f32", lambda ctx, t=target: store.pull(f"{base}/redirect?to={t}", name="bad:f32", ctx=ctx)
+                )
+            )
             assert job.state == "failed" and job.error["code"] == "pull_not_allowed", (target, job.message)
             assert [r["path"] for r in server.requests[seen:]] == ["/redirect"]  # the target was never requested
     assert [i.name for i in store.list()] == ["ok:f32"]
@@ -200,8 +243,9 @@ def test_a_hub_redirect_to_an_internal_host_is_refused(tmp_path: Path) -> None:
 
     with RangeServer() as cdn, HubServer(cdn) as hub:
         hub.add_repo("org/Tiny-GGUF", {"Tiny-F32.gguf": make_tiny_gguf(tmp_path / "src.gguf")})
-        store = make_store(tmp_path / "data", allow_private_pull_hosts=["localhost"],
-                           hub_url=hub.url.replace("127.0.0.1", "localhost"))
+        store = make_store(
+            tmp_path / "data", allow_private_pull_hosts=["localhost"], hub_url=hub.url.replace("127.0.0.1", "localhost")
+        )
         pull = store.prepare_hub_pull("hf:org/Tiny-GGUF")
         with pytest.raises(PullNotAllowed):
             store.pull_hub(pull)

@@ -8,27 +8,56 @@ error), and nothing written or deleted outside the store.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from litestar.testing import TestClient
 
 from appliance.db import engine as dbmod
+from appliance.db.tables import ModelVariant
 from appliance.errors import ApplianceError, BadRequest
 from appliance.store.jobs import JobRegistry
-from appliance.store.store import ModelStore
 from appliance.store.paths import UnsafePath, parse_name
-from appliance.db.tables import ModelVariant
+from appliance.store.store import ModelStore
 from tests.storekit import make_app, make_hf_folder, make_store
 
 BAD_NAMES = [
-    "../evil", "..", "a/../../evil", "%2e%2e", "%2e%2e%2fevil", "/etc/passwd", "tiny:../../evil", "tiny:..",
-    "tiny:/abs", "ti\x00ny", "tiny:f32\x00.gguf", ".hidden", "tiny:.partial", "Tiny", "a" * 65, "tiny:a:b", "tiny\\..\\evil",
-    "", ":", "tiny:", " tiny",
+    "../evil",
+    "..",
+    "a/../../evil",
+    "%2e%2e",
+    "%2e%2e%2fevil",
+    "/etc/passwd",
+    "tiny:../../evil",
+    "tiny:..",
+    "tiny:/abs",
+    "ti\x00ny",
+    "tiny:f32\x00.gguf",
+    ".hidden",
+    "tiny:.partial",
+    "Tiny",
+    "a" * 65,
+    "tiny:a:b",
+    "tiny\\..\\evil",
+    "",
+    ":",
+    "tiny:",
+    " tiny",
 ]
-HTTP_BAD_PATHS = ["..", "%2e%2e", "%2E%2E", "..%2F..%2Fevil", "%2e%2e%2f%2e%2e%2fevil", "tiny:%2e%2e", "%2Fetc%2Fpasswd",
-                  "tiny%00", "tiny:f32%00", "..%5C..%5Cevil", "~root"]
+HTTP_BAD_PATHS = [
+    "..",
+    "%2e%2e",
+    "%2E%2E",
+    "..%2F..%2Fevil",
+    "%2e%2e%2f%2e%2e%2fevil",
+    "tiny:%2e%2e",
+    "%2Fetc%2Fpasswd",
+    "tiny%00",
+    "tiny:f32%00",
+    "..%5C..%5Cevil",
+    "~root",
+]
 
 
 @pytest.fixture()
@@ -90,7 +119,11 @@ def test_http_paths_with_encoded_traversal(world: tuple[ModelStore, Path], tiny_
             assert 400 <= r.status_code < 500
             for body in ({"path": str(tiny_gguf), "name": bad}, {"path": f"{outside}/{bad}"}):
                 assert 400 <= client.post("/admin/models/import", json=body).status_code < 500
-            assert 400 <= client.post("/admin/models/pull", json={"url": "http://93.184.216.34/x.gguf", "name": bad}).status_code < 500
+            assert (
+                400
+                <= client.post("/admin/models/pull", json={"url": "http://93.184.216.34/x.gguf", "name": bad}).status_code
+                < 500
+            )
     jobs.shutdown()
     assert snapshot(outside) == before
     assert snapshot(store.settings.store_dir) == store_before
@@ -166,21 +199,34 @@ def test_store_folders_are_not_world_readable(world: tuple[ModelStore, Path], ti
 
 
 # ---------------------------------------------------------------- names from a hub's listing
-HOSTILE_LISTED_PATHS = ["../x.gguf", "/etc/x.gguf", "a/../../x.gguf", "..", "sub/./x.gguf", "a//x.gguf", "..\\x.gguf",
-                        "x\x00.gguf", "sub/../../../outside/victim.gguf"]
+HOSTILE_LISTED_PATHS = [
+    "../x.gguf",
+    "/etc/x.gguf",
+    "a/../../x.gguf",
+    "..",
+    "sub/./x.gguf",
+    "a//x.gguf",
+    "..\\x.gguf",
+    "x\x00.gguf",
+    "sub/../../../outside/victim.gguf",
+]
 
 
 @pytest.mark.parametrize("listed", HOSTILE_LISTED_PATHS)
-def test_a_hub_listing_naming_an_unsafe_path_is_refused_whole(tmp_path: Path, world: tuple[ModelStore, Path], tiny_gguf: Path,
-                                                              listed: str) -> None:
+def test_a_hub_listing_naming_an_unsafe_path_is_refused_whole(
+    tmp_path: Path, world: tuple[ModelStore, Path], tiny_gguf: Path, listed: str
+) -> None:
     from tests.hubkit import HubServer
     from tests.storekit import RangeServer
 
     _store, outside = world
     before = snapshot(outside)
     with RangeServer() as cdn, HubServer(cdn) as hub:
-        hub.add_repo("org/Evil-GGUF", {"Evil-Q8_0.gguf": tiny_gguf},
-                     extra_entries=[{"type": "file", "path": listed, "size": 10, "lfs": {"oid": "0" * 64, "size": 10}}])
+        hub.add_repo(
+            "org/Evil-GGUF",
+            {"Evil-Q8_0.gguf": tiny_gguf},
+            extra_entries=[{"type": "file", "path": listed, "size": 10, "lfs": {"oid": "0" * 64, "size": 10}}],
+        )
         store = make_store(tmp_path / "hubdata", allow_private_pull_hosts=["127.0.0.1"], hub_url=hub.url)
         for spec in ("hf:org/Evil-GGUF", "hf:org/Evil-GGUF:Q8_0"):
             with pytest.raises(UnsafePath, match="unsafe path|no valid path"):
@@ -189,8 +235,19 @@ def test_a_hub_listing_naming_an_unsafe_path_is_refused_whole(tmp_path: Path, wo
     assert store.list() == [] and snapshot(outside) == before
 
 
-@pytest.mark.parametrize("spec", ["hf:org/repo/../x.gguf", "hf:org/repo//etc/x.gguf", "hf:../repo", "hf:org/..",
-                                  "hf:org/repo/a/../../x.gguf", "hf:org/repo:../x", "hf:org/repo@../main", "hf:org/re\x00po"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "hf:org/repo/../x.gguf",
+        "hf:org/repo//etc/x.gguf",
+        "hf:../repo",
+        "hf:org/..",
+        "hf:org/repo/a/../../x.gguf",
+        "hf:org/repo:../x",
+        "hf:org/repo@../main",
+        "hf:org/re\x00po",
+    ],
+)
 def test_hub_specs_with_traversal_are_refused_before_any_request(tmp_path: Path, spec: str) -> None:
     store = make_store(tmp_path / "data", hub_url="http://127.0.0.1:9")  # nothing listens there: no request may be made
     with pytest.raises(BadRequest):

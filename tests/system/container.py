@@ -41,8 +41,12 @@ def cannot_boot_reason() -> str | None:
     """Why a container cannot boot here, or None when it should."""
     if os.geteuid() != 0:
         return "booting a container with systemd-nspawn needs root"
-    for tool, package in (("debootstrap", "debootstrap"), ("systemd-nspawn", "systemd-container"), ("nsenter", "util-linux"),
-                          ("tar", "tar")):
+    for tool, package in (
+        ("debootstrap", "debootstrap"),
+        ("systemd-nspawn", "systemd-container"),
+        ("nsenter", "util-linux"),
+        ("tar", "tar"),
+    ):
         if shutil.which(tool) is None:
             return f"{tool} is missing (apt-get install {package}; test.sh installs it)"
     mounts = Path("/proc/self/mounts").read_text()
@@ -88,8 +92,10 @@ def rootfs_tarball(log=print) -> Path:  # type: ignore[no-untyped-def]
     try:
         started = time.monotonic()
         log(f"debootstrap {SUITE} from {mirror} with {','.join(PACKAGES)} (cached as {tarball}) ...")
-        result = _run(["debootstrap", f"--variant={VARIANT}", f"--include={','.join(PACKAGES)}", SUITE, str(build / "root"),
-                       mirror], timeout=900)
+        result = _run(
+            ["debootstrap", f"--variant={VARIANT}", f"--include={','.join(PACKAGES)}", SUITE, str(build / "root"), mirror],
+            timeout=900,
+        )
         if result.returncode != 0:
             raise RuntimeError(f"debootstrap failed (exit {result.returncode}):\n{(result.stdout + result.stderr)[-4000:]}")
         shutil.rmtree(build / "root" / "var" / "cache" / "apt" / "archives", ignore_errors=True)
@@ -109,8 +115,12 @@ def rootfs_tarball(log=print) -> Path:  # type: ignore[no-untyped-def]
 def _host_pip_paths() -> list[Path]:
     """Local folders the host's pip configuration points at (find-links, file:// indexes)."""
     texts = [v for k, v in os.environ.items() if k.startswith("PIP_")]
-    for conf in (Path("/etc/pip.conf"), Path("/etc/xdg/pip/pip.conf"), Path.home() / ".config/pip/pip.conf",
-                 Path.home() / ".pip/pip.conf"):
+    for conf in (
+        Path("/etc/pip.conf"),
+        Path("/etc/xdg/pip/pip.conf"),
+        Path.home() / ".config/pip/pip.conf",
+        Path.home() / ".pip/pip.conf",
+    ):
         if conf.is_file():
             texts.append(conf.read_text())
     found: list[Path] = []
@@ -128,8 +138,13 @@ def _host_pip_paths() -> list[Path]:
 
 def _copy_host_config(root: Path) -> None:
     """The host's CA bundle and pip configuration, so pip inside reaches the same package index."""
-    for path in (Path("/etc/ssl/certs/ca-certificates.crt"), Path("/etc/pip.conf"), Path("/etc/xdg/pip"),
-                 Path("/root/.config/pip"), Path("/root/.pip")):
+    for path in (
+        Path("/etc/ssl/certs/ca-certificates.crt"),
+        Path("/etc/pip.conf"),
+        Path("/etc/xdg/pip"),
+        Path("/root/.config/pip"),
+        Path("/root/.pip"),
+    ):
         if not path.exists():
             continue
         target = root / path.relative_to("/")
@@ -162,12 +177,18 @@ class Container:
         self.console_log = self.folder / "console.log"
         self.nspawn: subprocess.Popen | None = None
         self.pid1: int | None = None
-        self.env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
-                    "LANG": "C.UTF-8", "TERM": "dumb", "SYSTEMD_PAGER": "", "SYSTEMD_COLORS": "0"}
+        self.env = {
+            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": "/root",
+            "LANG": "C.UTF-8",
+            "TERM": "dumb",
+            "SYSTEMD_PAGER": "",
+            "SYSTEMD_COLORS": "0",
+        }
         self.env.update({k: v for k, v in os.environ.items() if PASSED_ENV.match(k)})
 
     # -- lifecycle ---------------------------------------------------------
-    def __enter__(self) -> "Container":
+    def __enter__(self) -> Container:
         try:
             self.boot()
         except BaseException:
@@ -187,16 +208,26 @@ class Container:
             raise RuntimeError(f"unpacking {tarball} failed: {result.stderr[-2000:]}")
         _copy_host_config(self.root)
         (self.root / "usr/src/appliance").mkdir(parents=True, exist_ok=True)
-        argv = ["systemd-nspawn", "-D", str(self.root), "-b", "--register=no", "--keep-unit", f"--machine={self.name}",
-                "--console=pipe", f"--bind-ro={self.source_tree}:/usr/src/appliance"]
+        argv = [
+            "systemd-nspawn",
+            "-D",
+            str(self.root),
+            "-b",
+            "--register=no",
+            "--keep-unit",
+            f"--machine={self.name}",
+            "--console=pipe",
+            f"--bind-ro={self.source_tree}:/usr/src/appliance",
+        ]
         if PIP_CACHE.is_dir():
             argv.append(f"--bind={PIP_CACHE}:/root/.cache/pip")
         for path in _host_pip_paths():
             argv.append(f"--bind-ro={path}")
         self.log(f"booting: {' '.join(argv)}")
         with open(self.console_log, "wb") as out:
-            self.nspawn = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                           start_new_session=True)
+            self.nspawn = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
         deadline = time.monotonic() + timeout
         while self.pid1 is None:
             if self.nspawn.poll() is not None:
@@ -248,23 +279,26 @@ class Container:
         except OSError:
             return ""
 
-    def sh(self, script: str, timeout: float = 120.0, check: bool = True, env: dict[str, str] | None = None
-           ) -> subprocess.CompletedProcess:
+    def sh(
+        self, script: str, timeout: float = 120.0, check: bool = True, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess:
         """Run a bash script inside the container as root, in all its namespaces."""
         assert self.pid1 is not None, "container not booted"
         environment = [f"{k}={v}" for k, v in {**self.env, **(env or {})}.items()]
         argv = ["nsenter", "-t", str(self.pid1), "-a", "--", "/usr/bin/env", "-i", *environment, "/bin/bash", "-c", script]
         result = _run(argv, timeout=timeout)
         if check and result.returncode != 0:
-            raise AssertionError(f"inside the container `{script}` exited {result.returncode}:\n"
-                                 f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+            raise AssertionError(
+                f"inside the container `{script}` exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+            )
         return result
 
     def popen(self, script: str, **kwargs) -> subprocess.Popen:  # type: ignore[no-untyped-def]
         assert self.pid1 is not None, "container not booted"
         environment = [f"{k}={v}" for k, v in self.env.items()]
-        return subprocess.Popen(["nsenter", "-t", str(self.pid1), "-a", "--", "/usr/bin/env", "-i", *environment,
-                                 "/bin/bash", "-c", script], **kwargs)
+        return subprocess.Popen(
+            ["nsenter", "-t", str(self.pid1), "-a", "--", "/usr/bin/env", "-i", *environment, "/bin/bash", "-c", script], **kwargs
+        )
 
 
 def copy_source_tree(repo: Path, target: Path) -> Path:

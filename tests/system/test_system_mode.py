@@ -73,9 +73,17 @@ class Box:
         return self.c.sh("journalctl -u appliance.service -b --no-pager -o short-monotonic", check=False).stdout
 
     def chat(self, key: str, content: str = "Say hello.", max_tokens: int = 8) -> httpx.Response:
-        return httpx.post(f"{self.url}/v1/chat/completions", headers={"Authorization": f"Bearer {key}"}, timeout=120,
-                          json={"model": "default", "messages": [{"role": "user", "content": content}],
-                                "max_tokens": max_tokens, "temperature": 0})
+        return httpx.post(
+            f"{self.url}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=120,
+            json={
+                "model": "default",
+                "messages": [{"role": "user", "content": content}],
+                "max_tokens": max_tokens,
+                "temperature": 0,
+            },
+        )
 
     def ready(self, timeout: float = 180) -> bool:
         deadline = time.monotonic() + timeout
@@ -130,13 +138,15 @@ def _sign_in(box: Box, password: str) -> httpx.Response:
     assert form.status_code == 200, f"GET /login answered {form.status_code}: {form.text[:300]}"
     token = re.search(r'name="csrf_token" value="([^"]+)"', form.text)
     assert token, f"no CSRF token on the sign-in form: {form.text[:500]}"
-    r = client.post("/login", data={"username": "admin", "password": password, "csrf_token": token.group(1)},
-                    follow_redirects=False)
+    r = client.post(
+        "/login", data={"username": "admin", "password": password, "csrf_token": token.group(1)}, follow_redirects=False
+    )
     r.extensions["client"] = client
     return r
 
 
 # -- the first installation -------------------------------------------------------------------------
+
 
 def test_install_starts_an_active_hardened_service(box: Box) -> None:
     _require_installed(box)
@@ -167,17 +177,21 @@ def test_the_one_time_password_is_printed_once_and_signs_in(box: Box) -> None:
     code, output = _first_install(box)
     _require_installed(box)
     shown = SHOWN.findall(output)
-    assert len(shown) == 1, f"expected the one-time password exactly once in install.sh's output, found {len(shown)}:\n{output[-3000:]}"
+    assert len(shown) == 1, (
+        f"expected the one-time password exactly once in install.sh's output, found {len(shown)}:\n{output[-3000:]}"
+    )
     box.password = shown[0]
     assert output.count(box.password) == 1, f"the password appears {output.count(box.password)} times in the output"
     wrong = _sign_in(box, box.password + "x")
     assert wrong.status_code == 401, f"a wrong password was not refused: {wrong.status_code}"
     r = _sign_in(box, box.password)
     assert r.status_code == 303 and r.headers.get("location") == "/password", (
-        f"signing in with the printed password did not lead to the forced password change: {r.status_code} {r.headers}")
+        f"signing in with the printed password did not lead to the forced password change: {r.status_code} {r.headers}"
+    )
 
 
 # -- upgrade in place -------------------------------------------------------------------------------
+
 
 def test_reinstall_upgrades_in_place_keeping_data_key_and_password(box: Box) -> None:
     _require_installed(box)
@@ -205,20 +219,25 @@ def test_after_the_password_change_a_reinstall_prints_no_password(box: Box) -> N
     form = client.get("/password")
     token = re.search(r'name="csrf_token" value="([^"]+)"', form.text)
     assert token, f"no CSRF token on the password form: {form.text[:500]}"
-    changed = client.post("/password", follow_redirects=False, data={"current": box.password, "new": NEW_PASSWORD,
-                                                                     "confirm": NEW_PASSWORD, "csrf_token": token.group(1)})
+    changed = client.post(
+        "/password",
+        follow_redirects=False,
+        data={"current": box.password, "new": NEW_PASSWORD, "confirm": NEW_PASSWORD, "csrf_token": token.group(1)},
+    )
     assert changed.status_code == 303, f"the password change was refused: {changed.status_code} {changed.text[:500]}"
     code, output = box.install("--system", "--port", str(box.port))
     assert code == 0, f"re-running ./install.sh --system failed (exit {code}):\n{output[-5000:]}"
     assert not SHOWN.findall(output) and box.password not in output, f"a password was printed after the change:\n{output[-2000:]}"
     assert "An admin user already exists; its password was kept." in output, output[-2000:]
-    assert box.c.sh("test -e /var/lib/appliance/initial-admin-password", check=False).returncode != 0, \
+    assert box.c.sh("test -e /var/lib/appliance/initial-admin-password", check=False).returncode != 0, (
         "the one-time password file was kept after the change"
+    )
     assert _sign_in(box, NEW_PASSWORD).status_code == 303, "the changed password no longer signs in after the re-run"
     assert _sign_in(box, box.password).status_code == 401, "the one-time password still signs in after the change"
 
 
 # -- the watchdog and stopping ----------------------------------------------------------------------
+
 
 def test_the_watchdog_restarts_a_stopped_daemon(box: Box) -> None:
     _require_installed(box)
@@ -253,10 +272,20 @@ def test_systemctl_stop_drains_an_in_flight_stream(box: Box) -> None:
 
     def stream() -> None:
         try:
-            with httpx.stream("POST", f"{box.url}/v1/chat/completions", headers={"Authorization": f"Bearer {box.key}"},
-                              timeout=120, json={"model": "default", "stream": True, "max_tokens": 400, "temperature": 0.8,
-                                                 "seed": 7, "messages": [{"role": "user",
-                                                                          "content": "Write a long story about a lighthouse."}]}) as r:
+            with httpx.stream(
+                "POST",
+                f"{box.url}/v1/chat/completions",
+                headers={"Authorization": f"Bearer {box.key}"},
+                timeout=120,
+                json={
+                    "model": "default",
+                    "stream": True,
+                    "max_tokens": 400,
+                    "temperature": 0.8,
+                    "seed": 7,
+                    "messages": [{"role": "user", "content": "Write a long story about a lighthouse."}],
+                },
+            ) as r:
                 events.append((time.monotonic(), f"status {r.status_code}"))
                 for line in r.iter_lines():
                     if line.startswith("data: "):
@@ -279,8 +308,9 @@ def test_systemctl_stop_drains_an_in_flight_stream(box: Box) -> None:
     after = [e for t, e in events if t > stop_at]
     assert after, "the stream had already finished when the stop began; nothing was drained"
     assert events[-1][1] == "[DONE]", f"the stream did not end with [DONE]: {events[-3:]}"
-    finish = [json.loads(e)["choices"][0].get("finish_reason") for _, e in events if e.startswith("{")
-              and json.loads(e).get("choices")]
+    finish = [
+        json.loads(e)["choices"][0].get("finish_reason") for _, e in events if e.startswith("{") and json.loads(e).get("choices")
+    ]
     assert finish and finish[-1] in ("stop", "length"), f"the stream did not finish normally: {events[-3:]}"
     assert events[-1][0] <= stop_done, "systemctl stop returned before the stream had finished"
     props = box.show("ActiveState", "Result")
@@ -295,8 +325,9 @@ def test_the_sandbox_lets_the_engine_run_without_denials(box: Box) -> None:
     assert box.key and box.chat(box.key).status_code == 200, "the engine does not answer under the unit's sandbox"
     journal = box.journal()
     # The daemon's own log reaches the journal (stderr), so a denial it or an engine logged would be here.
-    assert "Started appliance.service" in journal and "draining" in journal, \
+    assert "Started appliance.service" in journal and "draining" in journal, (
         f"the journal does not hold the service's log:\n{journal[-2000:]}"
+    )
     denials = [line for line in journal.splitlines() if DENIALS.search(line)]
     assert not denials, "sandbox denials in the service's journal:\n" + "\n".join(denials[:30])
     kernel = box.c.sh("journalctl -k -b --no-pager 2>/dev/null | grep -iE 'seccomp|type=1326' || true").stdout
@@ -305,6 +336,7 @@ def test_the_sandbox_lets_the_engine_run_without_denials(box: Box) -> None:
 
 # -- uninstall and purge ----------------------------------------------------------------------------
 
+
 def test_uninstall_keeps_the_data(box: Box) -> None:
     _require_installed(box)
     code, output = box.install("--uninstall")
@@ -312,8 +344,9 @@ def test_uninstall_keeps_the_data(box: Box) -> None:
     unit = box.c.sh("systemctl list-unit-files appliance.service --no-legend", check=False).stdout.strip()
     assert not unit, f"the unit is still installed: {unit}"
     assert box.c.sh("test -e /opt/appliance", check=False).returncode != 0, "/opt/appliance was not removed"
-    kept = box.c.sh("ls /var/lib/appliance/appliance.db /etc/appliance/appliance.toml && ls /var/lib/appliance/models | head",
-                    check=False)
+    kept = box.c.sh(
+        "ls /var/lib/appliance/appliance.db /etc/appliance/appliance.toml && ls /var/lib/appliance/models | head", check=False
+    )
     assert kept.returncode == 0, f"the data or config was not kept: {kept.stdout} {kept.stderr}"
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{box.url}/readyz", timeout=5)

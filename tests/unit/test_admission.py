@@ -2,8 +2,8 @@ import asyncio
 
 import pytest
 
-from appliance.serving.admission import AdmissionQueue
 from appliance.errors import EngineUnavailable, RateLimited
+from appliance.serving.admission import AdmissionQueue
 
 
 async def test_slots_then_queue_then_429():

@@ -16,8 +16,9 @@ async def test_concurrent_admissions_share_transactions_and_hold_what_they_reser
     key = add_key(db)
     set_quota(db, "key", key.id, requests_per_minute=1000, tokens_per_day=10**6, max_concurrent=100)
     before = meter.writer_stats.transactions
-    admissions = await asyncio.gather(*(meter.admit(key, request_id=f"r{i}", endpoint="chat", model="m", estimated_tokens=7)
-                                        for i in range(50)))
+    admissions = await asyncio.gather(
+        *(meter.admit(key, request_id=f"r{i}", endpoint="chat", model="m", estimated_tokens=7) for i in range(50))
+    )
     assert meter.writer_stats.transactions - before < 50  # batched: fewer transactions than admissions
     assert rows(db, "SELECT count(*) FROM reservations") == [(50,)]
     held = dict(rows(db, "SELECT dimension, reserved FROM quota_counters"))
@@ -27,7 +28,10 @@ async def test_concurrent_admissions_share_transactions_and_hold_what_they_reser
     await asyncio.gather(*(meter.settle(a, model="m", prompt_tokens=3, completion_tokens=4, **SETTLE) for a in admissions))
     assert rows(db, "SELECT count(*) FROM reservations") == [(0,)]
     assert dict(rows(db, "SELECT dimension, reserved FROM quota_counters")) == {
-        "requests_per_minute": 0, "tokens_per_day": 0, "max_concurrent": 0}
+        "requests_per_minute": 0,
+        "tokens_per_day": 0,
+        "max_concurrent": 0,
+    }
 
 
 async def test_a_refusal_in_a_batch_undoes_only_its_own_partial_reservation(meter, db):
@@ -38,9 +42,13 @@ async def test_a_refusal_in_a_batch_undoes_only_its_own_partial_reservation(mete
     set_quota(db, "team", team, tokens_per_day=10_000)
     set_quota(db, "key", small.id, tokens_per_day=100)
     results = await asyncio.gather(
-        *(meter.admit(k, request_id=f"{k.name}{i}", endpoint="chat", model="m", estimated_tokens=tokens)
-          for i in range(5) for k, tokens in ((big, 50), (small, 500))),
-        return_exceptions=True)
+        *(
+            meter.admit(k, request_id=f"{k.name}{i}", endpoint="chat", model="m", estimated_tokens=tokens)
+            for i in range(5)
+            for k, tokens in ((big, 50), (small, 500))
+        ),
+        return_exceptions=True,
+    )
     refused = [r for r in results if isinstance(r, QuotaExceeded)]
     admitted = [r for r in results if not isinstance(r, BaseException)]
     assert len(refused) == 5 and len(admitted) == 5
@@ -79,7 +87,9 @@ async def test_a_request_cancelled_while_its_reservation_is_queued_leaves_nothin
     assert rows(db, "SELECT request_id, status FROM usage") == [("gone", 499)]
     assert rows(db, "SELECT request_id FROM reservations") == [("busy",)]
     assert dict(rows(db, "SELECT dimension, reserved FROM quota_counters WHERE subject_id = ?", key.id)) == {
-        "max_concurrent": 0, "tokens_per_day": 0}
+        "max_concurrent": 0,
+        "tokens_per_day": 0,
+    }
     # the one concurrency slot is free again
     again = await meter.admit(key, request_id="next", endpoint="chat", model="m", estimated_tokens=10)
     with pytest.raises(RateLimited):

@@ -5,7 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from appliance.allocator import (
-    JEMALLOC_OPTIONS, LIBRARY, SAVED_CONF, SAVED_PRELOAD, find_jemalloc, jemalloc_loaded, preload_environment, restore_preload,
+    JEMALLOC_OPTIONS,
+    LIBRARY,
+    SAVED_CONF,
+    SAVED_PRELOAD,
+    find_jemalloc,
+    jemalloc_loaded,
+    preload_environment,
+    restore_preload,
 )
 
 

@@ -14,8 +14,8 @@ from appliance.metering.alerts import MAX_ATTEMPTS, AlertNotifier, dismiss_alert
 from appliance.metering.forecast import budget_forecasts, reached_at
 from appliance.metering.meter import Meter
 from appliance.metering.quotas import DAY
-from tests.webhookkit import Receiver, closed_port_url
 from tests.meterkit import add_key, add_team, rows, set_price, set_quota, settings
+from tests.webhookkit import Receiver, closed_port_url
 
 SETTLE = dict(variant=None, backend="llamacpp", cached_tokens=0, ttft_ms=5.0, latency_ms=20.0, status=200)
 SECRET = "receiver-shared-secret"
@@ -117,7 +117,9 @@ async def test_an_alert_is_delivered_once_with_a_valid_signature(meter, db, tmp_
 
 async def test_a_receiver_that_is_down_or_refuses_is_retried_with_backoff(meter, db, tmp_path, clock):
     await raise_one(meter, db)
-    notifier = AlertNotifier(settings(tmp_path, alert_webhook_url=closed_port_url(), alert_webhook_secret=SECRET), db, clock=clock)
+    notifier = AlertNotifier(
+        settings(tmp_path, alert_webhook_url=closed_port_url(), alert_webhook_secret=SECRET), db, clock=clock
+    )
     started = time.perf_counter()
     assert await notifier.deliver_due() == 0
     assert time.perf_counter() - started < 2.0  # a refused connection costs nothing like the timeout

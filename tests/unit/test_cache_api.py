@@ -10,13 +10,13 @@ from click.testing import CliRunner
 from litestar.testing import TestClient
 
 from appliance.accounts.keys import KeyRing
+from appliance.api.cache import CacheController
+from appliance.api.errors import EXCEPTION_HANDLERS
+from appliance.cli.client import check
 from appliance.db.audit import AuditTrail
+from appliance.db.engine import make_engine
 from appliance.errors import ModelNotFound
 from appliance.serving.names import ModelNames
-from appliance.api.cache import CacheController
-from appliance.db.engine import make_engine
-from appliance.cli.client import check
-from appliance.api.errors import EXCEPTION_HANDLERS
 from tests.appkit import local_admin_app
 from tests.cachekit import MODEL, chat, chat_result, make_cache, principal
 
@@ -83,13 +83,21 @@ def test_purge_needs_a_target_and_resolves_names(env):
 
 def test_policies_of_key_team_and_global(env):
     row, _ = env.keyring.create("bob")
-    assert env.client.put("/admin/cache/policy", json={"scope": "key", "id": row.prefix, "policy": {"bogus": 1}}).status_code == 400
-    r = env.client.put("/admin/cache/policy", json={"scope": "key", "id": str(row.id), "policy": {"cache_nondeterministic": True}})
+    assert (
+        env.client.put("/admin/cache/policy", json={"scope": "key", "id": row.prefix, "policy": {"bogus": 1}}).status_code == 400
+    )
+    r = env.client.put(
+        "/admin/cache/policy", json={"scope": "key", "id": str(row.id), "policy": {"cache_nondeterministic": True}}
+    )
     assert r.status_code == 200, r.text
-    assert env.client.get("/admin/cache/policy", params={"scope": "key", "id": row.prefix}).json()["policy"] == {"cache_nondeterministic": True}
+    assert env.client.get("/admin/cache/policy", params={"scope": "key", "id": row.prefix}).json()["policy"] == {
+        "cache_nondeterministic": True
+    }
     assert env.keyring.get(row.id).cache_policy == json.dumps({"cache_nondeterministic": True})
     # teams must exist
-    assert env.client.put("/admin/cache/policy", json={"scope": "team", "id": "42", "policy": {"enabled": False}}).status_code == 404
+    assert (
+        env.client.put("/admin/cache/policy", json={"scope": "team", "id": "42", "policy": {"enabled": False}}).status_code == 404
+    )
     r = env.client.put("/admin/cache/policy", json={"scope": "global", "policy": {"semantic": False}})
     assert r.json() == {"scope": "global", "id": None, "policy": {"semantic": False}}
     got = env.client.get("/admin/cache/policy").json()

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from appliance.cache.keys import (
-    Policy, cache_control, cache_key, is_deterministic, merge_policy, normalized, partition, scope_key, semantic_text,
+    Policy,
+    cache_control,
+    cache_key,
+    is_deterministic,
+    merge_policy,
+    normalized,
+    partition,
+    scope_key,
+    semantic_text,
     validate_policy,
 )
 from tests.cachekit import MODEL, chat, completion, principal
@@ -37,16 +45,19 @@ def test_greedy_requests_ignore_sampling_knobs_that_cannot_matter():
     assert key(chat(temperature=0.7, seed=1)) != key(chat(temperature=0.7, seed=2))
 
 
-@pytest.mark.parametrize("change", [
-    {"text": "What is the capital of Spain?"},
-    {"system": "Answer in French."},
-    {"max_tokens": 5},
-    {"stop": ["\n"]},
-    {"temperature": 0.5, "seed": 3},
-    {"response_format": {"type": "json_object"}},
-    {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]},
-    {"repeat_penalty": 1.3},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"text": "What is the capital of Spain?"},
+        {"system": "Answer in French."},
+        {"max_tokens": 5},
+        {"stop": ["\n"]},
+        {"temperature": 0.5, "seed": 3},
+        {"response_format": {"type": "json_object"}},
+        {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]},
+        {"repeat_penalty": 1.3},
+    ],
+)
 def test_everything_that_changes_the_answer_changes_the_key(change):
     assert key(chat(**change)) != key(chat())
 
@@ -101,9 +112,13 @@ def test_semantic_text_and_scope():
     doc = normalized(chat("How do I reset my password?", system="You are IT support."))
     assert semantic_text("chat", doc) == "How do I reset my password?"
     scope = scope_key("team:1", "chat", MODEL, doc)
-    assert scope == scope_key("team:1", "chat", MODEL, normalized(chat("How can I change my password?", system="You are IT support.")))
+    assert scope == scope_key(
+        "team:1", "chat", MODEL, normalized(chat("How can I change my password?", system="You are IT support."))
+    )
     assert scope != scope_key("team:1", "chat", MODEL, normalized(chat("How do I reset my password?", system="You are HR.")))
-    assert scope != scope_key("team:1", "chat", MODEL, normalized(chat("How do I reset my password?", system="You are IT support.", max_tokens=9)))
+    assert scope != scope_key(
+        "team:1", "chat", MODEL, normalized(chat("How do I reset my password?", system="You are IT support.", max_tokens=9))
+    )
     assert scope != scope_key("team:2", "chat", MODEL, doc)
     assert semantic_text("completions", normalized(completion("abc"))) == "abc"
     last_is_assistant = chat()

@@ -47,10 +47,21 @@ def _entry(token: str, logprob: float) -> dict:
 
 def test_a_folded_chat_stream_keeps_its_logprobs_and_a_replay_carries_them():
     base = {"id": "chatcmpl-s", "object": "chat.completion.chunk", "created": 1, "model": MODEL}
-    chunks = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}]}]
+    chunks = [
+        {
+            **base,
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}],
+        }
+    ]
     for token, lp in (("Par", -0.1), ("is", -0.2)):
-        chunks.append({**base, "choices": [{"index": 0, "delta": {"content": token}, "finish_reason": None,
-                                            "logprobs": {"content": [_entry(token, lp)]}}]})
+        chunks.append(
+            {
+                **base,
+                "choices": [
+                    {"index": 0, "delta": {"content": token}, "finish_reason": None, "logprobs": {"content": [_entry(token, lp)]}}
+                ],
+            }
+        )
     chunks.append({**base, "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}]})
     folded = from_stream("chat", _events(chunks), {"prompt_tokens": 3, "completion_tokens": 2})
     choice = folded["choices"][0]
@@ -63,15 +74,21 @@ def test_a_folded_chat_stream_keeps_its_logprobs_and_a_replay_carries_them():
 
 def test_a_folded_completion_stream_joins_every_logprobs_list():
     base = {"id": "cmpl-s", "object": "text_completion", "created": 1, "model": MODEL}
-    parts = [("Once", {"tokens": ["Once"], "token_logprobs": [None], "top_logprobs": [None], "text_offset": [0]}),
-             (" upon", {"tokens": [" upon"], "token_logprobs": [-1.5], "top_logprobs": [{" upon": -1.5}], "text_offset": [4]})]
+    parts = [
+        ("Once", {"tokens": ["Once"], "token_logprobs": [None], "top_logprobs": [None], "text_offset": [0]}),
+        (" upon", {"tokens": [" upon"], "token_logprobs": [-1.5], "top_logprobs": [{" upon": -1.5}], "text_offset": [4]}),
+    ]
     chunks = [{**base, "choices": [{"index": 0, "text": text, "logprobs": lp, "finish_reason": None}]} for text, lp in parts]
     chunks.append({**base, "choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": "length"}]})
     folded = from_stream("completions", _events(chunks), {})
     lp = folded["choices"][0]["logprobs"]
     assert folded["choices"][0]["text"] == "Once upon"
-    assert lp == {"tokens": ["Once", " upon"], "token_logprobs": [None, -1.5], "top_logprobs": [None, {" upon": -1.5}],
-                  "text_offset": [0, 4]}
+    assert lp == {
+        "tokens": ["Once", " upon"],
+        "token_logprobs": [None, -1.5],
+        "top_logprobs": [None, {" upon": -1.5}],
+        "text_offset": [0, 4],
+    }
     replayed = _sse_choices(Hit("exact", "completions", folded, 2, 1).sse_bytes(True))
     assert replayed[0]["text"] == "Once upon" and replayed[0]["logprobs"] == lp
 

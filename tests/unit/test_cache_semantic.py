@@ -61,14 +61,17 @@ async def test_exact_tier_answers_first_and_sync_lookup_never_embeds(cache):
     assert cache.lookup(WHO, "chat", MODEL, chat("How can I reset my password?"), {}) is None
 
 
-@pytest.mark.parametrize("stored_text, asked", [
-    ("What is 15% of 200?", "What is 15% of 300?"),
-    ("Which foods are safe for dogs?", "Which foods are not safe for dogs?"),
-    ("What is the capital of France?", "What is the capital of Germany?"),
-    ("Convert Celsius to Fahrenheit.", "Convert Fahrenheit to Celsius."),
-    ("How do I enable dark mode?", "How do I disable dark mode?"),
-    ("Bake the bread for 20 minutes.", "Bake the bread for 20 hours."),  # cosine 0.98: only the units differ
-])
+@pytest.mark.parametrize(
+    "stored_text, asked",
+    [
+        ("What is 15% of 200?", "What is 15% of 300?"),
+        ("Which foods are safe for dogs?", "Which foods are not safe for dogs?"),
+        ("What is the capital of France?", "What is the capital of Germany?"),
+        ("Convert Celsius to Fahrenheit.", "Convert Fahrenheit to Celsius."),
+        ("How do I enable dark mode?", "How do I disable dark mode?"),
+        ("Bake the bread for 20 minutes.", "Bake the bread for 20 hours."),  # cosine 0.98: only the units differ
+    ],
+)
 async def test_near_misses_are_not_served(cache, stored_text, asked):
     store(cache, chat(stored_text))
     assert await cache.lookup_async(WHO, "chat", MODEL, chat(asked), {}) is None
@@ -138,28 +141,34 @@ def test_lexical_check_examples():
     assert not compatible("Translate from English to German: hi", "Translate from German to English: hi")
 
 
-@pytest.mark.parametrize("one, other", [
-    ("How long does it take to run 5 km?", "How long does it take to run 5 miles?"),
-    ("Add 3 cups of flour.", "Add 4 cups of flour."),
-    ("Convert 5 km and 3 miles to metres.", "Convert 3 km and 5 miles to metres."),
-    ("How many cups are in a gallon?", "How many cups are in a quart?"),
-    ("Is 8 GB of RAM enough?", "Is 8 MB of RAM enough?"),
-    ("Can I live on $2000 a month?", "Can I live on €2000 a month?"),
-    ("Is 100°F hot?", "Is 100°C hot?"),
-    ("Bake the bread for 20 minutes.", "Bake the bread for 20 hours."),
-])
+@pytest.mark.parametrize(
+    "one, other",
+    [
+        ("How long does it take to run 5 km?", "How long does it take to run 5 miles?"),
+        ("Add 3 cups of flour.", "Add 4 cups of flour."),
+        ("Convert 5 km and 3 miles to metres.", "Convert 3 km and 5 miles to metres."),
+        ("How many cups are in a gallon?", "How many cups are in a quart?"),
+        ("Is 8 GB of RAM enough?", "Is 8 MB of RAM enough?"),
+        ("Can I live on $2000 a month?", "Can I live on €2000 a month?"),
+        ("Is 100°F hot?", "Is 100°C hot?"),
+        ("Bake the bread for 20 minutes.", "Bake the bread for 20 hours."),
+    ],
+)
 def test_units_and_their_quantities_must_agree(one, other):
     assert not compatible(one, other) and not compatible(other, one)
 
 
-@pytest.mark.parametrize("one, other", [
-    ("How far is 5 km?", "How far is five kilometres?"),
-    ("Is a 5km run long?", "Is a 5-kilometer run long?"),
-    ("What is 15% of 200?", "What is 15 percent of 200?"),
-    ("Is $5 a good tip?", "Is 5 dollars a good tip?"),
-    ("Is 8 GB of RAM enough?", "Is 8 gigabytes of RAM enough?"),
-    ("Boil the eggs for 10 minutes.", "Boil the eggs for 10 mins."),
-])
+@pytest.mark.parametrize(
+    "one, other",
+    [
+        ("How far is 5 km?", "How far is five kilometres?"),
+        ("Is a 5km run long?", "Is a 5-kilometer run long?"),
+        ("What is 15% of 200?", "What is 15 percent of 200?"),
+        ("Is $5 a good tip?", "Is 5 dollars a good tip?"),
+        ("Is 8 GB of RAM enough?", "Is 8 gigabytes of RAM enough?"),
+        ("Boil the eggs for 10 minutes.", "Boil the eggs for 10 mins."),
+    ],
+)
 def test_spellings_of_one_unit_agree(one, other):
     assert compatible(one, other) and compatible(other, one)
 
@@ -222,6 +231,7 @@ def test_every_embedding_is_computed_on_the_embedders_own_thread(monkeypatch):
         def call(ctx, batch):
             callers.append(threading.current_thread().name)
             return real(ctx, batch)
+
         return call
 
     monkeypatch.setattr(ll, "llama_decode", recording(ll.llama_decode))

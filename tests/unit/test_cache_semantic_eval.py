@@ -40,4 +40,3 @@ def test_hit_rate_and_false_hits_at_the_default_threshold(embedder, path: Path):
     assert (s.paraphrases, s.near_misses) == (paraphrases, near_misses)
     assert s.good_hits >= good_hits, f"hit rate {s.hit_rate:.0%} below the published {good_hits / paraphrases:.0%}"
     assert s.false_hits <= false_hits, f"false hits {dict(s.false_by_kind)}: more than the published {false_hits}"
-

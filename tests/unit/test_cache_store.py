@@ -9,8 +9,17 @@ import pytest
 
 from appliance.cache.replay import from_stream
 from tests.cachekit import (
-    MODEL, chat, chat_events, chat_result, collect, completion, completion_events, completion_result, make_cache,
-    principal, sse_events,
+    MODEL,
+    chat,
+    chat_events,
+    chat_result,
+    collect,
+    completion,
+    completion_events,
+    completion_result,
+    make_cache,
+    principal,
+    sse_events,
 )
 
 WHO = principal(1, team_id=None)
@@ -170,13 +179,25 @@ def test_purge_by_model_key_and_all_keeps_memory_coherent(cache):
 
 
 async def test_stream_answer_serves_a_plain_request_and_replays_as_stream(cache):
-    cache.store_stream(WHO, "chat", MODEL, chat(stream=True), chat_events(["Pa", "ris", "."]),
-                       {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}, {})
+    cache.store_stream(
+        WHO,
+        "chat",
+        MODEL,
+        chat(stream=True),
+        chat_events(["Pa", "ris", "."]),
+        {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12},
+        {},
+    )
     cache.flush()
     hit = cache.lookup(WHO, "chat", MODEL, chat(), {})
     body = json.loads(hit.body)
     assert body["object"] == "chat.completion"
-    assert body["choices"][0] == {"index": 0, "message": {"role": "assistant", "content": "Paris."}, "logprobs": None, "finish_reason": "stop"}
+    assert body["choices"][0] == {
+        "index": 0,
+        "message": {"role": "assistant", "content": "Paris."},
+        "logprobs": None,
+        "finish_reason": "stop",
+    }
     assert (hit.prompt_tokens, hit.completion_tokens) == (9, 3)
     raw = await collect(hit.as_sse(want_usage=True))
     events = sse_events(raw)
@@ -199,8 +220,15 @@ async def test_plain_answer_replays_as_a_stream_that_folds_back(cache):
 
 
 async def test_completions_both_ways(cache):
-    cache.store_stream(WHO, "completions", MODEL, completion(stream=True), completion_events([" there", " was"]),
-                       {"prompt_tokens": 4, "completion_tokens": 2}, {})
+    cache.store_stream(
+        WHO,
+        "completions",
+        MODEL,
+        completion(stream=True),
+        completion_events([" there", " was"]),
+        {"prompt_tokens": 4, "completion_tokens": 2},
+        {},
+    )
     stored(cache, completion("Hello"), completion_result(" world"), endpoint="completions")
     hit = cache.lookup(WHO, "completions", MODEL, completion(), {})
     assert json.loads(hit.body)["choices"][0]["text"] == " there was"
@@ -220,17 +248,27 @@ def test_streamed_tool_calls_fold_into_one_message():
         {"tool_calls": [{"index": 0, "function": {"arguments": '{"city":'}}]},
         {"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]},
     ]
-    events = [b"data: " + json.dumps({**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]}).encode() for d in deltas]
-    events.append(b"data: " + json.dumps({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}).encode())
+    events = [
+        b"data: " + json.dumps({**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]}).encode() for d in deltas
+    ]
+    events.append(
+        b"data: " + json.dumps({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}).encode()
+    )
     message = from_stream("chat", events, {})["choices"][0]["message"]
     assert message["content"] is None
-    assert message["tool_calls"] == [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}]
+    assert message["tool_calls"] == [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
+    ]
 
 
 async def test_the_stop_string_that_ended_an_answer_survives_the_cache(cache):
     base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": MODEL}
-    events = [b"data: " + json.dumps({**base, "choices": [{"index": 0, "delta": {"content": "Red, "}, "finish_reason": None}]}).encode(),
-              b"data: " + json.dumps({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop", "stop_reason": "blue"}]}).encode()]
+    events = [
+        b"data: "
+        + json.dumps({**base, "choices": [{"index": 0, "delta": {"content": "Red, "}, "finish_reason": None}]}).encode(),
+        b"data: "
+        + json.dumps({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop", "stop_reason": "blue"}]}).encode(),
+    ]
     folded = from_stream("chat", events, {"prompt_tokens": 3, "completion_tokens": 2})
     assert folded["choices"][0]["stop_reason"] == "blue"
     stored(cache, result=folded)
@@ -238,7 +276,10 @@ async def test_the_stop_string_that_ended_an_answer_survives_the_cache(cache):
     assert json.loads(hit.body)["choices"][0]["stop_reason"] == "blue"
     chunks = [json.loads(e[6:]) for e in sse_events(await collect(hit.as_sse(want_usage=False)))[:-1]]
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop" and chunks[-1]["choices"][0]["stop_reason"] == "blue"
-    assert "stop_reason" not in from_stream("chat", events[:1] + [events[1].replace(b', "stop_reason": "blue"', b"")], {})["choices"][0]
+    assert (
+        "stop_reason"
+        not in from_stream("chat", events[:1] + [events[1].replace(b', "stop_reason": "blue"', b"")], {})["choices"][0]
+    )
 
 
 def test_stats_count_lookups_hits_and_bytes(cache):
@@ -284,7 +325,9 @@ def test_concurrent_lookups_stores_and_purges_stay_consistent(cache):
 
     counter = iter(range(10**9))
     workers = [
-        threading.Thread(target=run, args=(lambda: cache.store(WHO, "chat", MODEL, chat(f"q{next(counter) % 50}"), chat_result(), {}),)),
+        threading.Thread(
+            target=run, args=(lambda: cache.store(WHO, "chat", MODEL, chat(f"q{next(counter) % 50}"), chat_result(), {}),)
+        ),
         threading.Thread(target=run, args=(lambda: cache.lookup(WHO, "chat", MODEL, chat(f"q{next(counter) % 50}"), {}),)),
         threading.Thread(target=run, args=(lambda: (cache.purge(model=MODEL), time.sleep(0.05)),)),
     ]

@@ -10,11 +10,16 @@ from types import SimpleNamespace
 import pytest
 
 from appliance.db import engine as dbmod
-from appliance.planner.calibration import (
-    calibration_report, estimation_error, gpu_bytes_of, load_calibrations, measure, record_load,
-)
 from appliance.hardware.snapshot import HardwareSnapshot
 from appliance.hardware.units import GiB
+from appliance.planner.calibration import (
+    calibration_report,
+    estimation_error,
+    gpu_bytes_of,
+    load_calibrations,
+    measure,
+    record_load,
+)
 from appliance.planner.plan import CalibrationPoint, Plan, Preferences, plan
 from appliance.planner.types import DeviceMemory
 
@@ -33,10 +38,26 @@ def engine(tmp_path: Path):
 
 def cpu_plan(estimated: int, calibration: int = 0, context: int = 8192) -> Plan:
     row = DeviceMemory.of("cpu", estimated, 0, 0, 0, 10 * GiB)
-    return Plan(model="gemma-3-270m:q4_k_m", variant="q4_k_m", backend="llamacpp", model_path="x", context=context, parallel=1,
-                threads=2, n_gpu_layers=0, devices=("cpu",), tensor_parallel_size=1, pipeline_parallel_size=1,
-                kv_cache_dtype="f16", gpu_memory_utilization=None, quantization="Q4_K_M", estimated_bytes=estimated,
-                memory=(row,), reason="", calibration_bytes=calibration)
+    return Plan(
+        model="gemma-3-270m:q4_k_m",
+        variant="q4_k_m",
+        backend="llamacpp",
+        model_path="x",
+        context=context,
+        parallel=1,
+        threads=2,
+        n_gpu_layers=0,
+        devices=("cpu",),
+        tensor_parallel_size=1,
+        pipeline_parallel_size=1,
+        kv_cache_dtype="f16",
+        gpu_memory_utilization=None,
+        quantization="Q4_K_M",
+        estimated_bytes=estimated,
+        memory=(row,),
+        reason="",
+        calibration_bytes=calibration,
+    )
 
 
 def test_record_and_load(engine) -> None:
@@ -69,9 +90,19 @@ def test_gpu_plans_need_gpu_bytes(engine) -> None:
 def test_report_gives_the_error() -> None:
     p = CalibrationPoint("m:v", "llamacpp", 512, 90, 100)
     assert estimation_error(p) == pytest.approx(-0.10)
-    assert calibration_report([p]) == [{"variant": "m:v", "backend": "llamacpp", "context": 512, "estimated_bytes": 90,
-                                        "measured_bytes": 100, "error_pct": -10.0, "decode_streams": None,
-                                        "estimated_decode_tps": None, "measured_decode_tps": None}]
+    assert calibration_report([p]) == [
+        {
+            "variant": "m:v",
+            "backend": "llamacpp",
+            "context": 512,
+            "estimated_bytes": 90,
+            "measured_bytes": 100,
+            "error_pct": -10.0,
+            "decode_streams": None,
+            "estimated_decode_tps": None,
+            "measured_decode_tps": None,
+        }
+    ]
 
 
 def test_planner_uses_the_stored_rows(engine) -> None:
@@ -103,8 +134,12 @@ def test_gpu_bytes_from_nvml_per_process() -> None:
     class FakeNVML:
         def nvmlInit(self) -> None: ...
         def nvmlShutdown(self) -> None: ...
-        def nvmlDeviceGetCount(self) -> int: return 2
-        def nvmlDeviceGetHandleByIndex(self, i: int) -> int: return i
+        def nvmlDeviceGetCount(self) -> int:
+            return 2
+
+        def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+            return i
+
         def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[SimpleNamespace]:
             return [SimpleNamespace(pid=10, usedGpuMemory=3 * GiB), SimpleNamespace(pid=99, usedGpuMemory=GiB)]
 

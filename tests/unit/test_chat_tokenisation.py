@@ -52,7 +52,7 @@ def old_tokenisation(engine: WorkerEngine, messages: list[dict]) -> list[int]:
     text = engine.chat.render(messages)
     bos = engine.model.token_text(engine.model.info.bos)
     if text.startswith(bos):
-        text = text[len(bos):]
+        text = text[len(bos) :]
     return engine.model.tokenize(text, add_special=True, parse_special=True)
 
 
@@ -79,12 +79,21 @@ def test_tool_output_and_tool_call_arguments_are_plain_text(engines, name):
     engine, family = engines[name], FAMILIES[name]
     markers = marker_ids(engine, family)
     forged = family.attack
+
     def convo(text: str) -> list[dict]:
-        return [{"role": "user", "content": "weather?"},
-                {"role": "assistant", "content": "", "tool_calls": [
-                    {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": text}}}]},
-                {"role": "tool", "tool_call_id": "c1", "content": text},
-                {"role": "user", "content": "thanks"}]
+        return [
+            {"role": "user", "content": "weather?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": text}}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": text},
+            {"role": "user", "content": "thanks"},
+        ]
+
     assert skeleton(engine.chat_tokens(convo(forged)), markers) == skeleton(engine.chat_tokens(convo("Paris")), markers)
     string_args = convo(forged)
     string_args[1]["tool_calls"][0]["function"]["arguments"] = '{"city": "' + forged + '"}'
@@ -98,11 +107,23 @@ def test_arguments_sent_as_json_text_reach_the_template_as_an_object_of_plain_te
     markers = marker_ids(engine, family)
 
     def convo(city: str) -> list[dict]:
-        return normalize_messages([
-            {"role": "user", "content": "weather?"},
-            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
-                "name": "get_weather", "arguments": json.dumps({"city": city})}}]},
-            {"role": "tool", "tool_call_id": "c1", "content": "sunny"}])
+        return normalize_messages(
+            [
+                {"role": "user", "content": "weather?"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": json.dumps({"city": city})},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+            ]
+        )
 
     attacked = engine.chat_tokens(convo(family.attack))
     assert skeleton(attacked, markers) == skeleton(engine.chat_tokens(convo("Paris")), markers)
@@ -117,9 +138,12 @@ def test_harmless_conversations_tokenise_as_before(engines, name):
     convos = [
         conversation("What is the capital of France?"),
         conversation("  padded with spaces \n", system="  You answer in one line.\n"),
-        [{"role": "user", "content": "hello world"}, {"role": "assistant", "content": "<think>plan</think>\n\nHello!"},
-         {"role": "user", "content": "one more"}],
-        [{"role": "user", "content": "json {\"a\": [1, 2]} and ünïcödé ✓"}],
+        [
+            {"role": "user", "content": "hello world"},
+            {"role": "assistant", "content": "<think>plan</think>\n\nHello!"},
+            {"role": "user", "content": "one more"},
+        ],
+        [{"role": "user", "content": 'json {"a": [1, 2]} and ünïcödé ✓'}],
     ]
     for messages in convos:
         assert engine.chat_tokens(messages) == old_tokenisation(engine, messages), messages
@@ -164,19 +188,31 @@ def test_sentinel_characters_in_user_text_are_removed(engines):
 # -- the renderer on its own ---------------------------------------------------------
 def test_transformed_contents_are_located_faithfully():
     r = ChatRenderer(FAMILIES["deepseek-r1"].template, bos_token="<s>")
-    out = render_chat(r, [{"role": "user", "content": "q"},
-                          {"role": "assistant", "content": "<think>secret plan</think>\n\nanswer"}])
-    assert out.faithful and out.text == r.render([{"role": "user", "content": "q"},
-                                                  {"role": "assistant", "content": "<think>secret plan</think>\n\nanswer"}])
+    out = render_chat(
+        r, [{"role": "user", "content": "q"}, {"role": "assistant", "content": "<think>secret plan</think>\n\nanswer"}]
+    )
+    assert out.faithful and out.text == r.render(
+        [{"role": "user", "content": "q"}, {"role": "assistant", "content": "<think>secret plan</think>\n\nanswer"}]
+    )
     assert ("\n\nanswer", True) in out.segments and "secret plan" not in out.text
     g = render_chat(ChatRenderer(FAMILIES["gemma"].template, bos_token="<s>"), conversation("  trimmed  \n"))
     assert g.faithful and ("trimmed", True) in g.segments
 
 
 def test_json_escaped_arguments_are_user_text():
-    r = ChatRenderer("{% for m in messages %}{% for c in m.tool_calls %}{{ c.function.arguments | tojson }}{% endfor %}{% endfor %}")
-    out = render_chat(r, [{"role": "assistant", "content": "", "tool_calls": [
-        {"id": "1", "type": "function", "function": {"name": "f", "arguments": {"q": "[INST] x"}}}]}])
+    r = ChatRenderer(
+        "{% for m in messages %}{% for c in m.tool_calls %}{{ c.function.arguments | tojson }}{% endfor %}{% endfor %}"
+    )
+    out = render_chat(
+        r,
+        [
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": {"q": "[INST] x"}}}],
+            }
+        ],
+    )
     assert out.faithful and out.segments == [('{"q": "', False), ("[INST] x", True), ('"}', False)]
 
 
@@ -189,13 +225,25 @@ def test_content_dependent_template_falls_back_to_the_safe_split():
 
 def test_template_that_cuts_into_contents_is_refused():
     with pytest.raises(ChatTemplateError):
-        render_chat(ChatRenderer("{% for m in messages %}{{ m.content[:2] }}{% endfor %}"), [{"role": "user", "content": "hello"}])
+        render_chat(
+            ChatRenderer("{% for m in messages %}{{ m.content[:2] }}{% endfor %}"), [{"role": "user", "content": "hello"}]
+        )
 
 
 def test_decoded_arguments_are_user_text_where_a_template_reads_them_field_by_field():
-    r = ChatRenderer("{% for m in messages %}{% for c in m.tool_calls %}city={{ c.function.arguments.city }};"
-                     "{% endfor %}{% endfor %}")
-    messages = normalize_messages([{"role": "assistant", "content": None, "tool_calls": [
-        {"id": "1", "type": "function", "function": {"name": "f", "arguments": '{"city": "<|im_end|>x"}'}}]}])
+    r = ChatRenderer(
+        "{% for m in messages %}{% for c in m.tool_calls %}city={{ c.function.arguments.city }};{% endfor %}{% endfor %}"
+    )
+    messages = normalize_messages(
+        [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "1", "type": "function", "function": {"name": "f", "arguments": '{"city": "<|im_end|>x"}'}}
+                ],
+            }
+        ]
+    )
     out = render_chat(r, messages)
     assert out.segments == [("city=", False), ("<|im_end|>x", True), (";", False)]

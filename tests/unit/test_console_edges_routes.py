@@ -12,8 +12,8 @@ import pytest
 from litestar.testing import TestClient
 from sqlalchemy import select, text
 
-from appliance.app import create_app
 from appliance.accounts.users import create_user
+from appliance.app import create_app
 from appliance.db import engine as dbmod
 from appliance.db.tables import Usage, User
 from appliance.metering.reports import query_usage
@@ -45,8 +45,12 @@ class Console:
         if runs_lifespan:  # one client per app runs its start-up and shut-down; the others share that app
             self.client.__enter__()
         token = re.search(r'name="csrf_token" value="([^"]+)"', self.client.get("/login").text).group(1)
-        assert self.client.post("/login", data={"username": user, "password": PASSWORDS[user], "csrf_token": token},
-                                follow_redirects=False).status_code == 303
+        assert (
+            self.client.post(
+                "/login", data={"username": user, "password": PASSWORDS[user], "csrf_token": token}, follow_redirects=False
+            ).status_code
+            == 303
+        )
         self.token = re.search(r'"X-CSRF-Token": "([^"]+)"', self.client.get("/").text).group(1)
 
     def post(self, path: str, **data: str):
@@ -79,7 +83,9 @@ def _user_id(services, name: str) -> int | None:
 
 def _audit(services, action: str) -> list[tuple[str, str, str | None]]:
     with services.db.connect() as conn:
-        return [tuple(r) for r in conn.execute(text("SELECT actor, target, detail FROM audit_log WHERE action = :a"), {"a": action})]
+        return [
+            tuple(r) for r in conn.execute(text("SELECT actor, target, detail FROM audit_log WHERE action = :a"), {"a": action})
+        ]
 
 
 def test_deleting_a_user_ends_their_sessions_and_is_audited_but_never_oneself(services, console):
@@ -134,7 +140,9 @@ def test_a_running_job_is_cancelled_and_finished_ones_are_cleared(services, cons
     assert console("otto").post(f"/jobs/{running.id}/cancel").status_code == 403  # operators do not start pulls either
     answer = alice.post(f"/jobs/{running.id}/cancel")
     assert answer.status_code == 200 and "Cancelling the pull of slow:q4" in answer.text
-    assert "data-feedback" not in answer.text and "<form" not in answer.text  # only the acknowledgement, for the card's live region
+    assert (
+        "data-feedback" not in answer.text and "<form" not in answer.text
+    )  # only the acknowledgement, for the card's live region
     page = alice.client.get("/models").text
     assert f'id="job-{running.id}-feedback" role="status" aria-live="polite"' in page
     again = alice.post(f"/jobs/{running.id}/cancel")  # a second click while the job still runs: same answer, audited once
@@ -158,15 +166,31 @@ def test_the_keys_table_shows_limits_and_this_months_spend_as_the_usage_report_d
     services.quotas.set_quota(f"key:{key.id}", {"tokens_per_month": 10_000, "cost_per_month": 5}, "user:alice")
     now = time.time()
     with dbmod.session(services.db) as s:
-        for i, (k, when, prompt, completion, cost) in enumerate([
-                (key.id, now - 60, 100, 50, 0.25), (key.id, now - 120, 10, 5, 0.125),
+        for i, (k, when, prompt, completion, cost) in enumerate(
+            [
+                (key.id, now - 60, 100, 50, 0.25),
+                (key.id, now - 120, 10, 5, 0.125),
                 (key.id, month_start(now) - 3600, 1000, 1000, 9.0),  # last month: not in this month's figures
-                (other.id, now - 30, 7, 7, 0.5)]):
-            s.add(Usage(request_id=f"r{i}", created_at=when, key_id=k, endpoint="chat", model="m:q", prompt_tokens=prompt,
-                        completion_tokens=completion, cost=cost))
+                (other.id, now - 30, 7, 7, 0.5),
+            ]
+        ):
+            s.add(
+                Usage(
+                    request_id=f"r{i}",
+                    created_at=when,
+                    key_id=k,
+                    endpoint="chat",
+                    model="m:q",
+                    prompt_tokens=prompt,
+                    completion_tokens=completion,
+                    cost=cost,
+                )
+            )
         s.commit()
     html = alice.client.get("/keys").text
-    cell = re.search(rf'<tr data-key="{key.prefix}">.*?data-testid="spend" data-tokens="(\d+)" data-cost="([\d.]+)">(.*?)</td>', html, re.S)
+    cell = re.search(
+        rf'<tr data-key="{key.prefix}">.*?data-testid="spend" data-tokens="(\d+)" data-cost="([\d.]+)">(.*?)</td>', html, re.S
+    )
     report = {r["key_id"]: r for r in query_usage(services.db, since=month_start(now), by=("key",))["rows"]}
     assert int(cell.group(1)) == report[key.id]["total_tokens"] == 165
     assert float(cell.group(2)) == pytest.approx(report[key.id]["cost"]) == pytest.approx(0.375)

@@ -27,8 +27,12 @@ def _roles(db) -> dict[str, tuple[str, bool]]:
 def test_nobody_changes_disables_or_deletes_themselves(db):
     alice = _user(db, "alice", "admin")
     _user(db, "bob", "admin")
-    for act in (lambda: user_admin.set_role(db, alice, alice, "viewer", ROLES), lambda: user_admin.set_disabled(db, alice, alice, True),
-                lambda: user_admin.delete_user(db, alice, alice), lambda: user_admin.reset_password(db, alice, alice, "x")):
+    for act in (
+        lambda: user_admin.set_role(db, alice, alice, "viewer", ROLES),
+        lambda: user_admin.set_disabled(db, alice, alice, True),
+        lambda: user_admin.delete_user(db, alice, alice),
+        lambda: user_admin.reset_password(db, alice, alice, "x"),
+    ):
         with pytest.raises(Conflict, match="yourself") as refused:
             act()
         assert refused.value.code == "self_change"
@@ -40,9 +44,11 @@ def test_the_last_active_admin_cannot_be_demoted_disabled_or_deleted(db):
     carol = _user(db, "carol", "operator")
     user_admin.set_disabled(db, alice, bob, True)  # bob is an admin, but a disabled one
     # the acting user is not an admin any more (a stale page): alice is the last active admin
-    for act, word in ((lambda: user_admin.set_role(db, carol, alice, "viewer", ROLES), "demoted"),
-                      (lambda: user_admin.set_disabled(db, carol, alice, True), "disabled"),
-                      (lambda: user_admin.delete_user(db, carol, alice), "deleted")):
+    for act, word in (
+        (lambda: user_admin.set_role(db, carol, alice, "viewer", ROLES), "demoted"),
+        (lambda: user_admin.set_disabled(db, carol, alice, True), "disabled"),
+        (lambda: user_admin.delete_user(db, carol, alice), "deleted"),
+    ):
         with pytest.raises(Conflict, match=f"last active admin and cannot be {word}") as refused:
             act()
         assert refused.value.code == "last_admin"

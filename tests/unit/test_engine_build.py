@@ -117,8 +117,13 @@ def test_forced_flavour_and_extra_cmake_args(tmp_path):
     p = plan(tmp_path, {"APPLIANCE_ENGINE_FLAVOUR": "cpu", "CMAKE_ARGS": "-DGGML_BLAS=ON"})
     assert p["flavour"] == "cpu" and p["CMAKE_ARGS"] == "-DGGML_NATIVE=OFF -DGGML_BLAS=ON"
     assert p["vllm"] == "cuda"  # vLLM still follows the GPU's vendor
-    bad = subprocess.run(["bash", str(SCRIPT), "--print-plan"], env={"PATH": SYSTEM_PATH, "APPLIANCE_ENGINE_FLAVOUR": "tpu"},
-                         capture_output=True, text=True, timeout=30)
+    bad = subprocess.run(
+        ["bash", str(SCRIPT), "--print-plan"],
+        env={"PATH": SYSTEM_PATH, "APPLIANCE_ENGINE_FLAVOUR": "tpu"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert bad.returncode != 0 and "cpu, cuda or hip" in bad.stderr
 
 
@@ -141,8 +146,9 @@ def build(tmp_path: Path, python: Path, *extra: str, env: dict[str, str] | None 
     full = {"PATH": f"{tmp_path / 'bin'}:{SYSTEM_PATH}", "APPLIANCE_HW_ROOT": str(tmp_path / "root"), "HOME": str(tmp_path)}
     full.update(env or {})
     (tmp_path / "bin").mkdir(exist_ok=True)
-    return subprocess.run(["bash", str(SCRIPT), "--python", str(python), *extra], env=full, capture_output=True,
-                          text=True, timeout=30)
+    return subprocess.run(
+        ["bash", str(SCRIPT), "--python", str(python), *extra], env=full, capture_output=True, text=True, timeout=30
+    )
 
 
 def pip_calls(tmp_path: Path) -> list[str]:
@@ -207,7 +213,7 @@ def test_install_sh_builds_the_engine_first_and_offers_a_rebuild():
     text = (ROOT / "install.sh").read_text()
     assert subprocess.run(["bash", "-n", str(ROOT / "install.sh")]).returncode == 0
     assert os.access(SCRIPT, os.X_OK)
-    assert text.index("tools/engine_build.sh\" --python") < text.index("pip install -q -e")
+    assert text.index('tools/engine_build.sh" --python') < text.index("pip install -q -e")
     assert "--rebuild-engine) rebuild_engine=1" in text
     help_text = subprocess.run(["bash", str(ROOT / "install.sh"), "--help"], capture_output=True, text=True).stdout
     assert "--rebuild-engine" in help_text and "--with-vllm" in help_text

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Awaitable, Callable
 
 import pytest
 import uvicorn
@@ -33,7 +33,7 @@ class ScriptedEngine:
         self.writers: set[asyncio.StreamWriter] = set()
         self.server: asyncio.AbstractServer | None = None
 
-    async def __aenter__(self) -> "ScriptedEngine":
+    async def __aenter__(self) -> ScriptedEngine:
         self.server = await asyncio.start_unix_server(self._serve, path=str(self.path))
         return self
 
@@ -66,7 +66,14 @@ class ScriptedEngine:
 
 
 def sized(body: bytes, status: str = "200 OK", extra: bytes = b"") -> bytes:
-    return b"HTTP/1.1 " + status.encode() + b"\r\ncontent-type: application/json\r\ncontent-length: %d\r\n" % len(body) + extra + b"\r\n" + body
+    return (
+        b"HTTP/1.1 "
+        + status.encode()
+        + b"\r\ncontent-type: application/json\r\ncontent-length: %d\r\n" % len(body)
+        + extra
+        + b"\r\n"
+        + body
+    )
 
 
 def chunk(data: bytes) -> bytes:
@@ -168,14 +175,17 @@ async def test_engine_closing_mid_answer_is_a_connection_error(sock: Path):
         await client.aclose()
 
 
-@pytest.mark.parametrize("answer_bytes, message", [
-    (b"SPDY/3 200 OK\r\n\r\n", "status line"),
-    (b"HTTP/1.1 abc OK\r\n\r\n", "status"),
-    (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "header line"),
-    (b"HTTP/1.1 200 OK\r\ncontent-length: lots\r\n\r\n", "content-length"),
-    (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n", "chunk size"),
-    (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nabcd", "CRLF"),
-])
+@pytest.mark.parametrize(
+    "answer_bytes, message",
+    [
+        (b"SPDY/3 200 OK\r\n\r\n", "status line"),
+        (b"HTTP/1.1 abc OK\r\n\r\n", "status"),
+        (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "header line"),
+        (b"HTTP/1.1 200 OK\r\ncontent-length: lots\r\n\r\n", "content-length"),
+        (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n", "chunk size"),
+        (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nabcd", "CRLF"),
+    ],
+)
 async def test_malformed_answers_are_refused(sock: Path, answer_bytes: bytes, message: str):
     async def answer(request: bytes, reader, writer) -> bool:
         writer.write(answer_bytes)
@@ -224,6 +234,7 @@ async def test_connection_close_answers_are_not_reused(sock: Path):
 
 async def test_a_connection_the_engine_dropped_while_idle_is_replaced_once(sock: Path):
     """The engine closes a kept-alive connection after answering (its idle timeout) without saying so."""
+
     async def answer(request: bytes, reader, writer) -> bool:
         writer.write(sized(b'{"ok":true}'))
         await writer.drain()
@@ -348,6 +359,7 @@ async def test_large_bodies_both_ways(sock: Path):
 
 async def test_against_a_real_uvicorn_engine(sock: Path):
     """The HTTP stack the engines run (uvicorn + httptools): sized, chunked and keep-alive."""
+
     async def app(scope, receive, send):
         if scope["type"] != "http":
             return

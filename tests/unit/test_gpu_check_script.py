@@ -20,6 +20,7 @@ def test_the_python_part_imports_and_answers_help():
     from tests.gpu import check
 
     assert callable(check.main) and check.default_model()
-    done = subprocess.run([sys.executable, "-m", "tests.gpu.check", "--help"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.gpu.check", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0 and "--catalog-model" in done.stdout

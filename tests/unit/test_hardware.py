@@ -65,27 +65,54 @@ class FakeNVML:
         self.shut = False
 
     def nvmlInit(self) -> None: ...
-    def nvmlShutdown(self) -> None: self.shut = True
-    def nvmlSystemGetDriverVersion(self) -> bytes: return b"550.120"
-    def nvmlSystemGetCudaDriverVersion(self) -> int: return 12040
-    def nvmlDeviceGetCount(self) -> int: return 2
-    def nvmlDeviceGetHandleByIndex(self, i: int) -> str: return f"gpu{i}"
-    def nvmlDeviceGetName(self, h: str) -> str: return {"gpu0": "NVIDIA L4", "gpu1": "NVIDIA H100 80GB HBM3", "mig1-0": "MIG"}[h]
-    def nvmlDeviceGetUUID(self, h: str) -> str: return {"gpu0": "GPU-aaa", "gpu1": "GPU-bbb", "mig1-0": "MIG-ccc"}[h]
+    def nvmlShutdown(self) -> None:
+        self.shut = True
+
+    def nvmlSystemGetDriverVersion(self) -> bytes:
+        return b"550.120"
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return 12040
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> str:
+        return f"gpu{i}"
+
+    def nvmlDeviceGetName(self, h: str) -> str:
+        return {"gpu0": "NVIDIA L4", "gpu1": "NVIDIA H100 80GB HBM3", "mig1-0": "MIG"}[h]
+
+    def nvmlDeviceGetUUID(self, h: str) -> str:
+        return {"gpu0": "GPU-aaa", "gpu1": "GPU-bbb", "mig1-0": "MIG-ccc"}[h]
+
     def nvmlDeviceGetMemoryInfo(self, h: str) -> SimpleNamespace:
         total = {"gpu0": 23034, "gpu1": 81559, "mig1-0": 40192}[h] * MiB
         return SimpleNamespace(total=total, free=total - 100 * MiB, used=100 * MiB)
+
     def nvmlDeviceGetCudaComputeCapability(self, h: str) -> tuple[int, int]:
         if h.startswith("mig"):
             raise _NVMLError("not supported on MIG handles")
         return (8, 9) if h == "gpu0" else (9, 0)
-    def nvmlDeviceGetUtilizationRates(self, h: str) -> SimpleNamespace: return SimpleNamespace(gpu=7)
-    def nvmlDeviceGetPowerUsage(self, h: str) -> int: return 16500
-    def nvmlDeviceGetEnforcedPowerLimit(self, h: str) -> int: return 72000
+
+    def nvmlDeviceGetUtilizationRates(self, h: str) -> SimpleNamespace:
+        return SimpleNamespace(gpu=7)
+
+    def nvmlDeviceGetPowerUsage(self, h: str) -> int:
+        return 16500
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: str) -> int:
+        return 72000
+
     def nvmlDeviceGetTemperature(self, h: str, sensor: int) -> int:
         raise _NVMLError("not supported")
-    def nvmlDeviceGetMigMode(self, h: str) -> tuple[int, int]: return (1, 1) if h == "gpu1" else (0, 0)
-    def nvmlDeviceGetMaxMigDeviceCount(self, h: str) -> int: return 2
+
+    def nvmlDeviceGetMigMode(self, h: str) -> tuple[int, int]:
+        return (1, 1) if h == "gpu1" else (0, 0)
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: str) -> int:
+        return 2
+
     def nvmlDeviceGetMigDeviceHandleByIndex(self, h: str, i: int) -> str:
         if i == 1:
             raise _NVMLError("not found")
@@ -153,7 +180,12 @@ def test_amd_sysfs_fallback(tmp_path: Path) -> None:
     (dev_root / "kfd").write_text("")
     result = detect_amd(sys_root=sys_root, dev_root=dev_root, use_library=False)
     [gpu] = result.gpus
-    assert (gpu.vendor, gpu.name, gpu.memory_total, gpu.memory_free) == ("amd", "AMD GPU 0x74a1", 196592 * MiB, (196592 - 284) * MiB)
+    assert (gpu.vendor, gpu.name, gpu.memory_total, gpu.memory_free) == (
+        "amd",
+        "AMD GPU 0x74a1",
+        196592 * MiB,
+        (196592 - 284) * MiB,
+    )
     assert (gpu.utilization_pct, gpu.power_draw_w, gpu.power_limit_w, gpu.temperature_c) == (12.0, 140.0, 750.0, 41.0)
     assert gpu.rocm and gpu.device_id == "rocm:0"
 
@@ -182,17 +214,33 @@ def test_amdsmi_library_path(tmp_path: Path) -> None:
     class FakeAmdSmi:
         def amdsmi_init(self) -> None: ...
         def amdsmi_shut_down(self) -> None: ...
-        def amdsmi_get_processor_handles(self) -> list[str]: return ["h0"]
-        def amdsmi_get_gpu_asic_info(self, h: str) -> dict: return {"market_name": "AMD Instinct MI300X", "target_graphics_version": "gfx942"}
-        def amdsmi_get_gpu_vram_usage(self, h: str) -> dict: return {"vram_total": 196592, "vram_used": 284}
-        def amdsmi_get_gpu_activity(self, h: str) -> dict: return {"gfx_activity": 3}
-        def amdsmi_get_power_info(self, h: str) -> dict: return {"current_socket_power": 140, "power_limit": 750}
-        def amdsmi_get_gpu_device_uuid(self, h: str) -> str: return "uuid-0"
+        def amdsmi_get_processor_handles(self) -> list[str]:
+            return ["h0"]
+
+        def amdsmi_get_gpu_asic_info(self, h: str) -> dict:
+            return {"market_name": "AMD Instinct MI300X", "target_graphics_version": "gfx942"}
+
+        def amdsmi_get_gpu_vram_usage(self, h: str) -> dict:
+            return {"vram_total": 196592, "vram_used": 284}
+
+        def amdsmi_get_gpu_activity(self, h: str) -> dict:
+            return {"gfx_activity": 3}
+
+        def amdsmi_get_power_info(self, h: str) -> dict:
+            return {"current_socket_power": 140, "power_limit": 750}
+
+        def amdsmi_get_gpu_device_uuid(self, h: str) -> str:
+            return "uuid-0"
 
     _fake_amd_card(tmp_path, 0)
     (tmp_path / "kfd").write_text("")
     [gpu] = detect_amd(FakeAmdSmi(), sys_root=tmp_path, dev_root=tmp_path).gpus
-    assert (gpu.name, gpu.compute_capability, gpu.memory_total, gpu.uuid) == ("AMD Instinct MI300X", "gfx942", 196592 * MiB, "uuid-0")
+    assert (gpu.name, gpu.compute_capability, gpu.memory_total, gpu.uuid) == (
+        "AMD Instinct MI300X",
+        "gfx942",
+        196592 * MiB,
+        "uuid-0",
+    )
     assert (gpu.power_draw_w, gpu.power_limit_w, gpu.utilization_pct) == (140.0, 750.0, 3.0)
 
 

@@ -39,12 +39,14 @@ def test_every_decode_runs_on_the_decode_thread(tiny_gguf, monkeypatch):
     async def serve() -> tuple[str, list[list[float]]]:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, engine.start, loop)
-        seq = engine.prepare(parse_completion({"prompt": "The quick brown fox", "max_tokens": 8, "temperature": 0},
-                                              engine.model.info.n_vocab))
+        seq = engine.prepare(
+            parse_completion({"prompt": "The quick brown fox", "max_tokens": 8, "temperature": 0}, engine.model.info.n_vocab)
+        )
         engine.batcher.submit(seq)
         text = "".join([piece async for piece, _ in seq.events()])
-        vectors = await engine.batcher.embed([engine.model.tokenize("an embedded sentence", add_special=True,
-                                                                    parse_special=False)])
+        vectors = await engine.batcher.embed(
+            [engine.model.tokenize("an embedded sentence", add_special=True, parse_special=False)]
+        )
         return text, vectors
 
     try:

@@ -10,8 +10,9 @@ from appliance.drivers.llamacpp.worker import parse_args
 
 
 def _plan(**kw):
-    base = dict(model_path="/store/m.gguf", context=4096, parallel=8, threads=2, n_gpu_layers=0,
-                model="gemma3:270m", speculative=False)
+    base = dict(
+        model_path="/store/m.gguf", context=4096, parallel=8, threads=2, n_gpu_layers=0, model="gemma3:270m", speculative=False
+    )
     base.update(kw)
     return SimpleNamespace(**base)
 

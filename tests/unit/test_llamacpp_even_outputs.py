@@ -24,15 +24,22 @@ from appliance.drivers.llamacpp.worker import parse_args
 def arrays(rows: list[int], n_batch: int = 16) -> SimpleNamespace:
     """A stand-in batch: ``rows`` are the entries' logits flags."""
     n = n_batch
-    return SimpleNamespace(tok=[7] * n, pos=[3] * n, lg=rows + [0] * (n - len(rows)), sid=[[1] for _ in range(n)],
-                           n_batch=n_batch, pad_token=2, pad_sid=9)
+    return SimpleNamespace(
+        tok=[7] * n,
+        pos=[3] * n,
+        lg=rows + [0] * (n - len(rows)),
+        sid=[[1] for _ in range(n)],
+        n_batch=n_batch,
+        pad_token=2,
+        pad_sid=9,
+    )
 
 
 @pytest.mark.parametrize("rows", [[1], [1, 1], [1, 1, 1, 1], [0, 0, 1], [1, 0, 1, 0], []])
 def test_one_row_and_even_rows_are_left_alone(rows):
     b = arrays(list(rows))
     assert even_up(b, len(rows)) == (len(rows), False)
-    assert b.lg[:len(rows)] == rows and b.lg[len(rows)] == 0
+    assert b.lg[: len(rows)] == rows and b.lg[len(rows)] == 0
 
 
 def test_an_odd_count_keeps_the_logits_of_a_prompt_token_read_anyway():
@@ -67,6 +74,7 @@ def test_the_worker_flag():
 
 
 # -- on a real context ------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def model(tiny_gguf):

@@ -58,7 +58,7 @@ def test_tiny_gguf_tokenizer_round_trips_utf8(tiny_gguf):
     model = ll.llama_model_load_from_file(str(tiny_gguf).encode(), ll.llama_model_default_params())
     try:
         vocab = ll.llama_model_get_vocab(model)
-        text = "hello wörld, the JSON model: {\"a\": 1} €😀".encode()
+        text = 'hello wörld, the JSON model: {"a": 1} €😀'.encode()
         toks = (ll.llama_token * 256)()
         n = ll.llama_tokenize(vocab, text, len(text), toks, 256, False, False)
         buf = ctypes.create_string_buffer(1024)

@@ -25,6 +25,7 @@ def engine(tiny_gguf):
 
 def generate(engine: WorkerEngine, *seqs: Sequence) -> list[str]:
     """Each sequence's text, generated one after the other on one running batcher."""
+
     async def run() -> list[str]:
         engine.start(asyncio.get_running_loop())
         out = []
@@ -58,8 +59,11 @@ def test_the_argmax_path_picks_the_tokens_libllamas_greedy_sampler_picks(engine,
 
 def test_sampling_with_temperature_penalties_or_grammar_stays_in_libllama(engine):
     n_vocab = engine.model.info.n_vocab
-    for body in ({"prompt": "x", "temperature": 0.7}, {"prompt": "x", "temperature": 0, "frequency_penalty": 0.5},
-                 {"prompt": "x", "temperature": 0, "response_format": {"type": "json_object"}}):
+    for body in (
+        {"prompt": "x", "temperature": 0.7},
+        {"prompt": "x", "temperature": 0, "frequency_penalty": 0.5},
+        {"prompt": "x", "temperature": 0, "response_format": {"type": "json_object"}},
+    ):
         seq = engine.prepare(parse_completion(body, n_vocab))
         assert not seq.argmax, body
         seq.free_samplers()

@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 
 from appliance.drivers.llamacpp.logprobs import (
-    CompletionLogprobs, LogprobRecorder, LogprobView, TokenLogprob, chat_logprobs, joined, log_softmax_at, token_text,
+    CompletionLogprobs,
+    LogprobRecorder,
+    LogprobView,
+    TokenLogprob,
+    chat_logprobs,
+    joined,
+    log_softmax_at,
+    token_text,
 )
 from appliance.drivers.llamacpp.protocol import Shaper, parse_chat, parse_completion
 from appliance.errors import BadRequest
@@ -60,17 +67,24 @@ def test_a_split_character_keeps_its_bytes_and_is_written_with_escapes():
     assert token_text(b"\xc3") == "\\xc3" and token_text(" café".encode()) == " café"
     shaped = chat_logprobs([TokenLogprob(2, -0.5, ((2, -0.5), (4, -1.0))), TokenLogprob(3, -0.1)], piece)
     first, second = shaped["content"]
-    assert first == {"token": "\\xc3", "logprob": -0.5, "bytes": [0xC3],
-                     "top_logprobs": [{"token": "\\xc3", "logprob": -0.5, "bytes": [0xC3]},
-                                      {"token": "!", "logprob": -1.0, "bytes": [0x21]}]}
+    assert first == {
+        "token": "\\xc3",
+        "logprob": -0.5,
+        "bytes": [0xC3],
+        "top_logprobs": [{"token": "\\xc3", "logprob": -0.5, "bytes": [0xC3]}, {"token": "!", "logprob": -1.0, "bytes": [0x21]}],
+    }
     assert bytes(first["bytes"] + second["bytes"]).decode() == "é" and second["top_logprobs"] == []
 
 
 def test_completion_shape_offsets_run_on_across_calls_and_follow_the_decoded_text():
     shaper = CompletionLogprobs(piece)
     one = shaper.shape([TokenLogprob(0, None), TokenLogprob(1, -1.0, ((4, -0.2),))])
-    assert one == {"tokens": ["", " Hello"], "token_logprobs": [None, -1.0], "top_logprobs": [None, {"!": -0.2, " Hello": -1.0}],
-                   "text_offset": [0, 0]}
+    assert one == {
+        "tokens": ["", " Hello"],
+        "token_logprobs": [None, -1.0],
+        "top_logprobs": [None, {"!": -0.2, " Hello": -1.0}],
+        "text_offset": [0, 0],
+    }
     # é split in two: both halves start where é does; an incomplete byte then a new character: after its "�"
     two = shaper.shape([TokenLogprob(2, -2.0), TokenLogprob(3, -0.1), TokenLogprob(5, -3.0), TokenLogprob(6, -0.3)])
     assert two["tokens"] == ["\\xc3", "\\xa9", "\\xe8", "1"]
@@ -129,12 +143,15 @@ def test_parsing_the_fields():
     assert (r.logprobs, r.echo, r.max_tokens) == (0, True, 0)
 
 
-@pytest.mark.parametrize("body, param", [
-    ({"messages": MESSAGES, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
-    ({"messages": MESSAGES, "top_logprobs": 2}, "top_logprobs"),
-    ({"messages": MESSAGES, "logprobs": 1}, "logprobs"),
-    ({"messages": MESSAGES, "echo": True}, "echo"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"messages": MESSAGES, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ({"messages": MESSAGES, "top_logprobs": 2}, "top_logprobs"),
+        ({"messages": MESSAGES, "logprobs": 1}, "logprobs"),
+        ({"messages": MESSAGES, "echo": True}, "echo"),
+    ],
+)
 def test_chat_bounds_are_refused_by_name(body, param):
     with pytest.raises(BadRequest) as e:
         parse_chat(body, 512)

@@ -137,8 +137,12 @@ def test_bad_placements_are_refused() -> None:
     with pytest.raises(ValueError):
         placement_args(devices=("cpu",), n_gpu_layers=0, kv_type="fp8")
     base = ["--model", "m", "--socket", "s", "--served-name", "n"]
-    for bad in (["--kv-type", "q8_0", "--flash-attn", "off"], ["--tensor-split", "a,b"], ["--tensor-split", "0,0"],
-                ["--main-gpu", "-1"]):
+    for bad in (
+        ["--kv-type", "q8_0", "--flash-attn", "off"],
+        ["--tensor-split", "a,b"],
+        ["--tensor-split", "0,0"],
+        ["--main-gpu", "-1"],
+    ):
         with pytest.raises(SystemExit):
             parse_args(base + bad)
 

@@ -28,8 +28,10 @@ def model(tiny_gguf):
 
 def links(chain) -> list[str]:
     """The names of a chain's samplers, in order (libllama marks a no-op link with a leading ``?``)."""
-    return [ll.llama_sampler_name(ll.llama_sampler_chain_get(chain, i)).decode().lstrip("?")
-            for i in range(ll.llama_sampler_chain_n(chain))]
+    return [
+        ll.llama_sampler_name(ll.llama_sampler_chain_get(chain, i)).decode().lstrip("?")
+        for i in range(ll.llama_sampler_chain_n(chain))
+    ]
 
 
 def pick(chain, logits: list[float]) -> int:
@@ -40,14 +42,20 @@ def pick(chain, logits: list[float]) -> int:
     return data[row.selected].id
 
 
-@pytest.mark.parametrize(("params", "expected"), [
-    (SamplingParams(), ["top-k", "min-p", "temp", "dist"]),
-    (SamplingParams(temperature=0), ["greedy"]),
-    (SamplingParams(temperature=0.7, top_p=0.9, top_k=0, min_p=0.0, seed=7), ["top-p", "temp", "dist"]),
-    (SamplingParams(repeat_penalty=1.1, presence_penalty=0.5, frequency_penalty=0.3), ["penalties", "top-k", "min-p", "temp", "dist"]),
-    (SamplingParams(temperature=0, logit_bias={5: -100.0, 6: 3.0}), ["logit-bias", "greedy"]),
-    (SamplingParams(grammar=grammar_for({"type": "json_object"})), ["grammar", "top-k", "min-p", "temp", "dist"]),
-])
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        (SamplingParams(), ["top-k", "min-p", "temp", "dist"]),
+        (SamplingParams(temperature=0), ["greedy"]),
+        (SamplingParams(temperature=0.7, top_p=0.9, top_k=0, min_p=0.0, seed=7), ["top-p", "temp", "dist"]),
+        (
+            SamplingParams(repeat_penalty=1.1, presence_penalty=0.5, frequency_penalty=0.3),
+            ["penalties", "top-k", "min-p", "temp", "dist"],
+        ),
+        (SamplingParams(temperature=0, logit_bias={5: -100.0, 6: 3.0}), ["logit-bias", "greedy"]),
+        (SamplingParams(grammar=grammar_for({"type": "json_object"})), ["grammar", "top-k", "min-p", "temp", "dist"]),
+    ],
+)
 def test_chain_builds(model, params, expected):
     chain = build_chain(model.vocab, model.info.n_vocab, params, ban_first=[2])
     assert links(chain) == ["logit-bias", *expected]  # the one-token ban comes first
@@ -59,8 +67,9 @@ def test_chain_builds(model, params, expected):
 def test_first_token_ban_and_logit_bias_decide_the_greedy_pick(model):
     logits = [0.0] * model.info.n_vocab
     logits[2], logits[5], logits[7] = 10.0, 9.0, 2.0
-    chain = build_chain(model.vocab, model.info.n_vocab, SamplingParams(temperature=0, logit_bias={5: -100.0, 6: 3.0}),
-                        ban_first=[2])
+    chain = build_chain(
+        model.vocab, model.info.n_vocab, SamplingParams(temperature=0, logit_bias={5: -100.0, 6: 3.0}), ban_first=[2]
+    )
     assert pick(chain, logits) == 6  # 2 is banned for the first token, 5 biased away, 6 lifted above 7
     drop_first_link(chain)
     assert pick(chain, logits) == 2

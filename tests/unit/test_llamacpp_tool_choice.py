@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import llama_cpp.llama_cpp as ll
 import pytest
 
 from appliance.drivers.llamacpp.chat_output import ChatOutput
@@ -16,8 +15,13 @@ from appliance.drivers.llamacpp.tool_choice import REQUIRED, ToolChoice, forced_
 from appliance.errors import BadRequest
 
 TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    },
     {"type": "function", "function": {"name": "ping"}},
 ]
 ASK = [{"role": "user", "content": "hi"}]
@@ -36,18 +40,21 @@ def test_tool_choice_values():
     assert none.tools is None and not none.tool_choice.forced
 
 
-@pytest.mark.parametrize("fields, param", [
-    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
-    ({"tool_choice": "required"}, "tool_choice"),
-    ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice"),
-    ({"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}}, "tool_choice"),
-    ({"tools": [{"type": "function"}]}, "tools"),
-    ({"tools": [{"type": "retrieval", "function": {"name": "x"}}]}, "tools"),
-    ({"tools": [{"type": "function", "function": {"name": "x", "parameters": "object"}}]}, "tools"),
-    ({"tools": {"type": "function"}}, "tools"),
-    ({"tools": TOOLS, "tool_choice": "required", "ignore_eos": True}, "ignore_eos"),
-    ({"response_format": {"type": "json_object"}, "ignore_eos": True}, "ignore_eos"),
-])
+@pytest.mark.parametrize(
+    "fields, param",
+    [
+        ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice"),
+        ({"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}}, "tool_choice"),
+        ({"tools": [{"type": "function"}]}, "tools"),
+        ({"tools": [{"type": "retrieval", "function": {"name": "x"}}]}, "tools"),
+        ({"tools": [{"type": "function", "function": {"name": "x", "parameters": "object"}}]}, "tools"),
+        ({"tools": {"type": "function"}}, "tools"),
+        ({"tools": TOOLS, "tool_choice": "required", "ignore_eos": True}, "ignore_eos"),
+        ({"response_format": {"type": "json_object"}, "ignore_eos": True}, "ignore_eos"),
+    ],
+)
 def test_refusals_name_the_field(fields, param):
     with pytest.raises(BadRequest) as info:
         _chat(**fields)
@@ -75,8 +82,15 @@ def test_forced_grammars_compile_in_libllama(model, fmt, choice):
 
 
 def test_oversized_tool_schemas_are_refused_by_name():
-    huge = [{"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"x": {"enum": [str(i) for i in range(5000)]}}}}}]
+    huge = [
+        {
+            "type": "function",
+            "function": {
+                "name": "f",
+                "parameters": {"type": "object", "properties": {"x": {"enum": [str(i) for i in range(5000)]}}},
+            },
+        }
+    ]
     with pytest.raises(BadRequest) as info:
         forced_call_grammar(HERMES, huge, ToolChoice(REQUIRED))
     assert info.value.param == "tools"
@@ -88,9 +102,11 @@ def _sse(raw: bytes) -> list[dict]:
 
 def test_streamed_calls_have_openais_fragments():
     out = ChatOutput(OutputParser(HERMES, names=frozenset({"get_weather", "ping"})), Shaper("chat", "m"), len, False)
-    text = ('Checking.<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
-            '<tool_call>{"name": "ping", "arguments": {}}</tool_call>')
-    raw = b"".join(out.chunks(text[i:i + 7]) for i in range(0, len(text), 7))
+    text = (
+        'Checking.<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
+        '<tool_call>{"name": "ping", "arguments": {}}</tool_call>'
+    )
+    raw = b"".join(out.chunks(text[i : i + 7]) for i in range(0, len(text), 7))
     last, finish = out.last_chunks("", "stop")
     assert finish == "tool_calls"
     deltas = [c["choices"][0]["delta"] for c in _sse(raw + last)]
@@ -111,7 +127,7 @@ def test_whole_message_with_reasoning_and_a_call():
     assert finish == "tool_calls"
     assert message["content"] is None and message["reasoning_content"] == "a b c"
     assert message["tool_calls"][0]["function"] == {"name": "ping", "arguments": "{}"}
-    assert out.reasoning_tokens(100) == len("<think>a b c</think>".split())
+    assert out.reasoning_tokens(100) == len(["<think>a", "b", "c</think>"])
     assert out.reasoning_tokens(2) == 2  # never more than the completion
 
 
@@ -126,7 +142,7 @@ def test_logprobs_of_text_the_parser_holds_ride_on_the_next_chunk_sent():
     """With tools and logprobs together, every token's logprob is sent exactly once, in order."""
     out = ChatOutput(OutputParser(HERMES, names=frozenset({"ping"})), Shaper("chat", "m"), len, False)
     text = 'Hi.<tool_call>{"name": "ping", "arguments": {}}</tool_call>'
-    pieces = [text[i:i + 5] for i in range(0, len(text), 5)]
+    pieces = [text[i : i + 5] for i in range(0, len(text), 5)]
     entry = lambda i: {"token": f"t{i}", "logprob": -0.1 * i, "bytes": [], "top_logprobs": []}  # noqa: E731
     raw = b"".join(out.chunks(piece, {"content": [entry(i)]}) for i, piece in enumerate(pieces[:-1]))
     last, finish = out.last_chunks(pieces[-1], "stop", {"content": [entry(len(pieces) - 1)]})

@@ -27,7 +27,9 @@ class FailingEngine(StandInEngine):
 
 
 def _router(events: LoadEvents, engine=MeasuredEngine, make_plan=lambda target: Plan(), gpu_bytes=None) -> Router:
-    return Router(SETTINGS, make_plan=make_plan, make_engine_process=lambda n, p: engine(n, []), events=events, gpu_bytes=gpu_bytes)
+    return Router(
+        SETTINGS, make_plan=make_plan, make_engine_process=lambda n, p: engine(n, []), events=events, gpu_bytes=gpu_bytes
+    )
 
 
 async def test_a_load_publishes_planning_starting_then_loaded_with_plan_and_measured_memory():
@@ -38,8 +40,16 @@ async def test_a_load_publishes_planning_starting_then_loaded_with_plan_and_meas
     follower.close()
     assert [e.phase for e in seen] == ["planning", "starting", "loaded"]
     loaded = seen[-1]
-    assert loaded.plan == LoadPlanSummary(backend="llamacpp", variant="q4", context=512, parallel=2, devices=("cpu",),
-                                          n_gpu_layers=0, estimated_bytes=100, reason="stand-in plan")
+    assert loaded.plan == LoadPlanSummary(
+        backend="llamacpp",
+        variant="q4",
+        context=512,
+        parallel=2,
+        devices=("cpu",),
+        n_gpu_layers=0,
+        estimated_bytes=100,
+        reason="stand-in plan",
+    )
     assert loaded.rss_bytes == 123_456_789 and loaded.gpu_bytes == 1000 and loaded.measured_bytes == 123_457_789
     assert loaded.finished and events.latest("a:q4") is loaded and events.in_progress() == []
 

@@ -31,7 +31,11 @@ from tests.meterkit import settings as make_settings
 PRICE_OUT = 2.0  # per 1M; input 1.0, so an estimate at 2.0 bounds any real cost
 DIM = {d.name: d for d in DIMENSIONS}
 ROUNDING = 1e-12  # float noise allowed at a limit's exact boundary (limits here are >= 1e-4)
-UNIT_SQL = {"requests": "count(*)", "tokens": "coalesce(sum(prompt_tokens + completion_tokens), 0)", "cost": "coalesce(sum(cost), 0)"}
+UNIT_SQL = {
+    "requests": "count(*)",
+    "tokens": "coalesce(sum(prompt_tokens + completion_tokens), 0)",
+    "cost": "coalesce(sum(cost), 0)",
+}
 
 
 class MeteringMachine(RuleBasedStateMachine):
@@ -71,7 +75,11 @@ class MeteringMachine(RuleBasedStateMachine):
         team_cost=st.none() | st.sampled_from([0.0005, 0.001, 0.003]),
     )
     def quotas(self, key_rpm, key_tpd, key_conc, team_tpm, team_cost):
-        key_limits = {k: v for k, v in (("requests_per_minute", key_rpm), ("tokens_per_day", key_tpd), ("max_concurrent", key_conc)) if v is not None}
+        key_limits = {
+            k: v
+            for k, v in (("requests_per_minute", key_rpm), ("tokens_per_day", key_tpd), ("max_concurrent", key_conc))
+            if v is not None
+        }
         team_limits = {k: v for k, v in (("tokens_per_minute", team_tpm), ("cost_per_month", team_cost)) if v is not None}
         if key_limits:
             set_quota(self.db, "key", self.keys[0].id, **key_limits)
@@ -86,7 +94,9 @@ class MeteringMachine(RuleBasedStateMachine):
         for subject, sid in (("key", principal.id), ("team", principal.team_id)):
             for name, limit in self.limits.get((subject, sid), {}).items():
                 dim = DIM[name]
-                amount = {"requests": 1.0, "concurrent": 1.0, "tokens": float(estimate), "cost": estimate * PRICE_OUT / 1e6}[dim.unit]
+                amount = {"requests": 1.0, "concurrent": 1.0, "tokens": float(estimate), "cost": estimate * PRICE_OUT / 1e6}[
+                    dim.unit
+                ]
                 start, _ = self.windows.bounds(dim.window, self.clock())
                 plan.append(((subject, sid, name, start), amount, limit))
         return plan
@@ -136,9 +146,20 @@ class MeteringMachine(RuleBasedStateMachine):
         admission, _ = item
         total = math.floor(admission.estimated_tokens * fraction)
         prompt, completion = total // 2, total - total // 2
-        cost = self.loop.run_until_complete(self.meter.settle(
-            admission, model="m", variant=None, backend="x", prompt_tokens=prompt, completion_tokens=completion,
-            cached_tokens=0, ttft_ms=1.0, latency_ms=2.0, status=200))
+        cost = self.loop.run_until_complete(
+            self.meter.settle(
+                admission,
+                model="m",
+                variant=None,
+                backend="x",
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                cached_tokens=0,
+                ttft_ms=1.0,
+                latency_ms=2.0,
+                status=200,
+            )
+        )
         assert cost == pytest.approx((prompt * 1.0 + completion * PRICE_OUT) / 1e6)
         self._finish(item, total, cost)
 
@@ -173,7 +194,9 @@ class MeteringMachine(RuleBasedStateMachine):
         return self.reader.execute(sql, args).fetchall()
 
     def _counters(self):
-        return self._rows("SELECT id, subject_type, subject_id, dimension, window_start, limit_value, spent, reserved FROM quota_counters")
+        return self._rows(
+            "SELECT id, subject_type, subject_id, dimension, window_start, limit_value, spent, reserved FROM quota_counters"
+        )
 
     @invariant()
     def database_agrees_with_the_model(self):
@@ -205,8 +228,9 @@ class MeteringMachine(RuleBasedStateMachine):
                 continue
             _, end = self.windows.bounds(d.window, start)
             column = "key_id" if subject == "key" else "team_id"
-            (total,), = self._rows(f"SELECT {UNIT_SQL[d.unit]} FROM usage WHERE {column} = ? AND created_at >= ? AND created_at < ?",
-                             sid, start, end)
+            ((total,),) = self._rows(
+                f"SELECT {UNIT_SQL[d.unit]} FROM usage WHERE {column} = ? AND created_at >= ? AND created_at < ?", sid, start, end
+            )
             assert total == pytest.approx(spent, abs=1e-12)
 
 

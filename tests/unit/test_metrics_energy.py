@@ -7,8 +7,8 @@ import re
 import pytest
 
 from appliance.hardware.energy import EnergyMeter
-from appliance.metrics import Metrics
 from appliance.hardware.telemetry import sample_telemetry
+from appliance.metrics import Metrics
 
 
 def test_exposition_counters_histograms_and_escaping():
@@ -32,7 +32,7 @@ def test_exposition_counters_histograms_and_escaping():
     assert 'appliance_ttft_seconds_count{model="we\\"ird\\\\name",source="engine"}' not in text
     # every sample line is `name{labels} value`
     for line in text.splitlines():
-        assert line.startswith("# ") or re.fullmatch(r'[a-z_]+(\{.*\})? -?[0-9.e+Inf-]+', line), line
+        assert line.startswith("# ") or re.fullmatch(r"[a-z_]+(\{.*\})? -?[0-9.e+Inf-]+", line), line
 
 
 def test_gauge_sources_are_pulled_at_scrape_and_failures_skipped():

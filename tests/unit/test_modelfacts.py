@@ -6,8 +6,9 @@ import json
 import struct
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -37,11 +38,17 @@ def header(n_tensors: int, n_kv: int, version: int = 3) -> bytes:
 
 
 def tensor(name: str, dims: list[int], ttype: int = 0, offset: int = 0) -> bytes:
-    return s(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims) + struct.pack("<IQ", ttype, offset)
+    return (
+        s(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims) + struct.pack("<IQ", ttype, offset)
+    )
 
 
-BASE_KV = [kv_str("general.architecture", "llama"), kv_u32("llama.block_count", 2), kv_u32("llama.embedding_length", 8),
-           kv_u32("llama.attention.head_count", 2)]
+BASE_KV = [
+    kv_str("general.architecture", "llama"),
+    kv_u32("llama.block_count", 2),
+    kv_u32("llama.embedding_length", 8),
+    kv_u32("llama.attention.head_count", 2),
+]
 
 
 def valid_file(path: Path) -> Path:
@@ -89,27 +96,38 @@ HOSTILE: dict[str, tuple[str, Callable[[], bytes]]] = {
     "kv count absurd": ("claims 1099511627776 metadata pairs", lambda: header(0, 2**40)),
     "counts past the file": ("metadata and tensor table runs past the end", lambda: header(1000, 1000) + b"\0" * 100),
     "key length huge": ("metadata key 0 runs past the end", lambda: header(0, 1) + struct.pack("<Q", 2**62) + b"\0" * 16),
-    "string value past the end": ("value of general.name runs past the end",
-                                  lambda: header(0, 1) + s("general.name") + struct.pack("<IQ", 8, 2**40) + b"x" * 32),
-    "array count past the file": ("array big runs past the end",
-                                  lambda: header(0, 1) + s("big") + struct.pack("<IIQ", 9, 0, 2**60) + b"\0" * 32),
-    "string array over the limit": (f"claims {MAX_STRING_ARRAY + 1} strings",
-                                    lambda: header(0, 1) + s("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, MAX_STRING_ARRAY + 1)),
-    "string array element past the end": ("element length",
-                                          lambda: header(0, 1) + s("t") + struct.pack("<IIQ", 9, 8, 3) + s("a") + struct.pack("<Q", 2**50) + b"\0" * 16),
+    "string value past the end": (
+        "value of general.name runs past the end",
+        lambda: header(0, 1) + s("general.name") + struct.pack("<IQ", 8, 2**40) + b"x" * 32,
+    ),
+    "array count past the file": (
+        "array big runs past the end",
+        lambda: header(0, 1) + s("big") + struct.pack("<IIQ", 9, 0, 2**60) + b"\0" * 32,
+    ),
+    "string array over the limit": (
+        f"claims {MAX_STRING_ARRAY + 1} strings",
+        lambda: header(0, 1) + s("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, MAX_STRING_ARRAY + 1),
+    ),
+    "string array element past the end": (
+        "element length",
+        lambda: header(0, 1) + s("t") + struct.pack("<IIQ", 9, 8, 3) + s("a") + struct.pack("<Q", 2**50) + b"\0" * 16,
+    ),
     "nested array": ("unsupported element type 9", lambda: header(0, 1) + s("n") + struct.pack("<IIQ", 9, 9, 1) + b"\0" * 32),
     "unknown value type": ("unknown value type 99", lambda: header(0, 1) + s("k") + struct.pack("<I", 99) + b"\0" * 32),
-    "block_count over 512": ("block_count 100000 is outside 1..512",
-                             lambda: header(0, 2) + kv_str("general.architecture", "llama") + kv_u32("llama.block_count", 100000)),
+    "block_count over 512": (
+        "block_count 100000 is outside 1..512",
+        lambda: header(0, 2) + kv_str("general.architecture", "llama") + kv_u32("llama.block_count", 100000),
+    ),
     "too many dims": ("has 5 dimensions", lambda: header(1, 0) + tensor("t", [1, 1, 1, 1, 1])),
     "dims overflow": ("dimensions overflow", lambda: header(1, 0) + tensor("t", [2**32, 2**32]) + b"\0" * 64),
     "zero dim": ("invalid dimension 0", lambda: header(1, 0) + tensor("t", [0, 4]) + b"\0" * 64),
     "unknown tensor type": ("unknown type 77", lambda: header(1, 0) + tensor("t", [4], ttype=77) + b"\0" * 64),
-    "tensor data outside": ("data lies outside the file",
-                            lambda: header(1, len(BASE_KV)) + b"".join(BASE_KV) + tensor("t", [1 << 20], offset=0) + b"\0" * 64),
+    "tensor data outside": (
+        "data lies outside the file",
+        lambda: header(1, len(BASE_KV)) + b"".join(BASE_KV) + tensor("t", [1 << 20], offset=0) + b"\0" * 64,
+    ),
     "misaligned offset": ("misaligned", lambda: header(1, 0) + tensor("t", [4], offset=3) + b"\0" * 128),
-    "bad alignment": ("alignment 3 is not a power of two",
-                      lambda: header(0, 1) + kv_u32("general.alignment", 3) + b"\0" * 16),
+    "bad alignment": ("alignment 3 is not a power of two", lambda: header(0, 1) + kv_u32("general.alignment", 3) + b"\0" * 16),
     "truncated": ("runs past the end", lambda: header(0, 4) + b"".join(BASE_KV)[:40] + b"\0" * 20),
     "tiny": ("too small", lambda: b"GGUF\x03"),
 }
@@ -136,7 +154,9 @@ def test_biggest_allowed_string_arrays_parse_within_a_second(tmp_path: Path) -> 
     assert time.perf_counter() - started < 1.0
     assert facts.n_layer == 2
     extra = s("b") + struct.pack("<IIQ", 9, 8, 1) + s("x")
-    check_hostile(tmp_path / "evil.gguf", "more than 1048576 strings", lambda: header(0, 3) + arrays(2) + extra, trace_memory=False)
+    check_hostile(
+        tmp_path / "evil.gguf", "more than 1048576 strings", lambda: header(0, 3) + arrays(2) + extra, trace_memory=False
+    )
 
 
 def test_directory_or_missing_file_is_invalid(tmp_path: Path) -> None:
@@ -236,22 +256,39 @@ def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]], *, 
     return offset
 
 
-LLAMA_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
-                "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 32,
-                "max_position_embeddings": 4096, "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+LLAMA_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 128,
+    "vocab_size": 32,
+    "max_position_embeddings": 4096,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
 
 
 def hf_folder(root: Path, config: dict[str, Any] | None = None, *, sharded: bool = True) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / "config.json").write_text(json.dumps(config or LLAMA_CONFIG))
-    (root / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"}))
+    (root / "tokenizer_config.json").write_text(
+        json.dumps({"chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"})
+    )
     shard1 = {"model.embed_tokens.weight": ("BF16", [32, 64]), "model.layers.0.self_attn.q_proj.weight": ("BF16", [64, 64])}
-    shard2 = {"model.layers.1.self_attn.q_proj.weight": ("BF16", [64, 64]), "lm_head.weight": ("BF16", [32, 64]),
-              "model.norm.weight": ("BF16", [64])}
+    shard2 = {
+        "model.layers.1.self_attn.q_proj.weight": ("BF16", [64, 64]),
+        "lm_head.weight": ("BF16", [32, 64]),
+        "model.norm.weight": ("BF16", [64]),
+    }
     if sharded:
         write_safetensors(root / "model-00001-of-00002.safetensors", shard1)
         write_safetensors(root / "model-00002-of-00002.safetensors", shard2)
-        weight_map = {k: "model-00001-of-00002.safetensors" for k in shard1} | {k: "model-00002-of-00002.safetensors" for k in shard2}
+        weight_map = {k: "model-00001-of-00002.safetensors" for k in shard1} | {
+            k: "model-00002-of-00002.safetensors" for k in shard2
+        }
         (root / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     else:
         write_safetensors(root / "model.safetensors", shard1 | shard2)
@@ -262,7 +299,15 @@ def hf_folder(root: Path, config: dict[str, Any] | None = None, *, sharded: bool
 def test_hf_folder_facts(tmp_path: Path, sharded: bool) -> None:
     f = inspect_hf(hf_folder(tmp_path / "m", sharded=sharded))
     # embed 32x64 + lm_head 32x64 + norm 64 (non-layer) = 4160 elements; layers 2 x 64x64 = 8192
-    assert (f.format, f.architecture, f.n_layer, f.n_embd, f.n_head, f.n_head_kv, f.head_dim) == ("safetensors", "llama", 2, 64, 4, 2, 16)
+    assert (f.format, f.architecture, f.n_layer, f.n_embd, f.n_head, f.n_head_kv, f.head_dim) == (
+        "safetensors",
+        "llama",
+        2,
+        64,
+        4,
+        2,
+        16,
+    )
     assert (f.n_ff, f.n_vocab, f.context_length, f.tied_embeddings, f.file_type) == (128, 32, 4096, False, "bf16")
     assert (f.parameter_count, f.tensor_bytes, f.nonlayer_bytes) == (12352, 24704, 8320)
     assert f.chat_template and f.quant_method is None
@@ -275,28 +320,59 @@ def test_hf_quantization_method(tmp_path: Path) -> None:
 
 
 def test_hf_sliding_window_layers(tmp_path: Path) -> None:
-    gemma = {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
-             "text_config": {"model_type": "gemma3_text", "num_hidden_layers": 6, "hidden_size": 64, "num_attention_heads": 4,
-                             "num_key_value_heads": 1, "head_dim": 256, "sliding_window": 512,
-                             "layer_types": ["sliding_attention"] * 5 + ["full_attention"], "vocab_size": 32}}
+    gemma = {
+        "model_type": "gemma3",
+        "architectures": ["Gemma3ForConditionalGeneration"],
+        "text_config": {
+            "model_type": "gemma3_text",
+            "num_hidden_layers": 6,
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 1,
+            "head_dim": 256,
+            "sliding_window": 512,
+            "layer_types": ["sliding_attention"] * 5 + ["full_attention"],
+            "vocab_size": 32,
+        },
+    }
     f = inspect_hf(hf_folder(tmp_path / "g", gemma))
     assert (f.architecture, f.n_layer, f.head_dim, f.sliding_window, f.swa_layers) == ("gemma3_text", 6, 256, 512, 5)
     qwen = LLAMA_CONFIG | {"model_type": "qwen2", "sliding_window": 131072, "use_sliding_window": False}
     assert inspect_hf(hf_folder(tmp_path / "q", qwen)).sliding_window is None
 
 
-@pytest.mark.parametrize(("mutate", "message"), [
-    (lambda root: (root / "config.json").write_text(json.dumps(LLAMA_CONFIG | {"auto_map": {"AutoModel": "x.Model"}})), "remote code"),
-    (lambda root: (root / "config.json").write_text("{nope"), "not readable JSON"),
-    (lambda root: (root / "config.json").unlink(), "config.json is missing"),
-    (lambda root: (root / "config.json").write_text(json.dumps(LLAMA_CONFIG | {"num_hidden_layers": 4096})), "outside 1..512"),
-    (lambda root: (root / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "../../etc/passwd.safetensors"}})),
-     "not a plain .safetensors file name"),
-    (lambda root: write_safetensors(root / "model-00002-of-00002.safetensors", {"x": ("F32", [4])}, header_len=2**40), "past the file size"),
-    (lambda root: (root / "model-00001-of-00002.safetensors").write_bytes(
-        struct.pack("<Q", 100) + json.dumps({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 10**9]}}).encode().ljust(100)),
-     "offsets outside the file"),
-])
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (
+            lambda root: (root / "config.json").write_text(json.dumps(LLAMA_CONFIG | {"auto_map": {"AutoModel": "x.Model"}})),
+            "remote code",
+        ),
+        (lambda root: (root / "config.json").write_text("{nope"), "not readable JSON"),
+        (lambda root: (root / "config.json").unlink(), "config.json is missing"),
+        (
+            lambda root: (root / "config.json").write_text(json.dumps(LLAMA_CONFIG | {"num_hidden_layers": 4096})),
+            "outside 1..512",
+        ),
+        (
+            lambda root: (root / "model.safetensors.index.json").write_text(
+                json.dumps({"weight_map": {"a": "../../etc/passwd.safetensors"}})
+            ),
+            "not a plain .safetensors file name",
+        ),
+        (
+            lambda root: write_safetensors(root / "model-00002-of-00002.safetensors", {"x": ("F32", [4])}, header_len=2**40),
+            "past the file size",
+        ),
+        (
+            lambda root: (root / "model-00001-of-00002.safetensors").write_bytes(
+                struct.pack("<Q", 100)
+                + json.dumps({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 10**9]}}).encode().ljust(100)
+            ),
+            "offsets outside the file",
+        ),
+    ],
+)
 def test_hostile_hf_folders(tmp_path: Path, mutate: Callable[[Path], Any], message: str) -> None:
     root = hf_folder(tmp_path / "m")
     mutate(root)

@@ -43,26 +43,52 @@ class OneGpuNVML:
             raise _NVMLError("Driver Not Loaded")
         self.inits += 1
 
-    def nvmlShutdown(self) -> None: self.shutdowns += 1
-    def nvmlSystemGetDriverVersion(self) -> str: return "550.120"
-    def nvmlSystemGetCudaDriverVersion(self) -> int: return 12040
-    def nvmlDeviceGetCount(self) -> int: return 1
+    def nvmlShutdown(self) -> None:
+        self.shutdowns += 1
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "550.120"
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return 12040
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 1
 
     def nvmlDeviceGetHandleByIndex(self, i: int) -> str:
         self.lookups += 1
         return f"gpu{i}"
 
-    def nvmlDeviceGetName(self, h: str) -> bytes: return b"NVIDIA L4"
-    def nvmlDeviceGetUUID(self, h: str) -> str: return "GPU-aaa"
+    def nvmlDeviceGetName(self, h: str) -> bytes:
+        return b"NVIDIA L4"
+
+    def nvmlDeviceGetUUID(self, h: str) -> str:
+        return "GPU-aaa"
+
     def nvmlDeviceGetMemoryInfo(self, h: str) -> SimpleNamespace:
         return SimpleNamespace(total=23034 * MiB, free=22000 * MiB, used=1034 * MiB)
-    def nvmlDeviceGetCudaComputeCapability(self, h: str) -> tuple[int, int]: return (8, 9)
-    def nvmlDeviceGetUtilizationRates(self, h: str) -> SimpleNamespace: return SimpleNamespace(gpu=7)
-    def nvmlDeviceGetPowerUsage(self, h: str) -> int: return 16500
-    def nvmlDeviceGetEnforcedPowerLimit(self, h: str) -> int: return 72000
-    def nvmlDeviceGetTemperature(self, h: str, sensor: int) -> int: return 41
-    def nvmlDeviceGetMigMode(self, h: str) -> tuple[int, int]: raise _NVMLError("not supported")
-    def nvmlDeviceGetTotalEnergyConsumption(self, h: str) -> int: return 5_000_000
+
+    def nvmlDeviceGetCudaComputeCapability(self, h: str) -> tuple[int, int]:
+        return (8, 9)
+
+    def nvmlDeviceGetUtilizationRates(self, h: str) -> SimpleNamespace:
+        return SimpleNamespace(gpu=7)
+
+    def nvmlDeviceGetPowerUsage(self, h: str) -> int:
+        return 16500
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: str) -> int:
+        return 72000
+
+    def nvmlDeviceGetTemperature(self, h: str, sensor: int) -> int:
+        return 41
+
+    def nvmlDeviceGetMigMode(self, h: str) -> tuple[int, int]:
+        raise _NVMLError("not supported")
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: str) -> int:
+        return 5_000_000
+
     def nvmlDeviceGetComputeRunningProcesses(self, h: str) -> list[SimpleNamespace]:
         return [SimpleNamespace(pid=os.getpid(), usedGpuMemory=512 * MiB)]
 

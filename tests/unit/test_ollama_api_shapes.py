@@ -36,10 +36,24 @@ def test_api_errors_are_ollama_shaped_and_v1_errors_stay_openai_shaped():
 
 
 def _info(**facts) -> VariantInfo:
-    return VariantInfo(id=1, name="gemma-3-270m:q4_k_m", family="gemma-3-270m", variant="q4_k_m", format="gguf",
-                       quantization="q4_k_m", path="x", size_bytes=253_000_000, sha256="ab" * 32, status="ready", source=None,
-                       parent=None, facts={"architecture": "gemma3", "parameter_count": 268_098_176, "context_length": 32768,
-                                           "n_layer": 18, **facts}, is_default=True, pinned=False, created_at=1_767_225_600.0)
+    return VariantInfo(
+        id=1,
+        name="gemma-3-270m:q4_k_m",
+        family="gemma-3-270m",
+        variant="q4_k_m",
+        format="gguf",
+        quantization="q4_k_m",
+        path="x",
+        size_bytes=253_000_000,
+        sha256="ab" * 32,
+        status="ready",
+        source=None,
+        parent=None,
+        facts={"architecture": "gemma3", "parameter_count": 268_098_176, "context_length": 32768, "n_layer": 18, **facts},
+        is_default=True,
+        pinned=False,
+        created_at=1_767_225_600.0,
+    )
 
 
 def test_parameter_sizes_read_like_ollama():
@@ -49,8 +63,14 @@ def test_parameter_sizes_read_like_ollama():
 def test_tag_entry_and_show():
     entry = views.tag_entry("default", _info())
     assert entry["name"] == "default" and entry["modified_at"] == "2026-01-01T00:00:00Z" and entry["digest"] == "ab" * 32
-    assert entry["details"] == {"parent_model": "", "format": "gguf", "family": "gemma3", "families": ["gemma3"],
-                                "parameter_size": "268.1M", "quantization_level": "Q4_K_M"}
+    assert entry["details"] == {
+        "parent_model": "",
+        "format": "gguf",
+        "family": "gemma3",
+        "families": ["gemma3"],
+        "parameter_size": "268.1M",
+        "quantization_level": "Q4_K_M",
+    }
     shown = views.show(_info(chat_template="{% if tools %}{{ tools }}{% endif %}"))
     assert shown["model_info"]["gemma3.context_length"] == 32768 and shown["model_info"]["gemma3.block_count"] == 18
     assert shown["capabilities"] == ["completion", "embedding", "tools"]

@@ -20,9 +20,24 @@ def generate(**fields):
 
 
 def test_options_map_to_sampling_fields():
-    body = t.chat_request(chat(options={"temperature": 0.2, "top_p": 0.9, "top_k": 20, "min_p": 0.05, "seed": 7,
-                                        "num_predict": 12, "stop": ["\n"], "repeat_penalty": 1.1, "presence_penalty": 0.5,
-                                        "frequency_penalty": 0.25, "num_ctx": 8192, "num_thread": 4}))
+    body = t.chat_request(
+        chat(
+            options={
+                "temperature": 0.2,
+                "top_p": 0.9,
+                "top_k": 20,
+                "min_p": 0.05,
+                "seed": 7,
+                "num_predict": 12,
+                "stop": ["\n"],
+                "repeat_penalty": 1.1,
+                "presence_penalty": 0.5,
+                "frequency_penalty": 0.25,
+                "num_ctx": 8192,
+                "num_thread": 4,
+            }
+        )
+    )
     assert (body.temperature, body.top_p, body.top_k, body.min_p, body.seed) == (0.2, 0.9, 20, 0.05, 7)
     assert body.max_tokens == 12 and body.stop == ["\n"]
     assert (body.repeat_penalty, body.presence_penalty, body.frequency_penalty) == (1.1, 0.5, 0.25)
@@ -80,9 +95,14 @@ def test_images_and_logprobs_are_refused():
 def test_tool_history_gets_ids_that_pair_calls_with_answers():
     messages = [
         {"role": "user", "content": "Weather in Paris and Oslo?"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"function": {"name": "weather", "arguments": {"city": "Paris"}}},
-            {"function": {"name": "time", "arguments": {"city": "Oslo"}}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"function": {"name": "weather", "arguments": {"city": "Paris"}}},
+                {"function": {"name": "time", "arguments": {"city": "Oslo"}}},
+            ],
+        },
         {"role": "tool", "tool_name": "time", "content": "10:00"},
         {"role": "tool", "tool_name": "weather", "content": "sunny"},
     ]
@@ -110,10 +130,17 @@ def test_raw_generate_is_a_completion_without_openai_default_cap():
     assert t.generate_request(generate(raw=True, options={"num_predict": 3})).max_tokens == 3
 
 
-@pytest.mark.parametrize("fields, param", [
-    ({"template": "{{ .Prompt }}"}, "template"), ({"suffix": "end"}, "suffix"), ({"context": [1, 2]}, "context"),
-    ({"images": ["aGk="]}, "images"), ({"raw": True, "system": "x"}, "system"), ({"raw": True, "think": True}, "think"),
-])
+@pytest.mark.parametrize(
+    "fields, param",
+    [
+        ({"template": "{{ .Prompt }}"}, "template"),
+        ({"suffix": "end"}, "suffix"),
+        ({"context": [1, 2]}, "context"),
+        ({"images": ["aGk="]}, "images"),
+        ({"raw": True, "system": "x"}, "system"),
+        ({"raw": True, "think": True}, "think"),
+    ],
+)
 def test_generate_refusals_name_the_field(fields, param):
     with pytest.raises(BadRequest) as info:
         t.generate_request(generate(**fields))
@@ -129,13 +156,34 @@ def test_embed_requests():
 
 
 # Answers as the engines give them (OpenAI's shapes), recorded.
-CHAT_ANSWER = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gemma-3-270m:q4_k_m",
-               "choices": [{"index": 0, "message": {"role": "assistant", "content": "Blue."}, "finish_reason": "stop"}],
-               "usage": {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}}
-TOOL_ANSWER = {"id": "chatcmpl-2", "object": "chat.completion", "created": 1, "model": "m",
-               "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": None, "tool_calls": [
-                   {"id": "call_abc", "type": "function", "function": {"name": "weather", "arguments": "{\"city\": \"Paris\"}"}}]}}],
-               "usage": {"prompt_tokens": 40, "completion_tokens": 9, "total_tokens": 49}}
+CHAT_ANSWER = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "gemma-3-270m:q4_k_m",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Blue."}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14},
+}
+TOOL_ANSWER = {
+    "id": "chatcmpl-2",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "m",
+    "choices": [
+        {
+            "index": 0,
+            "finish_reason": "tool_calls",
+            "message": {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "call_abc", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
+                ],
+            },
+        }
+    ],
+    "usage": {"prompt_tokens": 40, "completion_tokens": 9, "total_tokens": 49},
+}
 TOOL_STREAM = [
     b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":null,'
     b'"tool_calls":[{"index":0,"id":"call_abc","type":"function","function":{"name":"weather","arguments":""}}]},"finish_reason":null}]}',
@@ -168,7 +216,9 @@ def test_chat_answer_has_ollama_counts_and_durations():
 
 def test_tool_calls_come_back_with_object_arguments():
     out = t.chat_answer(TOOL_ANSWER, "m", t.Timings(total=1))
-    assert out["message"]["tool_calls"] == [{"id": "call_abc", "function": {"index": 0, "name": "weather", "arguments": {"city": "Paris"}}}]
+    assert out["message"]["tool_calls"] == [
+        {"id": "call_abc", "function": {"index": 0, "name": "weather", "arguments": {"city": "Paris"}}}
+    ]
     assert out["done_reason"] == "stop" and out["message"]["content"] == ""
 
 
@@ -216,7 +266,10 @@ def test_engine_error_mid_stream_ends_with_an_error_object():
 
 
 def test_embed_answers():
-    result = {"data": [{"index": 1, "embedding": [0.0, 1.0]}, {"index": 0, "embedding": [1.0, 0.0]}], "usage": {"prompt_tokens": 4}}
+    result = {
+        "data": [{"index": 1, "embedding": [0.0, 1.0]}, {"index": 0, "embedding": [1.0, 0.0]}],
+        "usage": {"prompt_tokens": 4},
+    }
     out = t.embed_answer(result, "m", t.Timings(total=5))
     assert out["embeddings"] == [[1.0, 0.0], [0.0, 1.0]] and out["prompt_eval_count"] == 4
     assert t.embeddings_answer(result) == {"embedding": [1.0, 0.0]}

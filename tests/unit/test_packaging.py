@@ -4,8 +4,13 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-MAPPING = {"appliance": "appliance", "appliance.drivers": "drivers", "appliance.webui": "webui", "appliance.catalog": "models",
-           "appliance.systemd": "systemd"}
+MAPPING = {
+    "appliance": "appliance",
+    "appliance.drivers": "drivers",
+    "appliance.webui": "webui",
+    "appliance.catalog": "models",
+    "appliance.systemd": "systemd",
+}
 DATA_ONLY = {"appliance.systemd"}  # the unit file's folder: package data, no modules
 
 

@@ -51,7 +51,15 @@ def variants(family: str) -> list[Variant]:
     data = json.loads((FIXTURES / "models" / f"{family}.json").read_text())
     facts = ModelFacts.from_dict(data["facts"])
     return [
-        Variant(family, v["name"], v["format"], v["quantization"], v["size_bytes"], replace(facts, format=v["format"]), f"{family}/{v['name']}")
+        Variant(
+            family,
+            v["name"],
+            v["format"],
+            v["quantization"],
+            v["size_bytes"],
+            replace(facts, format=v["format"]),
+            f"{family}/{v['name']}",
+        )
         for v in data["variants"]
     ]
 
@@ -79,7 +87,6 @@ EXPECTED = {
     ("cpu_2core_24g", "qwen2.5-32b"): ("q4_k_m", 0, ("cpu",)),
     # Q4_K_M 28_446_611_776 > 23.6e9: refuse.
     ("cpu_2core_24g", "mixtral-8x7b"): None,
-
     # RTX 4090: free = (24564-490) MiB = 25_243_418_624; usable = 24_169_676_800
     ("nvidia_rtx4090_24g", "gemma-3-270m"): ("f16", -1, ("cuda:0",)),  # 542.8e6+151.0e6+539.5e6+536.9e6 = 1.77e9
     ("nvidia_rtx4090_24g", "llama-3.2-1b"): ("f16", -1, ("cuda:0",)),  # 2_479_595_616+268_435_456+271_056_896+536_870_912
@@ -102,7 +109,6 @@ EXPECTED = {
     # Q5_K_M: 1_032_528_772 + 33_554_432 = 1_066_083_204 -> floor(21.93) = 21 = 65.6%; host (11 layers)
     # 186_506_419 + 11*1_032_528_772 + 11*33_554_432 + 207_746_048 + 82_714_624 = 12.2e9 fits.
     ("nvidia_rtx4090_24g", "mixtral-8x7b"): ("q5_k_m", 21, ("cuda:0",)),
-
     # L4: free = 23034 MiB = 24_152_899_584; usable = 23_079_157_760; RAM usable = 31e9 - 1 GiB
     ("nvidia_l4_24g", "gemma-3-270m"): ("f16", -1, ("cuda:0",)),
     ("nvidia_l4_24g", "llama-3.2-1b"): ("f16", -1, ("cuda:0",)),
@@ -118,7 +124,6 @@ EXPECTED = {
     # Room 22_290_628_608: Q8_0 14 layers (43.75%; host 18 layers = 28.93e9 <= 29.93e9, fits but < half);
     # Q5_K_M floor(22_290_628_608 / 1_066_083_204 = 20.9) = 20 = 62.5% -> chosen.
     ("nvidia_l4_24g", "mixtral-8x7b"): ("q5_k_m", 20, ("cuda:0",)),
-
     # 2x RTX 3060: free (12288-300) MiB = 12_570_329_088 each; usable 11_496_587_264; RAM usable 27.9e9
     ("nvidia_2x3060_12g", "gemma-3-270m"): ("f16", -1, ("cuda:0",)),
     ("nvidia_2x3060_12g", "llama-3.2-1b"): ("f16", -1, ("cuda:0",)),  # 3_555_958_880 on GPU0
@@ -141,7 +146,6 @@ EXPECTED = {
     # Q8_0: floor(10_708_058_112 / 1_575_608_200) = 6 each (37.5%), host 20 layers = 30.8e9: no.
     # Q5_K_M: floor(10.04) = 10 each = 20/32 = 62.5%; host 13.3e9 fits.
     ("nvidia_2x3060_12g", "mixtral-8x7b"): ("q5_k_m", 20, ("cuda:0", "cuda:1")),
-
     # 8x H100: free (81559-500) MiB = 84_996_112_384; usable 83_922_370_560. One GPU is enough for all.
     ("nvidia_8xh100_80g", "gemma-3-270m"): ("f16", -1, ("cuda:0",)),
     ("nvidia_8xh100_80g", "llama-3.2-1b"): ("f16", -1, ("cuda:0",)),
@@ -152,7 +156,6 @@ EXPECTED = {
     ("nvidia_8xh100_80g", "qwen2.5-7b"): ("f16", -1, ("cuda:0",)),
     ("nvidia_8xh100_80g", "qwen2.5-32b"): ("q8_0", -1, ("cuda:0",)),  # 34.8e9 + 2.1e9 + ... < 83.9e9
     ("nvidia_8xh100_80g", "mixtral-8x7b"): ("q8_0", -1, ("cuda:0",)),  # 49.6e9 + 1.07e9 + ... < 83.9e9
-
     # MI300X (ROCm): free (196592-284) MiB = 205_843_,... ~205.8e9: everything's best GGUF on rocm:0.
     ("amd_mi300x_192g", "gemma-3-270m"): ("f16", -1, ("rocm:0",)),
     ("amd_mi300x_192g", "llama-3.2-1b"): ("f16", -1, ("rocm:0",)),
@@ -162,7 +165,6 @@ EXPECTED = {
     ("amd_mi300x_192g", "qwen2.5-7b"): ("f16", -1, ("rocm:0",)),
     ("amd_mi300x_192g", "qwen2.5-32b"): ("q8_0", -1, ("rocm:0",)),
     ("amd_mi300x_192g", "mixtral-8x7b"): ("q8_0", -1, ("rocm:0",)),
-
     # T4: free 15360 MiB = 16_106_127_360; usable 15_032_385_536; RAM usable 14e9 - 1 GiB = 12_926_258_176
     ("nvidia_t4_16g", "gemma-3-270m"): ("f16", -1, ("cuda:0",)),
     ("nvidia_t4_16g", "llama-3.2-1b"): ("f16", -1, ("cuda:0",)),  # 3_555_958_880

@@ -15,7 +15,13 @@ import pytest
 from appliance.db import engine as dbmod
 from appliance.hardware.snapshot import GpuInfo
 from appliance.hardware.units import GiB
-from appliance.planner.calibration import DecodeSpeed, decode_speed_from_stats, load_calibrations, record_decode_speed, record_load
+from appliance.planner.calibration import (
+    DecodeSpeed,
+    decode_speed_from_stats,
+    load_calibrations,
+    record_decode_speed,
+    record_load,
+)
 from appliance.planner.plan import CalibrationPoint, Plan, Preferences, plan, plan_all
 from appliance.planner.speed import UNKNOWN_GPU, gpu_spec
 from tests.unit.test_planner import machine, variants
@@ -69,8 +75,10 @@ def test_more_streams_share_the_engine() -> None:
 
 
 def test_faster_machines_decode_faster() -> None:
-    speeds = [planned(box, "llama-3.1-8b", min_decode_tps=0, only="q4_k_m").decode_tps
-              for box in ("cpu_2core_24g", "nvidia_l4_24g", "nvidia_rtx4090_24g", "nvidia_8xh100_80g")]
+    speeds = [
+        planned(box, "llama-3.1-8b", min_decode_tps=0, only="q4_k_m").decode_tps
+        for box in ("cpu_2core_24g", "nvidia_l4_24g", "nvidia_rtx4090_24g", "nvidia_8xh100_80g")
+    ]
     assert speeds == sorted(speeds) and speeds[0] < 10 < speeds[1]
 
 
@@ -84,8 +92,14 @@ def test_a_partial_offload_is_slowed_by_its_cpu_layers() -> None:
 
 
 def test_gpu_table_knows_the_fixture_machines() -> None:
-    for box, bandwidth in (("nvidia_8xh100_80g", 3350), ("nvidia_l4_24g", 300), ("nvidia_t4_16g", 320),
-                           ("nvidia_rtx4090_24g", 1008), ("nvidia_2x3060_12g", 360), ("amd_mi300x_192g", 5300)):
+    for box, bandwidth in (
+        ("nvidia_8xh100_80g", 3350),
+        ("nvidia_l4_24g", 300),
+        ("nvidia_t4_16g", 320),
+        ("nvidia_rtx4090_24g", 1008),
+        ("nvidia_2x3060_12g", 360),
+        ("amd_mi300x_192g", 5300),
+    ):
         assert gpu_spec(machine(box).gpus[0])[0] == bandwidth
     odd = GpuInfo(index=0, vendor="nvidia", name="Imaginary X1", memory_total=1, memory_free=1, memory_used=0)
     assert gpu_spec(odd) == UNKNOWN_GPU
@@ -102,8 +116,9 @@ def test_a_measured_cpu_bandwidth_replaces_the_per_core_figure() -> None:
 
 def test_measured_speeds_correct_the_estimate() -> None:
     base = planned("cpu_2core_24g", "llama-3.2-1b", min_decode_tps=0)
-    own = CalibrationPoint("llama-3.2-1b:f16", "llamacpp", 8192, 0, 0, estimated_decode_tps=7.65,
-                           measured_decode_tps=15.3, decode_streams=1)
+    own = CalibrationPoint(
+        "llama-3.2-1b:f16", "llamacpp", 8192, 0, 0, estimated_decode_tps=7.65, measured_decode_tps=15.3, decode_streams=1
+    )
     p = plan(machine("cpu_2core_24g"), variants("llama-3.2-1b"), replace(PREFS, min_decode_tps=10), [own])
     assert isinstance(p, Plan)
     assert p.variant == "f16" and p.speed_correction == pytest.approx(2.0)  # measured twice as fast: F16 meets the floor

@@ -30,8 +30,18 @@ def machine(name: str) -> HardwareSnapshot:
 def variants(family: str) -> list[Variant]:
     data = json.loads((FIXTURES / "models" / f"{family}.json").read_text())
     facts = ModelFacts.from_dict(data["facts"])
-    return [Variant(family, v["name"], v["format"], v["quantization"], v["size_bytes"], replace(facts, format=v["format"]),
-                    f"{family}/{v['name']}") for v in data["variants"]]
+    return [
+        Variant(
+            family,
+            v["name"],
+            v["format"],
+            v["quantization"],
+            v["size_bytes"],
+            replace(facts, format=v["format"]),
+            f"{family}/{v['name']}",
+        )
+        for v in data["variants"]
+    ]
 
 
 def test_l4_runs_llama_8b_bf16_on_vllm() -> None:
@@ -121,9 +131,19 @@ def test_mig_instances_are_used_alone() -> None:
     box = machine("nvidia_8xh100_80g")
     parent = box.gpus[0]
     migs = tuple(
-        GpuInfo(index=0, vendor="nvidia", name="H100 MIG 3g.40gb", memory_total=40960 * MiB, memory_free=40000 * MiB,
-                memory_used=960 * MiB, uuid=f"MIG-0000000{i}-aaaa-bbbb-cccc-dddddddddddd", compute_capability=parent.compute_capability,
-                mig_enabled=True, mig_instance=True, mig_slot=i)
+        GpuInfo(
+            index=0,
+            vendor="nvidia",
+            name="H100 MIG 3g.40gb",
+            memory_total=40960 * MiB,
+            memory_free=40000 * MiB,
+            memory_used=960 * MiB,
+            uuid=f"MIG-0000000{i}-aaaa-bbbb-cccc-dddddddddddd",
+            compute_capability=parent.compute_capability,
+            mig_enabled=True,
+            mig_instance=True,
+            mig_slot=i,
+        )
         for i in range(2)
     )
     p = plan(replace(box, gpus=migs), variants("llama-3.1-70b"), VLLM)

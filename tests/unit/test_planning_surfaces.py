@@ -11,12 +11,12 @@ import pytest
 from click.testing import CliRunner
 from litestar.testing import TestClient
 
-from appliance.errors import ApplianceError
 from appliance.api.errors import handle_appliance_error
-from appliance.modelfacts import ModelFacts
 from appliance.api.planning import PlanningController
-from appliance.settings import load_settings
 from appliance.db.engine import make_engine, migrate
+from appliance.errors import ApplianceError
+from appliance.modelfacts import ModelFacts
+from appliance.settings import load_settings
 from appliance.store.store import ModelStore
 from tests.appkit import local_admin_app
 
@@ -40,8 +40,14 @@ def tiny_gguf(path: Path) -> Path:
     import gguf
 
     w = gguf.GGUFWriter(str(path), "llama")
-    for add, value in ((w.add_block_count, 2), (w.add_context_length, 4096), (w.add_embedding_length, 64),
-                       (w.add_feed_forward_length, 128), (w.add_head_count, 4), (w.add_head_count_kv, 2)):
+    for add, value in (
+        (w.add_block_count, 2),
+        (w.add_context_length, 4096),
+        (w.add_embedding_length, 64),
+        (w.add_feed_forward_length, 128),
+        (w.add_head_count, 4),
+        (w.add_head_count_kv, 2),
+    ):
         add(value)
     w.add_file_type(1)
     w.add_tokenizer_model("llama")
@@ -117,8 +123,9 @@ def client(tmp_path: Path, store: object | None = None) -> TestClient:
     settings = load_settings(data_dir=tmp_path / "data")
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     migrate(settings.db_path)
-    services = SimpleNamespace(settings=settings, store=store or ModelStore(settings, make_engine(settings.db_path)),
-                               db=make_engine(settings.db_path))
+    services = SimpleNamespace(
+        settings=settings, store=store or ModelStore(settings, make_engine(settings.db_path)), db=make_engine(settings.db_path)
+    )
     app = local_admin_app([PlanningController], services, exception_handlers={ApplianceError: handle_appliance_error})
     return TestClient(app)
 
@@ -142,12 +149,39 @@ def test_admin_plan_for_a_catalog_model(env: Path) -> None:
 
 
 def test_admin_plan_prefers_installed_variants(env: Path) -> None:
-    facts = ModelFacts(format="gguf", architecture="llama", n_layer=2, n_embd=64, n_head=4, n_head_kv=2, head_dim=16,
-                       context_length=4096, n_ff=128, n_vocab=32, file_type="F16")
-    info = SimpleNamespace(family="tiny", variant="f16", status="ready", format="gguf", quantization="F16", size_bytes=10_000,
-                           model_facts=facts, path="tiny/f16/tiny.gguf")
-    broken = SimpleNamespace(family="tiny", variant="q4", status="corrupt", format="gguf", quantization="Q4_K_M", size_bytes=1,
-                             model_facts=facts, path="x")
+    facts = ModelFacts(
+        format="gguf",
+        architecture="llama",
+        n_layer=2,
+        n_embd=64,
+        n_head=4,
+        n_head_kv=2,
+        head_dim=16,
+        context_length=4096,
+        n_ff=128,
+        n_vocab=32,
+        file_type="F16",
+    )
+    info = SimpleNamespace(
+        family="tiny",
+        variant="f16",
+        status="ready",
+        format="gguf",
+        quantization="F16",
+        size_bytes=10_000,
+        model_facts=facts,
+        path="tiny/f16/tiny.gguf",
+    )
+    broken = SimpleNamespace(
+        family="tiny",
+        variant="q4",
+        status="corrupt",
+        format="gguf",
+        quantization="Q4_K_M",
+        size_bytes=1,
+        model_facts=facts,
+        path="x",
+    )
     store = ListedStore([info, broken])
     with client(env, store) as c:
         body = c.get("/admin/plan", params={"model": "tiny"}).json()
@@ -155,12 +189,15 @@ def test_admin_plan_prefers_installed_variants(env: Path) -> None:
     assert [r["variant"] for r in body["rows"]] == ["f16"]
 
 
-@pytest.mark.parametrize(("params", "status"), [
-    ({"model": "../../etc/passwd"}, 400),
-    ({"model": "gemma-3-270m", "ctx": 0}, 400),
-    ({"model": "gemma-3-270m", "parallel": 100000}, 400),
-    ({"model": "no-such-model"}, 404),
-])
+@pytest.mark.parametrize(
+    ("params", "status"),
+    [
+        ({"model": "../../etc/passwd"}, 400),
+        ({"model": "gemma-3-270m", "ctx": 0}, 400),
+        ({"model": "gemma-3-270m", "parallel": 100000}, 400),
+        ({"model": "no-such-model"}, 404),
+    ],
+)
 def test_admin_plan_bad_requests(env: Path, params: dict, status: int) -> None:
     with client(env) as c:
         r = c.get("/admin/plan", params=params)

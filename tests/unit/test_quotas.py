@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from appliance.accounts.keys import Principal
 from appliance.errors import QuotaExceeded, RateLimited
+from appliance.metering.admin import QuotaService
 from appliance.metering.meter import Meter
 from appliance.metering.pricing import PriceBook, Rate, cost_of
-from appliance.metering.admin import QuotaService
 from appliance.metering.quotas import completion_cap, format_duration, month_bounds
 from tests.meterkit import T0, add_key, add_team, rows, set_price, set_quota, settings
 
@@ -24,12 +24,20 @@ def admit(meter, principal, rid, tokens=100, **kw):
 
 
 async def settle(meter, admission, prompt=10, completion=20, **kw):
-    return await meter.settle(admission, model=kw.pop("model", "m"), prompt_tokens=prompt, completion_tokens=completion, **{**SETTLE, **kw})
+    return await meter.settle(
+        admission, model=kw.pop("model", "m"), prompt_tokens=prompt, completion_tokens=completion, **{**SETTLE, **kw}
+    )
 
 
 def counter(db, subject_type, subject_id, dimension):
-    found = rows(db, "SELECT limit_value, spent, reserved FROM quota_counters WHERE subject_type = ? AND subject_id = ? AND dimension = ?"
-                 " ORDER BY window_start DESC", subject_type, subject_id, dimension)
+    found = rows(
+        db,
+        "SELECT limit_value, spent, reserved FROM quota_counters WHERE subject_type = ? AND subject_id = ? AND dimension = ?"
+        " ORDER BY window_start DESC",
+        subject_type,
+        subject_id,
+        dimension,
+    )
     return found[0] if found else None
 
 
@@ -40,7 +48,9 @@ async def test_no_quota_writes_nothing_at_admission(meter, db):
     assert rows(db, "SELECT count(*) FROM reservations") == [(0,)]
     assert rows(db, "SELECT count(*) FROM quota_counters") == [(0,)]
     await settle(meter, a)
-    assert rows(db, "SELECT request_id, key_id, prompt_tokens, completion_tokens, status FROM usage") == [("r1", key.id, 10, 20, 200)]
+    assert rows(db, "SELECT request_id, key_id, prompt_tokens, completion_tokens, status FROM usage") == [
+        ("r1", key.id, 10, 20, 200)
+    ]
 
 
 async def test_requests_per_minute_refuses_with_openai_headers(meter, db, clock):
@@ -105,7 +115,11 @@ async def test_max_concurrent_is_released_at_settle_and_release(meter, db):
     await meter.release(b, status=499, model="m", completion_tokens=3)
     await meter.release(c, status=503, model="m")
     assert counter(db, "key", key.id, "max_concurrent") == (2.0, 0.0, 0.0)
-    assert rows(db, "SELECT request_id, status, completion_tokens FROM usage ORDER BY id") == [("a", 200, 20), ("b", 499, 3), ("c", 503, 0)]
+    assert rows(db, "SELECT request_id, status, completion_tokens FROM usage ORDER BY id") == [
+        ("a", 200, 20),
+        ("b", 499, 3),
+        ("c", 503, 0),
+    ]
 
 
 async def test_cost_budget_reserves_at_the_highest_rate_and_charges_the_real_cost(meter, db):
@@ -245,7 +259,9 @@ def test_price_lookup_order():
     assert book.rate("other") == Rate(9, 9, 9)
     assert book.highest_rate("fam") == 2
     assert PriceBook(lambda: []).rate("x") == Rate()
-    assert cost_of(Rate(1, 2, 0.5), prompt_tokens=10, completion_tokens=5, cached_tokens=99, cache_hit=False) == pytest.approx((10 * 0.5 + 10) / 1e6)
+    assert cost_of(Rate(1, 2, 0.5), prompt_tokens=10, completion_tokens=5, cached_tokens=99, cache_hit=False) == pytest.approx(
+        (10 * 0.5 + 10) / 1e6
+    )
 
 
 def test_windows_and_durations():
@@ -264,7 +280,11 @@ async def test_prune_counters_keeps_running_windows(meter, db, clock):
     await settle(meter, admit(meter, key, "new"))
     assert meter.prune_counters() == 1  # the minute window two hours ago
     assert sorted(d for (d,) in rows(db, "SELECT dimension FROM quota_counters")) == [
-        "cost_per_month", "max_concurrent", "requests_per_minute", "tokens_per_day"]
+        "cost_per_month",
+        "max_concurrent",
+        "requests_per_minute",
+        "tokens_per_day",
+    ]
 
 
 async def test_settle_after_stop_is_still_written(tmp_path, db, clock):
@@ -301,7 +321,9 @@ def test_completion_cap_is_the_largest_that_fits_every_counter(prompt, requested
 
 
 def capped(meter, principal, rid, prompt=10, max_tokens=None, model="m"):
-    return meter.admit_now(principal, request_id=rid, endpoint="chat", model=model, estimated_tokens=prompt, cap=True, max_tokens=max_tokens)
+    return meter.admit_now(
+        principal, request_id=rid, endpoint="chat", model=model, estimated_tokens=prompt, cap=True, max_tokens=max_tokens
+    )
 
 
 async def test_cap_reserves_prompt_plus_the_allowance_left_and_shares_it_exactly(meter, db):

@@ -17,16 +17,27 @@ def _chunk(delta=None, finish=None, **extra):
 
 USAGE = {**BASE, "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}}
 # The llama.cpp engine's stream for a short answer: role chunk, text chunks, finish chunk, usage chunk.
-TEXT_STREAM = [_chunk({"role": "assistant", "content": ""}), _chunk({"content": "Hel"}), _chunk({"content": "lo"}),
-               _chunk({"content": "!"}), _chunk(finish="stop"), USAGE]
+TEXT_STREAM = [
+    _chunk({"role": "assistant", "content": ""}),
+    _chunk({"content": "Hel"}),
+    _chunk({"content": "lo"}),
+    _chunk({"content": "!"}),
+    _chunk(finish="stop"),
+    USAGE,
+]
 # OpenAI's (and vLLM's) shape of a streamed answer with text and two tool calls.
 TOOL_STREAM = [
     _chunk({"role": "assistant", "content": "Checking."}),
-    _chunk({"tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]}),
-    _chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\": "}}]}),
-    _chunk({"tool_calls": [{"index": 0, "function": {"arguments": "\"Paris\"}"}}]}),
-    _chunk({"tool_calls": [{"index": 1, "id": "call_b", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]}),
-    _chunk(finish="tool_calls"), USAGE,
+    _chunk(
+        {"tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]}
+    ),
+    _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]}),
+    _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}),
+    _chunk(
+        {"tool_calls": [{"index": 1, "id": "call_b", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]}
+    ),
+    _chunk(finish="tool_calls"),
+    USAGE,
 ]
 
 
@@ -48,9 +59,18 @@ def _run(stream, **fields):
 def test_a_text_stream_gives_openais_events_in_order_numbered_from_zero():
     _, events = _run(TEXT_STREAM)
     assert [e["type"] for e in events] == [
-        "response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
-        "response.output_text.delta", "response.output_text.delta", "response.output_text.delta", "response.output_text.done",
-        "response.content_part.done", "response.output_item.done", "response.completed"]
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.delta",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert events[0]["response"]["status"] == "in_progress" and events[0]["response"]["output"] == []
     added = events[2]
@@ -70,18 +90,30 @@ def test_tool_call_deltas_become_function_call_items_after_the_text():
     translator, events = _run(TOOL_STREAM)
     types = [e["type"] for e in events]
     assert types == [
-        "response.created", "response.in_progress",
-        "response.output_item.added", "response.content_part.added", "response.output_text.delta",
-        "response.output_text.done", "response.content_part.done", "response.output_item.done",
-        "response.output_item.added", "response.function_call_arguments.delta", "response.function_call_arguments.delta",
-        "response.function_call_arguments.done", "response.output_item.done",
-        "response.output_item.added", "response.function_call_arguments.delta", "response.function_call_arguments.done",
-        "response.output_item.done", "response.completed"]
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.output_item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.output_item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
     first_call = events[8]
     assert first_call["output_index"] == 1 and first_call["item"]["type"] == "function_call"
     assert first_call["item"]["name"] == "get_weather" and first_call["item"]["call_id"] == "call_a"
     assert first_call["item"]["id"].startswith("fc_")
-    assert events[11]["arguments"] == "{\"city\": \"Paris\"}" and events[11]["item_id"] == first_call["item"]["id"]
+    assert events[11]["arguments"] == '{"city": "Paris"}' and events[11]["item_id"] == first_call["item"]["id"]
     output = events[-1]["response"]["output"]
     assert [item["type"] for item in output] == ["message", "function_call", "function_call"]
     assert (output[2]["name"], output[2]["arguments"], output[2]["call_id"]) == ("get_time", "{}", "call_b")
@@ -103,8 +135,14 @@ def test_an_empty_answer_is_an_empty_message_as_in_a_plain_response():
 
 
 def test_an_error_mid_stream_ends_with_error_and_response_failed():
-    error = {"error": {"message": "The engine serving `m` stopped mid-stream.", "type": "server_error", "param": None,
-                       "code": "engine_unavailable"}}
+    error = {
+        "error": {
+            "message": "The engine serving `m` stopped mid-stream.",
+            "type": "server_error",
+            "param": None,
+            "code": "engine_unavailable",
+        }
+    }
     translator, events = _run([_chunk({"content": "Par"}), error])
     assert [e["type"] for e in events][-2:] == ["error", "response.failed"]
     assert events[-2]["code"] == "engine_unavailable" and "stopped" in events[-2]["message"]
@@ -122,14 +160,29 @@ def test_events_are_sent_named_by_type():
 
 
 def test_reasoning_deltas_become_a_reasoning_item_before_the_message():
-    stream = [_chunk({"role": "assistant", "content": ""}), _chunk({"reasoning_content": "The user "}),
-              _chunk({"reasoning_content": "greets."}), _chunk({"content": "Hi!"}), _chunk(finish="stop"), USAGE]
+    stream = [
+        _chunk({"role": "assistant", "content": ""}),
+        _chunk({"reasoning_content": "The user "}),
+        _chunk({"reasoning_content": "greets."}),
+        _chunk({"content": "Hi!"}),
+        _chunk(finish="stop"),
+        USAGE,
+    ]
     _, events = _run(stream)
     assert [e["type"] for e in events][2:] == [
-        "response.output_item.added", "response.reasoning_text.delta", "response.reasoning_text.delta",
-        "response.reasoning_text.done", "response.output_item.done",
-        "response.output_item.added", "response.content_part.added", "response.output_text.delta", "response.output_text.done",
-        "response.content_part.done", "response.output_item.done", "response.completed"]
+        "response.output_item.added",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.done",
+        "response.output_item.done",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
     assert events[2]["item"]["type"] == "reasoning" and events[5]["text"] == "The user greets."
     reasoning, message = events[-1]["response"]["output"]
     assert reasoning["content"] == [{"type": "reasoning_text", "text": "The user greets."}] and reasoning["status"] == "completed"

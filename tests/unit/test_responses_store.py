@@ -13,9 +13,20 @@ ITEMS = [{"type": "message", "role": "user", "content": [{"type": "input_text", 
 
 
 def _response(response_id: str) -> dict:
-    return {"id": response_id, "object": "response", "model": "m", "output": [
-        {"id": "msg_1", "type": "message", "status": "completed", "role": "assistant",
-         "content": [{"type": "output_text", "text": "hello", "annotations": [], "logprobs": []}]}]}
+    return {
+        "id": response_id,
+        "object": "response",
+        "model": "m",
+        "output": [
+            {
+                "id": "msg_1",
+                "type": "message",
+                "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "hello", "annotations": [], "logprobs": []}],
+            }
+        ],
+    }
 
 
 def test_only_the_creating_key_reads_continues_or_deletes(tmp_path):

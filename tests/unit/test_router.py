@@ -58,7 +58,9 @@ def resolve(name: str) -> SimpleNamespace:
 
 def make_router(max_loaded=2, budget_gib=None):
     log: list = []
-    settings = SimpleNamespace(max_loaded_instances=max_loaded, memory_budget_gib=budget_gib, queue_size=4, queue_timeout_seconds=1)
+    settings = SimpleNamespace(
+        max_loaded_instances=max_loaded, memory_budget_gib=budget_gib, queue_size=4, queue_timeout_seconds=1
+    )
     router = Router(settings, make_plan=lambda target: Plan(), make_engine_process=lambda n, p: StandInEngine(n, log))
     return router, log
 
@@ -130,10 +132,15 @@ async def test_the_pre_stop_hook_sees_the_engine_still_running():
         log.append(("hook", instance.name, instance.engine.state))
         raise RuntimeError("stats unreadable")
 
-    router = Router(settings, make_plan=lambda target: Plan(), make_engine_process=lambda n, p: StandInEngine(n, log),
-                    on_stopping=before_stop)
+    router = Router(
+        settings, make_plan=lambda target: Plan(), make_engine_process=lambda n, p: StandInEngine(n, log), on_stopping=before_stop
+    )
     await router.load(resolve("a"))
     await router.load(resolve("b"))  # evicts a
     await router.unload("b:q4")
-    assert [e for e in log if e[0] != "start"] == [("hook", "a:q4", "ready"), ("stop", "a:q4"),
-                                                  ("hook", "b:q4", "ready"), ("stop", "b:q4")]
+    assert [e for e in log if e[0] != "start"] == [
+        ("hook", "a:q4", "ready"),
+        ("stop", "a:q4"),
+        ("hook", "b:q4", "ready"),
+        ("stop", "b:q4"),
+    ]

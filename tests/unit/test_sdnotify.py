@@ -82,7 +82,9 @@ def test_watchdog_withholds_ping_when_database_check_hangs():
     release = threading.Event()
 
     async def scenario():
-        task = asyncio.create_task(watchdog_loop(0.05, lambda: release.wait(5), send=lambda m: pings.append(m) or True, check_timeout=0.05))
+        task = asyncio.create_task(
+            watchdog_loop(0.05, lambda: release.wait(5), send=lambda m: pings.append(m) or True, check_timeout=0.05)
+        )
         await asyncio.sleep(0.3)
         task.cancel()
         release.set()

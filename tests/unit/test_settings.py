@@ -34,7 +34,7 @@ def test_out_of_range_value(monkeypatch):
 
 def test_unknown_toml_key_is_refused(monkeypatch, tmp_path):
     config = tmp_path / "appliance.toml"
-    config.write_text('porrt = 9000\n')
+    config.write_text("porrt = 9000\n")
     monkeypatch.setenv("APPLIANCE_CONFIG", str(config))
     with pytest.raises(ConfigError, match="porrt"):
         load_settings()
@@ -60,4 +60,6 @@ def test_readme_reference_matches_settings():
     text = README.read_text()
     match = re.search(r"<!-- config-reference:start -->\n(.*?)\n<!-- config-reference:end -->", text, re.S)
     assert match, "README lacks the generated configuration reference markers"
-    assert match.group(1).strip() == reference_markdown().strip(), "run `appliancectl config reference` and paste it into the README"
+    assert match.group(1).strip() == reference_markdown().strip(), (
+        "run `appliancectl config reference` and paste it into the README"
+    )

@@ -46,9 +46,13 @@ def test_environment_names_match_without_regard_to_case_as_the_loader_reads_them
 
 def test_priority_follows_the_loader_command_line_then_environment_then_file():
     path = Path("/etc/appliance/appliance.toml")
-    origins = trace_origins(["port", "host", "log_level", "queue_size"], {"port": 1},
-                            {"APPLIANCE_PORT": "2", "APPLIANCE_HOST": "0.0.0.0", "OTHER": "x"},
-                            path, {"port": 3, "host": "::", "log_level": "info"})
+    origins = trace_origins(
+        ["port", "host", "log_level", "queue_size"],
+        {"port": 1},
+        {"APPLIANCE_PORT": "2", "APPLIANCE_HOST": "0.0.0.0", "OTHER": "x"},
+        path,
+        {"port": 3, "host": "::", "log_level": "info"},
+    )
     assert origins == {
         "port": SettingOrigin("command line", "--port"),
         "host": SettingOrigin("environment", "APPLIANCE_HOST"),

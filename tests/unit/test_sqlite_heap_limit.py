@@ -17,8 +17,10 @@ def test_the_pool_s_page_caches_stay_under_the_heap_limit(tmp_path):
     path = tmp_path / "ledger.db"
     with sqlite3.connect(path) as conn:  # ~10 MiB of rows: more than one connection's 2 MiB page cache
         conn.execute("CREATE TABLE usage (id INTEGER PRIMARY KEY, key TEXT, model TEXT, tokens INTEGER, cost REAL)")
-        conn.executemany("INSERT INTO usage (key, model, tokens, cost) VALUES (?, ?, ?, ?)",
-                         [(f"key-{i % 50:03d}-" + "k" * 24, f"model-{i % 3}", i, i * 0.5) for i in range(200_000)])
+        conn.executemany(
+            "INSERT INTO usage (key, model, tokens, cost) VALUES (?, ?, ?, ?)",
+            [(f"key-{i % 50:03d}-" + "k" * 24, f"model-{i % 3}", i, i * 0.5) for i in range(200_000)],
+        )
     engine = make_engine(path)
     try:
         with engine.connect() as first:

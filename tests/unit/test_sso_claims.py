@@ -14,8 +14,14 @@ EXPECTED = Expected(issuer="https://idp.example", client_id="console", nonce="n-
 
 
 def claims(**changes: object) -> dict[str, object]:
-    base: dict[str, object] = {"iss": "https://idp.example", "aud": "console", "sub": "u1", "exp": NOW + 300,
-                               "iat": NOW - 5, "nonce": "n-123"}
+    base: dict[str, object] = {
+        "iss": "https://idp.example",
+        "aud": "console",
+        "sub": "u1",
+        "exp": NOW + 300,
+        "iat": NOW - 5,
+        "nonce": "n-123",
+    }
     base.update(changes)
     return {k: v for k, v in base.items() if v is not None}
 
@@ -106,7 +112,9 @@ def test_state_works_once_for_the_browser_that_started_it_and_expires():
     assert "already used" in refused(lambda: table.take(first.state, first.browser), SignOnStateRefused)
     second = table.begin("/")
     assert "another browser" in refused(lambda: table.take(second.state, "someone-elses-cookie"), SignOnStateRefused)
-    assert "already used" in refused(lambda: table.take(second.state, second.browser), SignOnStateRefused)  # a failed attempt uses it up too
+    assert "already used" in refused(
+        lambda: table.take(second.state, second.browser), SignOnStateRefused
+    )  # a failed attempt uses it up too
     third = table.begin("/")
     now[0] += 601
     assert "expired" in refused(lambda: table.take(third.state, third.browser), SignOnStateRefused)

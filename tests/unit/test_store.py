@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from appliance.store.default_model import seed_default_model
 from appliance.errors import BadRequest, Conflict, ModelNotFound
+from appliance.store.default_model import seed_default_model
 from appliance.store.store import ModelCorrupt, ModelStore, _names_from_filename
 from tests.ggufkit import make_tiny_gguf
 from tests.storekit import make_store, sha256_file

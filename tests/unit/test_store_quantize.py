@@ -41,10 +41,13 @@ def test_quantize_registers_a_loadable_child_variant(store: ModelStore) -> None:
     assert store.verify("tiny:q4_k_m").status == "ready"
 
 
-@pytest.mark.parametrize(("source", "target", "message"), [
-    ("tiny:f32", "q9_x", "unknown target"),
-    ("tiny:f32", "F32", "unknown target"),
-])
+@pytest.mark.parametrize(
+    ("source", "target", "message"),
+    [
+        ("tiny:f32", "q9_x", "unknown target"),
+        ("tiny:f32", "F32", "unknown target"),
+    ],
+)
 def test_bad_targets(store: ModelStore, source: str, target: str, message: str) -> None:
     with pytest.raises(BadRequest, match=message):
         store.prepare_quantize(source, target)

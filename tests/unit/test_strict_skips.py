@@ -7,7 +7,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-CASES = '''
+CASES = """
 import pytest
 from tests.strict_skips import impossible_here
 
@@ -19,17 +19,25 @@ def test_impossible_here():
 
 def test_passes():
     assert True
-'''
+"""
 
 
 def _run(tmp_path: Path, strict: bool) -> subprocess.CompletedProcess:
-    (tmp_path / "conftest.py").write_text("from tests.strict_skips import *  # noqa\n"
-                                          "from tests.strict_skips import pytest_make_collect_report, "
-                                          "pytest_runtest_makereport, pytest_terminal_summary  # noqa\n")
+    (tmp_path / "conftest.py").write_text(
+        "from tests.strict_skips import *  # noqa\n"
+        "from tests.strict_skips import pytest_make_collect_report, "
+        "pytest_runtest_makereport, pytest_terminal_summary  # noqa\n"
+    )
     (tmp_path / "test_cases.py").write_text(CASES)
     env = {**os.environ, "PYTHONPATH": str(REPO), "APPLIANCE_STRICT_SKIPS": "1" if strict else "0"}
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(tmp_path)],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
 
 
 def test_strict_mode_fails_unexplained_skips_and_lists_the_rest(tmp_path):

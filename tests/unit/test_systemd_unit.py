@@ -11,7 +11,9 @@ import pytest
 
 UNIT = Path(__file__).resolve().parents[2] / "systemd" / "appliance.service"
 
-needs_analyze = pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze missing (test.sh installs it)")
+needs_analyze = pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None, reason="systemd-analyze missing (test.sh installs it)"
+)
 
 
 def _unit_with_real_binary(tmp_path: Path) -> Path:
@@ -33,7 +35,9 @@ def test_unit_verifies(tmp_path):
 def test_unit_security_score(tmp_path):
     unit = _unit_with_real_binary(tmp_path)
     # systemd 252 takes the threshold in tenths: 25 means an exposure of 2.5.
-    result = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--threshold=25", str(unit)], capture_output=True, text=True)
+    result = subprocess.run(
+        ["systemd-analyze", "security", "--offline=yes", "--threshold=25", str(unit)], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout[-2000:]
     score = float(re.search(r"Overall exposure level for \S+: ([0-9.]+)", result.stdout).group(1))
     assert score <= 2.5
@@ -41,8 +45,17 @@ def test_unit_security_score(tmp_path):
 
 def test_unit_shape():
     text = UNIT.read_text()
-    for line in ("Type=notify", "WatchdogSec=", "Restart=on-failure", "User=appliance", "DevicePolicy=closed",
-                 "DeviceAllow=/dev/nvidiactl rw", "DeviceAllow=char-nvidia-frontend rw", "DeviceAllow=/dev/kfd rw", "DeviceAllow=char-drm rw"):
+    for line in (
+        "Type=notify",
+        "WatchdogSec=",
+        "Restart=on-failure",
+        "User=appliance",
+        "DevicePolicy=closed",
+        "DeviceAllow=/dev/nvidiactl rw",
+        "DeviceAllow=char-nvidia-frontend rw",
+        "DeviceAllow=/dev/kfd rw",
+        "DeviceAllow=char-drm rw",
+    ):
         assert line in text, line
 
 
@@ -59,7 +72,9 @@ def _installed_copy(site_packages: Path) -> None:
 
     def folder(package: str) -> Path:
         base = max((p for p in mapping if package == p or package.startswith(p + ".")), key=len)
-        return ROOT / mapping[base] / Path(*package[len(base):].lstrip(".").split(".")) if package != base else ROOT / mapping[base]
+        return (
+            ROOT / mapping[base] / Path(*package[len(base) :].lstrip(".").split(".")) if package != base else ROOT / mapping[base]
+        )
 
     for package in config["packages"]:
         source = folder(package)

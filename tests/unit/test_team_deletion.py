@@ -27,7 +27,9 @@ def test_a_team_with_live_keys_is_refused_until_they_are_revoked(db):
     assert quotas.list_teams() == []
     with db.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM quotas WHERE subject_type = 'team'")).scalar_one() == 0
-        assert conn.execute(text("SELECT actor, target FROM audit_log WHERE action = 'team.delete'")).all() == [("user:alice", "team:research")]
+        assert conn.execute(text("SELECT actor, target FROM audit_log WHERE action = 'team.delete'")).all() == [
+            ("user:alice", "team:research")
+        ]
         # revoked keys keep naming the team: the row is still there
         assert conn.execute(text("SELECT count(*) FROM api_keys k JOIN teams t ON t.id = k.team_id")).scalar_one() == 2
     with pytest.raises(NotFound):

@@ -13,15 +13,15 @@ import pytest
 from click.testing import CliRunner
 from litestar.testing import TestClient
 
+from appliance.api.errors import EXCEPTION_HANDLERS
+from appliance.api.metrics import MetricsController
+from appliance.api.usage import CONTROLLERS
 from appliance.cli import usage as usage_cli
 from appliance.cli.client import check
-from appliance.api.errors import EXCEPTION_HANDLERS
 from appliance.metering.admin import QuotaService
 from appliance.metering.meter import Meter
-from appliance.api.metrics import MetricsController
-from appliance.metering.rollups import rollup
-from appliance.api.usage import CONTROLLERS
 from appliance.metering.reports import parse_time, query_usage
+from appliance.metering.rollups import rollup
 from tests.appkit import local_admin_app
 from tests.meterkit import T0, Clock, add_key, add_team, new_db, rows, settings, sqlite_memory_used
 
@@ -45,8 +45,12 @@ def usage_row(db, rid, t, key_id=None, team_id=None, model="m", prompt=10, compl
 
 
 def rollups(db, period):
-    return rows(db, "SELECT bucket_start, key_id, model, requests, prompt_tokens, completion_tokens, cost FROM usage_rollups"
-                    " WHERE period = ? ORDER BY bucket_start, key_id, model", period)
+    return rows(
+        db,
+        "SELECT bucket_start, key_id, model, requests, prompt_tokens, completion_tokens, cost FROM usage_rollups"
+        " WHERE period = ? ORDER BY bucket_start, key_id, model",
+        period,
+    )
 
 
 def test_rollup_is_idempotent_and_picks_up_late_rows(db):
@@ -60,8 +64,9 @@ def test_rollup_is_idempotent_and_picks_up_late_rows(db):
     before = rows(db, "SELECT * FROM usage_rollups ORDER BY id")
     assert rollup(db, T0 + 2 * HOUR) == 0  # nothing new: nothing touched
     assert rollup(db, T0 + 2 * HOUR, full=True) == 2
-    assert [r[1:] for r in rows(db, "SELECT * FROM usage_rollups ORDER BY period, bucket_start, key_id")] == \
-        sorted([r[1:] for r in before], key=lambda r: (r[0], r[1], r[2]))
+    assert [r[1:] for r in rows(db, "SELECT * FROM usage_rollups ORDER BY period, bucket_start, key_id")] == sorted(
+        [r[1:] for r in before], key=lambda r: (r[0], r[1], r[2])
+    )
     usage_row(db, "late", T0 + 30, k1.id)  # written late into the first hour
     assert rollup(db, T0 + 3 * HOUR) == 1
     assert rollups(db, "hour")[0] == (T0, k1.id, "m", 3, 30, 60, 1.5)
@@ -76,7 +81,10 @@ def test_query_groups_and_filters(db):
     usage_row(db, "c", T0 + 10, k2.id, model="other")
     report = query_usage(db, since=T0, until=T0 + 2 * DAY, by=("key", "day"))
     assert [(r["key"], r["day"], r["requests"]) for r in report["rows"]] == [
-        ("ak_one", "2026-01-01", 1), ("ak_one", "2026-01-02", 1), ("ak_two", "2026-01-01", 1)]
+        ("ak_one", "2026-01-01", 1),
+        ("ak_one", "2026-01-02", 1),
+        ("ak_two", "2026-01-01", 1),
+    ]
     assert report["totals"]["requests"] == 3 and report["totals"]["failed"] == 1 and report["totals"]["energy_joules"] == 2.5
     assert query_usage(db, since=T0, until=T0 + 2 * DAY, model="fam")["rows"][0]["requests"] == 2  # family matches variants
     assert query_usage(db, since=T0, until=T0 + 2 * DAY, model="fam:q4")["rows"][0]["requests"] == 1
@@ -113,8 +121,14 @@ def test_admin_api_round_trip(app, db):
     r = client.put(f"/admin/quotas/key:{key.name}", json={"tokens_per_day": 1000, "cost_per_month": 5})
     assert r.status_code == 200 and r.json()["limits"]["tokens_per_day"] == 1000
     r = client.put(f"/admin/quotas/key:{key.id}", json={"tokens_per_day": None})
-    assert r.json()["limits"] == {"requests_per_minute": None, "tokens_per_minute": None, "tokens_per_day": None,
-                                  "tokens_per_month": None, "cost_per_month": 5.0, "max_concurrent": None}
+    assert r.json()["limits"] == {
+        "requests_per_minute": None,
+        "tokens_per_minute": None,
+        "tokens_per_day": None,
+        "tokens_per_month": None,
+        "cost_per_month": 5.0,
+        "max_concurrent": None,
+    }
     assert client.put("/admin/quotas/team:blue", json={"tokens_per_day": -1}).status_code == 400
     assert client.put("/admin/quotas/team:blue", json={"bogus": 1}).status_code == 400
     assert client.put("/admin/quotas/team:nope", json={"tokens_per_day": 1}).status_code == 404
@@ -122,7 +136,11 @@ def test_admin_api_round_trip(app, db):
     assert client.delete("/admin/quotas/team:blue").status_code == 204
 
     assert client.put("/admin/prices/*", json={"input_per_m": 1.5}).json() == {
-        "model": "*", "input_per_m": 1.5, "output_per_m": 0.0, "cached_per_m": 0.0}
+        "model": "*",
+        "input_per_m": 1.5,
+        "output_per_m": 0.0,
+        "cached_per_m": 0.0,
+    }
     assert client.put("/admin/prices/fam:q4", json={"output_per_m": 3}).status_code == 200
     assert client.put("/admin/prices/..%2Fetc", json={"output_per_m": 3}).status_code in (400, 404)
     assert [p["model"] for p in client.get("/admin/prices").json()] == ["*", "fam:q4"]
@@ -204,7 +222,8 @@ def test_a_rollup_gives_back_the_page_cache_its_reads_filled(db):
         conn.executemany(
             "INSERT INTO usage (request_id, created_at, key_id, team_id, endpoint, model, prompt_tokens, completion_tokens,"
             " cached_tokens, status, cache_tier, cost) VALUES (?, ?, NULL, NULL, 'chat', 'm', 10, 20, 0, 200, 'miss', 0.5)",
-            [(f"r{i:06d}-" + "x" * 24, T0 + i % HOUR) for i in range(60_000)])
+            [(f"r{i:06d}-" + "x" * 24, T0 + i % HOUR) for i in range(60_000)],
+        )
     db.dispose()
     with db.connect() as conn:  # the pool holds one connection, as the daemon's holds several
         conn.exec_driver_sql("SELECT 1")

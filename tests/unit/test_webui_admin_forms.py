@@ -26,8 +26,14 @@ def test_text_in_a_number_field_names_that_field_with_its_label():
     assert field_errors(info.value, "model") == {"input_per_m": info.value.message}
 
 
-@pytest.mark.parametrize("values, field", [({"input_per_m": -1}, "input_per_m"), ({"output_per_m": float("inf")}, "output_per_m"),
-                                           ({"cached_per_m": 1e13}, "cached_per_m")])
+@pytest.mark.parametrize(
+    "values, field",
+    [
+        ({"input_per_m": -1}, "input_per_m"),
+        ({"output_per_m": float("inf")}, "output_per_m"),
+        ({"cached_per_m": 1e13}, "cached_per_m"),
+    ],
+)
 def test_the_api_body_model_refuses_what_the_api_refuses(values, field):
     with pytest.raises(BadRequest) as info:
         validated(PriceUpdate, values)
@@ -44,9 +50,24 @@ def test_errors_without_a_field_fall_back_to_the_form_s_main_field():
 
 
 def _variant(fmt: str, quantization: str | None) -> VariantInfo:
-    return VariantInfo(id=1, name="fam:v", family="fam", variant="v", format=fmt, quantization=quantization, path="fam/v",
-                       size_bytes=1, sha256="0" * 64, status="ready", source="test", parent=None, facts={}, is_default=False,
-                       pinned=False, created_at=0.0)
+    return VariantInfo(
+        id=1,
+        name="fam:v",
+        family="fam",
+        variant="v",
+        format=fmt,
+        quantization=quantization,
+        path="fam/v",
+        size_bytes=1,
+        sha256="0" * 64,
+        status="ready",
+        source="test",
+        parent=None,
+        facts={},
+        is_default=False,
+        pinned=False,
+        created_at=0.0,
+    )
 
 
 def test_quantize_targets_are_those_smaller_than_the_source():

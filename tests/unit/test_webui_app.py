@@ -12,14 +12,27 @@ import re
 import pytest
 from litestar.testing import TestClient
 
-from appliance.db import engine as dbmod
+from appliance.accounts.users import create_user
 from appliance.app import create_app
+from appliance.db import engine as dbmod
 from appliance.services import Services
 from appliance.settings import Settings
-from appliance.accounts.users import create_user
 
 PASSWORDS = {"alice": "alice-password-1", "otto": "otto-password-1", "victor": "victor-password-1"}
-PAGES = ["/", "/overview/live", "/models", "/keys", "/usage", "/alerts", "/cache", "/prices", "/aliases", "/settings", "/audit", "/password"]
+PAGES = [
+    "/",
+    "/overview/live",
+    "/models",
+    "/keys",
+    "/usage",
+    "/alerts",
+    "/cache",
+    "/prices",
+    "/aliases",
+    "/settings",
+    "/audit",
+    "/password",
+]
 
 
 @pytest.fixture
@@ -41,8 +54,9 @@ def _csrf(html: str) -> str:
 
 def sign_in(client: TestClient, user: str, password: str | None = None):
     token = _csrf(client.get("/login").text)
-    return client.post("/login", data={"username": user, "password": password or PASSWORDS[user], "csrf_token": token},
-                       follow_redirects=False)
+    return client.post(
+        "/login", data={"username": user, "password": password or PASSWORDS[user], "csrf_token": token}, follow_redirects=False
+    )
 
 
 def signed_in(app, user: str, base_url: str = "http://testserver.local") -> TestClient:
@@ -83,7 +97,9 @@ def test_session_cookie_flags_and_security_headers(app):
     assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
     assert page.headers["x-frame-options"] == "DENY"
     assert page.headers["cache-control"] == "no-store"
-    assert 'name="htmx-config"' in page.text and '"allowEval":false' in page.text and '"includeIndicatorStyles":false' in page.text
+    assert (
+        'name="htmx-config"' in page.text and '"allowEval":false' in page.text and '"includeIndicatorStyles":false' in page.text
+    )
     assert "<script>" not in page.text and " on" + "click=" not in page.text  # no inline script, no inline handlers
     with TestClient(app, base_url="http://appliance.example") as client:
         cookie = next(c for c in sign_in(client, "alice").headers.get_list("set-cookie") if c.startswith("appliance_session="))
@@ -95,8 +111,18 @@ def test_unsafe_requests_need_the_csrf_token(app):
     token = _csrf(client.get("/keys").text)
     assert client.post("/teams/create", data={"name": "no-token"}).status_code == 403
     assert client.post("/teams/create", data={"name": "bad", "csrf_token": "x" * 43}).status_code == 403
-    assert client.post("/teams/create", data={"name": "cross"}, headers={"X-CSRF-Token": token, "Sec-Fetch-Site": "cross-site"}).status_code == 403
-    assert client.post("/teams/create", data={"name": "evil"}, headers={"X-CSRF-Token": token, "Origin": "http://evil.example"}).status_code == 403
+    assert (
+        client.post(
+            "/teams/create", data={"name": "cross"}, headers={"X-CSRF-Token": token, "Sec-Fetch-Site": "cross-site"}
+        ).status_code
+        == 403
+    )
+    assert (
+        client.post(
+            "/teams/create", data={"name": "evil"}, headers={"X-CSRF-Token": token, "Origin": "http://evil.example"}
+        ).status_code
+        == 403
+    )
     assert client.post("/teams/create", data={"name": "research"}, headers={"X-CSRF-Token": token}).status_code == 200
     assert client.post("/teams/create", data={"name": "research2", "csrf_token": token}).status_code == 200
     assert client.post("/logout", follow_redirects=False).status_code == 403  # even signing out
@@ -129,9 +155,16 @@ def test_viewer_gets_no_admin_buttons_and_403_on_admin_actions(app):
     keys = client.get("/keys").text
     token = _csrf(keys)
     assert "/keys/create" not in keys and "Revoke" not in keys
-    for path, form in (("/keys/create", {"name": "x"}), ("/teams/create", {"name": "t"}), ("/models/load", {"name": "m"}),
-                       ("/models/delete", {"name": "m"}), ("/models/pull", {"url": "https://example.com/x.gguf"}),
-                       ("/users/create", {"username": "eve"}), ("/cache/purge", {}), ("/playground/send", {"prompt": "hi"})):
+    for path, form in (
+        ("/keys/create", {"name": "x"}),
+        ("/teams/create", {"name": "t"}),
+        ("/models/load", {"name": "m"}),
+        ("/models/delete", {"name": "m"}),
+        ("/models/pull", {"url": "https://example.com/x.gguf"}),
+        ("/users/create", {"username": "eve"}),
+        ("/cache/purge", {}),
+        ("/playground/send", {"prompt": "hi"}),
+    ):
         assert client.post(path, data=form, headers={"X-CSRF-Token": token}).status_code == 403, path
     assert client.get("/playground").status_code == 403
     assert client.get("/users").status_code == 403
@@ -144,7 +177,9 @@ def test_operator_may_operate_but_not_administer(app):
     assert client.get("/playground").status_code == 200
     assert client.post("/keys/create", data={"name": "x"}, headers={"X-CSRF-Token": token}).status_code == 403
     # operators reach the model actions (here no model `m` is installed: a clear 404, not a 403)
-    assert client.post("/models/load", data={"name": "m"}, headers={"X-CSRF-Token": token, "HX-Request": "true"}).status_code == 404
+    assert (
+        client.post("/models/load", data={"name": "m"}, headers={"X-CSRF-Token": token, "HX-Request": "true"}).status_code == 404
+    )
     client.__exit__(None, None, None)
 
 
@@ -169,10 +204,15 @@ def test_first_run_password_change_is_forced_and_ends_other_sessions(app):
         with TestClient(app) as second:
             sign_in(second, "root", "one-time-pass")
             token = _csrf(first.get("/password").text)
-            short = first.post("/password", data={"current": "one-time-pass", "new": "short", "confirm": "short", "csrf_token": token})
+            short = first.post(
+                "/password", data={"current": "one-time-pass", "new": "short", "confirm": "short", "csrf_token": token}
+            )
             assert short.status_code == 400
-            done = first.post("/password", data={"current": "one-time-pass", "new": "a-good-password", "confirm": "a-good-password",
-                                                 "csrf_token": token}, follow_redirects=False)
+            done = first.post(
+                "/password",
+                data={"current": "one-time-pass", "new": "a-good-password", "confirm": "a-good-password", "csrf_token": token},
+                follow_redirects=False,
+            )
             assert done.status_code == 303 and done.headers["location"] == "/"
             assert first.get("/keys").status_code == 200
             assert second.get("/keys", follow_redirects=False).headers["location"].startswith("/login")
@@ -183,8 +223,11 @@ def test_login_next_parameter_stays_on_this_site(app):
     with TestClient(app) as client:
         for evil in ("//evil.example/x", "https://evil.example", "/\\evil.example"):
             token = _csrf(client.get("/login").text)
-            response = client.post("/login", data={"username": "alice", "password": PASSWORDS["alice"], "csrf_token": token,
-                                                   "next": evil}, follow_redirects=False)
+            response = client.post(
+                "/login",
+                data={"username": "alice", "password": PASSWORDS["alice"], "csrf_token": token, "next": evil},
+                follow_redirects=False,
+            )
             assert response.headers["location"] == "/", evil
 
 
@@ -214,11 +257,18 @@ def _raise_budget_alert(app) -> None:
     conn = sqlite3.connect(app.state.services.settings.db_path, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")
-        key_id = conn.execute("INSERT INTO api_keys (name, prefix, secret_hash, role, priority, created_at) VALUES"
-                              " ('budgeted', 'ak_budget', 'h-budget', 'user', 'interactive', 0) RETURNING id").fetchone()[0]
-        conn.execute("INSERT INTO quotas (subject_type, subject_id, tokens_per_day, alert_percent) VALUES ('key', ?, 100, 50)", (key_id,))
-        counter = conn.execute("INSERT INTO quota_counters (subject_type, subject_id, dimension, window_start, limit_value, spent, reserved)"
-                               " VALUES ('key', ?, 'tokens_per_day', 0, 100, 60, 0) RETURNING id", (key_id,)).fetchone()[0]
+        key_id = conn.execute(
+            "INSERT INTO api_keys (name, prefix, secret_hash, role, priority, created_at) VALUES"
+            " ('budgeted', 'ak_budget', 'h-budget', 'user', 'interactive', 0) RETURNING id"
+        ).fetchone()[0]
+        conn.execute(
+            "INSERT INTO quotas (subject_type, subject_id, tokens_per_day, alert_percent) VALUES ('key', ?, 100, 50)", (key_id,)
+        )
+        counter = conn.execute(
+            "INSERT INTO quota_counters (subject_type, subject_id, dimension, window_start, limit_value, spent, reserved)"
+            " VALUES ('key', ?, 'tokens_per_day', 0, 100, 60, 0) RETURNING id",
+            (key_id,),
+        ).fetchone()[0]
         assert raise_budget_alert(conn, counter, 1.0, 80.0) is not None
         conn.execute("COMMIT")
     finally:
@@ -237,7 +287,9 @@ def test_budget_alerts_show_as_a_banner_and_on_their_page_until_dismissed(app):
     listing = operator.get("/alerts").text
     alert_id = int(re.search(r'hx-post="/alerts/(\d+)/dismiss"', listing).group(1))
     token = _csrf(listing)
-    assert viewer.post(f"/alerts/{alert_id}/dismiss", headers={"X-CSRF-Token": _csrf(viewer.get("/alerts").text)}).status_code == 403
+    assert (
+        viewer.post(f"/alerts/{alert_id}/dismiss", headers={"X-CSRF-Token": _csrf(viewer.get("/alerts").text)}).status_code == 403
+    )
     assert operator.post(f"/alerts/{alert_id}/dismiss").status_code == 403  # no CSRF token
     response = operator.post(f"/alerts/{alert_id}/dismiss", headers={"X-CSRF-Token": token, "HX-Request": "true"})
     assert response.status_code == 200 and "dismissed" in response.text

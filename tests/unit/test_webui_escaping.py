@@ -13,8 +13,18 @@ EVIL = '<script>alert(1)</script><img src=x onerror="alert(2)">'
 
 
 def _variant(**overrides):
-    base = dict(name=f"fam:{EVIL}", family="fam", variant=EVIL, format="gguf", quantization=EVIL, size_bytes=1,
-                status="ready", is_default=False, parent=EVIL, facts={"architecture": EVIL, "chat_template": EVIL})
+    base = dict(
+        name=f"fam:{EVIL}",
+        family="fam",
+        variant=EVIL,
+        format="gguf",
+        quantization=EVIL,
+        size_bytes=1,
+        status="ready",
+        is_default=False,
+        parent=EVIL,
+        facts={"architecture": EVIL, "chat_template": EVIL},
+    )
     base.update(overrides)
     return SimpleNamespace(**base)
 
@@ -29,11 +39,20 @@ def test_autoescape_is_on_for_every_template():
 
 
 def test_installed_models_table_escapes_names_and_chat_templates():
-    plan = LoadPlanSummary(backend=EVIL, variant=EVIL, context=512, parallel=1, devices=(EVIL,), n_gpu_layers=-1,
-                           estimated_bytes=1, reason=EVIL)
+    plan = LoadPlanSummary(
+        backend=EVIL, variant=EVIL, context=512, parallel=1, devices=(EVIL,), n_gpu_layers=-1, estimated_bytes=1, reason=EVIL
+    )
     load = LoadEvent(f"fam:{EVIL}", "failed", 0.0, plan=plan, error=EVIL)
-    row = {"info": _variant(), "loaded": True, "pinned": False, "state": EVIL, "fit": Fit("no", EVIL, EVIL), "base": True,
-           "load": load, "load_event": "load-0"}
+    row = {
+        "info": _variant(),
+        "loaded": True,
+        "pinned": False,
+        "state": EVIL,
+        "fit": Fit("no", EVIL, EVIL),
+        "base": True,
+        "load": load,
+        "load_event": "load-0",
+    }
     html = render("_installed.html", rows=[row], message=EVIL, can_operate=True, is_admin=True, csrf="t")
     _assert_inert(html)
     assert 'data-testid="load-error"' in html
@@ -42,15 +61,34 @@ def test_installed_models_table_escapes_names_and_chat_templates():
 def test_playground_turn_and_usage_line_escape_prompt_and_model():
     html = render("_turn.html", turn_id="abc", prompt=EVIL, mode="completion", model=EVIL)
     _assert_inert(html)
-    stats = {"model": EVIL, "tier": EVIL, "prompt_tokens": 1, "completion_tokens": 2, "ttft_ms": 1.0, "tokens_per_s": 3.0,
-             "seconds": 1.0, "empty": False, "stopped": False, "at_max_tokens": True}
+    stats = {
+        "model": EVIL,
+        "tier": EVIL,
+        "prompt_tokens": 1,
+        "completion_tokens": 2,
+        "ttft_ms": 1.0,
+        "tokens_per_s": 3.0,
+        "seconds": 1.0,
+        "empty": False,
+        "stopped": False,
+        "at_max_tokens": True,
+    }
     _assert_inert(render("_usage_line.html", s=stats))
 
 
 def test_alerts_and_job_rows_escape_messages():
     _assert_inert(render("_alert.html", kind="error", message=EVIL))
-    job = {"id": 1, "kind": "pull", "target": EVIL, "state": "failed", "progress": 0.5, "done_bytes": 1, "total_bytes": 2,
-           "message": EVIL, "error": {"message": EVIL}}
+    job = {
+        "id": 1,
+        "kind": "pull",
+        "target": EVIL,
+        "state": "failed",
+        "progress": 0.5,
+        "done_bytes": 1,
+        "total_bytes": 2,
+        "message": EVIL,
+        "error": {"message": EVIL},
+    }
     _assert_inert(render("_job_body.html", job=job))
 
 

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
-from appliance.webui.throttle import (ACCOUNT_FREE, ACCOUNT_MAX_DELAY, ADDRESS_FREE, ADDRESS_LIMIT, ADDRESS_MAX_DELAY, WINDOW,
-                                      MAX_SUBJECTS, LoginThrottle)
+from appliance.webui.throttle import (
+    ACCOUNT_FREE,
+    ACCOUNT_MAX_DELAY,
+    ADDRESS_FREE,
+    ADDRESS_LIMIT,
+    ADDRESS_MAX_DELAY,
+    MAX_SUBJECTS,
+    WINDOW,
+    LoginThrottle,
+)
 
 
 class Clock:

@@ -4,9 +4,19 @@ from __future__ import annotations
 
 from appliance.jsontypes import JsonObject
 
-_BY_STATUS = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
-              408: "invalid_request_error", 409: "invalid_request_error", 413: "request_too_large", 422: "invalid_request_error",
-              429: "rate_limit_error", 503: "overloaded_error", 529: "overloaded_error"}
+_BY_STATUS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "invalid_request_error",
+    409: "invalid_request_error",
+    413: "request_too_large",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
 
 #: OpenAI error types (the engines' and the appliance's) that have an Anthropic twin of the same name.
 _SAME = frozenset({"invalid_request_error", "authentication_error", "permission_error", "rate_limit_error"})

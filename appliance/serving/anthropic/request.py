@@ -23,9 +23,21 @@ import json
 
 import msgspec
 
-from appliance.anthropic_schema import (REFUSED, CountTokensRequest, ImageBlock, InputMessage, MessagesRequest, TextBlock,
-                                        Tool, ToolChoice, ToolChoiceAny, ToolChoiceNone,
-                                        ToolChoiceTool, ToolResultBlock, ToolUseBlock)
+from appliance.anthropic_schema import (
+    REFUSED,
+    CountTokensRequest,
+    ImageBlock,
+    InputMessage,
+    MessagesRequest,
+    TextBlock,
+    Tool,
+    ToolChoice,
+    ToolChoiceAny,
+    ToolChoiceNone,
+    ToolChoiceTool,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject
 from appliance.openai_schema import ChatCompletionRequest
@@ -40,7 +52,10 @@ def chat_request(req: MessagesRequest | CountTokensRequest) -> ChatCompletionReq
         raise BadRequest(REFUSED["thinking"], param="thinking")
     body: JsonObject = {"model": req.model, "messages": _messages(req)}
     if req.output_config is not None and req.output_config.format is not None:
-        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": req.output_config.format.schema}}
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "output", "schema": req.output_config.format.schema},
+        }
     tools, tool_choice, parallel = chat_tools(req.tools, req.tool_choice)
     if tools is not None:
         body["tools"] = tools
@@ -83,8 +98,10 @@ def _system(system: str | list[TextBlock] | None) -> str | None:
 
 
 #: Anthropic continues a last assistant message ("prefill"); the chat templates always open a new turn.
-PREFILL_REFUSED = ("A last message from the assistant (a prefill to continue) is not supported: the chat templates always "
-                   "start a new assistant turn. End the conversation with a user message.")
+PREFILL_REFUSED = (
+    "A last message from the assistant (a prefill to continue) is not supported: the chat templates always "
+    "start a new assistant turn. End the conversation with a user message."
+)
 
 
 def _messages(req: MessagesRequest | CountTokensRequest) -> list[JsonObject]:
@@ -115,8 +132,13 @@ def _assistant(message: InputMessage) -> JsonObject:
         if isinstance(block, TextBlock):
             texts.append(block.text)
         elif isinstance(block, ToolUseBlock):
-            calls.append({"id": block.id, "type": "function",
-                          "function": {"name": block.name, "arguments": json.dumps(block.input, ensure_ascii=False)}})
+            calls.append(
+                {
+                    "id": block.id,
+                    "type": "function",
+                    "function": {"name": block.name, "arguments": json.dumps(block.input, ensure_ascii=False)},
+                }
+            )
         elif isinstance(block, ImageBlock):
             raise _refuse_image()
         else:
@@ -157,11 +179,15 @@ def _result_text(block: ToolResultBlock) -> str:
     return TOOL_ERROR_PREFIX + text if block.is_error else text
 
 
-def chat_tools(tools: list[Tool] | None, choice: ToolChoice | None) -> tuple[list[JsonObject] | None, str | JsonObject | None, bool | None]:
+def chat_tools(
+    tools: list[Tool] | None, choice: ToolChoice | None
+) -> tuple[list[JsonObject] | None, str | JsonObject | None, bool | None]:
     """OpenAI's ``tools``, ``tool_choice`` and ``parallel_tool_calls`` for Anthropic's tools and tool_choice."""
     if isinstance(choice, ToolChoiceNone) or not tools:
         if isinstance(choice, (ToolChoiceAny, ToolChoiceTool)):
-            raise BadRequest(f'tool_choice "{"any" if isinstance(choice, ToolChoiceAny) else "tool"}" needs tools.', param="tool_choice")
+            raise BadRequest(
+                f'tool_choice "{"any" if isinstance(choice, ToolChoiceAny) else "tool"}" needs tools.', param="tool_choice"
+            )
         return None, None, None
     functions = []
     for tool in tools:

@@ -16,8 +16,13 @@ import secrets
 from appliance.errors import ApplianceError
 from appliance.jsontypes import JsonObject, JsonValue
 
-_STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use",
-                 "content_filter": "refusal"}
+_STOP_REASONS = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "content_filter": "refusal",
+}
 
 
 class MalformedToolCall(ApplianceError):
@@ -49,7 +54,10 @@ def stop_reason(finish_reason: str | None, matched: JsonValue, stop_sequences: l
 
 def usage(chat_usage: JsonObject | None) -> JsonObject:
     chat_usage = chat_usage or {}
-    return {"input_tokens": int(chat_usage.get("prompt_tokens") or 0), "output_tokens": int(chat_usage.get("completion_tokens") or 0)}
+    return {
+        "input_tokens": int(chat_usage.get("prompt_tokens") or 0),
+        "output_tokens": int(chat_usage.get("completion_tokens") or 0),
+    }
 
 
 def tool_input(arguments: JsonValue) -> JsonObject:
@@ -78,8 +86,14 @@ def message(result: JsonObject, stop_sequences: list[str] | None = None) -> Json
     calls = reply.get("tool_calls") or []
     for call in calls:
         function = call.get("function") or {}
-        content.append({"type": "tool_use", "id": tool_use_id(call.get("id")), "name": function.get("name", ""),
-                        "input": tool_input(function.get("arguments"))})
+        content.append(
+            {
+                "type": "tool_use",
+                "id": tool_use_id(call.get("id")),
+                "name": function.get("name", ""),
+                "input": tool_input(function.get("arguments")),
+            }
+        )
     reason, sequence = stop_reason(choice.get("finish_reason") or "stop", choice.get("stop_reason"), stop_sequences)
     if calls:
         reason = "tool_use"

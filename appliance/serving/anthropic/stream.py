@@ -28,7 +28,13 @@ _DONE = b"[DONE]"
 
 def event(name: str, payload: JsonObject) -> bytes:
     """One server-sent event with its ``event:`` line, as Anthropic sends them."""
-    return b"event: " + name.encode() + b"\ndata: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+    return (
+        b"event: "
+        + name.encode()
+        + b"\ndata: "
+        + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+        + b"\n\n"
+    )
 
 
 class StreamTranslator:
@@ -91,8 +97,16 @@ class StreamTranslator:
             return b""
         self._started = True
         self._model = chunk.get("model") or self._model
-        start = {"id": message_id(chunk.get("id")), "type": "message", "role": "assistant", "content": [], "model": self._model,
-                 "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
+        start = {
+            "id": message_id(chunk.get("id")),
+            "type": "message",
+            "role": "assistant",
+            "content": [],
+            "model": self._model,
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
         return event("message_start", {"type": "message_start", "message": start}) + event("ping", {"type": "ping"})
 
     def _close(self) -> bytes:
@@ -105,12 +119,16 @@ class StreamTranslator:
         out = self._close()
         self._open = kind
         self._blocks += 1
-        return out + event("content_block_start", {"type": "content_block_start", "index": self._blocks - 1, "content_block": block})
+        return out + event(
+            "content_block_start", {"type": "content_block_start", "index": self._blocks - 1, "content_block": block}
+        )
 
     def _text(self, text: str) -> bytes:
         out = b"" if self._open == "text" else self._open_block("text", {"type": "text", "text": ""})
-        return out + event("content_block_delta", {"type": "content_block_delta", "index": self._blocks - 1,
-                                                   "delta": {"type": "text_delta", "text": text}})
+        return out + event(
+            "content_block_delta",
+            {"type": "content_block_delta", "index": self._blocks - 1, "delta": {"type": "text_delta", "text": text}},
+        )
 
     def _tool_call(self, call: JsonObject) -> bytes:
         self._tool_called = True
@@ -118,13 +136,21 @@ class StreamTranslator:
         function = call.get("function") or {}
         out = b""
         if position not in self._tools:
-            out = self._open_block("tool_use", {"type": "tool_use", "id": tool_use_id(call.get("id")),
-                                                "name": function.get("name") or "", "input": {}})
+            out = self._open_block(
+                "tool_use",
+                {"type": "tool_use", "id": tool_use_id(call.get("id")), "name": function.get("name") or "", "input": {}},
+            )
             self._tools[position] = self._blocks - 1
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
-            out += event("content_block_delta", {"type": "content_block_delta", "index": self._tools[position],
-                                                 "delta": {"type": "input_json_delta", "partial_json": arguments}})
+            out += event(
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": self._tools[position],
+                    "delta": {"type": "input_json_delta", "partial_json": arguments},
+                },
+            )
         return out
 
     def _end(self) -> bytes:
@@ -134,6 +160,12 @@ class StreamTranslator:
         if self._tool_called:
             reason = "tool_use"
         counts = usage(self._usage)
-        out += event("message_delta", {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                                       "usage": {"input_tokens": counts["input_tokens"], "output_tokens": counts["output_tokens"]}})
+        out += event(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": reason, "stop_sequence": sequence},
+                "usage": {"input_tokens": counts["input_tokens"], "output_tokens": counts["output_tokens"]},
+            },
+        )
         return out + event("message_stop", {"type": "message_stop"})

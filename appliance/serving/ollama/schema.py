@@ -27,9 +27,25 @@ Think = Union[bool, Literal["low", "medium", "high"], None]
 
 #: Load-time and runtime options: the appliance plans each load itself (context, layers on the GPU,
 #: threads, batch, memory mapping), so these are accepted and have no effect.
-IGNORED_OPTIONS = ("num_ctx", "num_batch", "num_gpu", "main_gpu", "use_mmap", "use_mlock", "num_thread", "numa",
-                   "low_vram", "vocab_only", "f16_kv", "logits_all", "embedding_only", "num_keep", "penalize_newline",
-                   "mirostat_tau", "mirostat_eta")
+IGNORED_OPTIONS = (
+    "num_ctx",
+    "num_batch",
+    "num_gpu",
+    "main_gpu",
+    "use_mmap",
+    "use_mlock",
+    "num_thread",
+    "numa",
+    "low_vram",
+    "vocab_only",
+    "f16_kv",
+    "logits_all",
+    "embedding_only",
+    "num_keep",
+    "penalize_newline",
+    "mirostat_tau",
+    "mirostat_eta",
+)
 
 #: Options the engines do not serve, with the one value of each that asks for what they do anyway.
 NEUTRAL_OPTIONS: dict[str, float] = {"mirostat": 0, "typical_p": 1.0, "tfs_z": 1.0, "repeat_last_n": 64}
@@ -132,7 +148,7 @@ class GenerateRequest(_Body):
 
 class EmbedRequest(_Body):
     model: ModelName
-    input: Union[Annotated[str, msgspec.Meta(max_length=1_000_000)], Annotated[list[str], msgspec.Meta(min_length=1, max_length=2048)]]
+    input: Annotated[str, msgspec.Meta(max_length=1000000)] | Annotated[list[str], msgspec.Meta(min_length=1, max_length=2048)]
     truncate: bool | None = None
     options: Options | None = None
     keep_alive: KeepAlive = None

@@ -12,21 +12,37 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject
-from appliance.openai_schema import (ChatCompletionRequest, ChatMessage, CompletionRequest, EmbeddingRequest, ResponseFormat,
-                                     StreamOptions)
-from appliance.serving.ollama.schema import (NEUTRAL_OPTIONS, ChatRequest, EmbeddingsRequest, EmbedRequest, Format,
-                                             GenerateRequest, Message, Options, Think, ToolCall)
+from appliance.openai_schema import (
+    ChatCompletionRequest,
+    ChatMessage,
+    CompletionRequest,
+    EmbeddingRequest,
+    ResponseFormat,
+    StreamOptions,
+)
+from appliance.serving.ollama.schema import (
+    NEUTRAL_OPTIONS,
+    ChatRequest,
+    EmbeddingsRequest,
+    EmbedRequest,
+    Format,
+    GenerateRequest,
+    Message,
+    Options,
+    Think,
+    ToolCall,
+)
 
 _DONE_REASONS = {"stop": "stop", "length": "length", "tool_calls": "stop", "content_filter": "stop"}
 
 
 def now_rfc3339() -> str:
     """Ollama's ``created_at``: UTC, RFC 3339 with a ``Z``."""
-    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
 # ----------------------------------------------------------------- requests
@@ -42,9 +58,21 @@ def sampling(options: Options | None) -> JsonObject:
         value = getattr(options, name)
         if value is not None and value != neutral:
             raise _refuse(f"options.{name}", f"options.{name} is not supported by the engines; leave it unset or {neutral:g}.")
-    out: JsonObject = {name: getattr(options, name) for name in
-                       ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "repeat_penalty", "presence_penalty",
-                        "frequency_penalty") if getattr(options, name) is not None}
+    out: JsonObject = {
+        name: getattr(options, name)
+        for name in (
+            "temperature",
+            "top_p",
+            "top_k",
+            "min_p",
+            "seed",
+            "stop",
+            "repeat_penalty",
+            "presence_penalty",
+            "frequency_penalty",
+        )
+        if getattr(options, name) is not None
+    }
     if options.num_predict is not None and options.num_predict > 0:
         out["max_tokens"] = options.num_predict
     return out
@@ -81,9 +109,14 @@ def _refuse_common(body: ChatRequest | GenerateRequest) -> None:
 
 
 def _openai_tool_calls(calls: list[ToolCall], first: int) -> list[JsonObject]:
-    return [{"id": call.id or f"call_{first + i}", "type": "function",
-             "function": {"name": call.function.name, "arguments": json.dumps(call.function.arguments)}}
-            for i, call in enumerate(calls)]
+    return [
+        {
+            "id": call.id or f"call_{first + i}",
+            "type": "function",
+            "function": {"name": call.function.name, "arguments": json.dumps(call.function.arguments)},
+        }
+        for i, call in enumerate(calls)
+    ]
 
 
 def chat_messages(messages: list[Message]) -> list[ChatMessage]:
@@ -115,8 +148,12 @@ def chat_request(body: ChatRequest) -> ChatCompletionRequest:
     """``/api/chat`` as an OpenAI chat completion (streamed unless ``stream`` is false, as Ollama's default)."""
     _refuse_common(body)
     return ChatCompletionRequest(
-        model=body.model, messages=chat_messages(body.messages), response_format=response_format(body.format),
-        tools=body.tools or None, stream=body.stream is not False, stream_options=_usage_option(body.stream is not False),
+        model=body.model,
+        messages=chat_messages(body.messages),
+        response_format=response_format(body.format),
+        tools=body.tools or None,
+        stream=body.stream is not False,
+        stream_options=_usage_option(body.stream is not False),
         chat_template_kwargs=template_kwargs(body.think),
         **sampling(body.options),
     )
@@ -128,8 +165,11 @@ def generate_request(body: GenerateRequest) -> ChatCompletionRequest | Completio
     if body.images:
         raise _refuse("images", "images are not supported: the appliance serves text models only.")
     if body.template:
-        raise _refuse("template", "template is not supported: the model's own chat template is used; "
-                                  "format the prompt yourself and send it with raw: true.")
+        raise _refuse(
+            "template",
+            "template is not supported: the model's own chat template is used; "
+            "format the prompt yourself and send it with raw: true.",
+        )
     if body.suffix:
         raise _refuse("suffix", "suffix (fill-in-the-middle) is not supported; leave it unset or empty.")
     if body.context:
@@ -141,16 +181,28 @@ def generate_request(body: GenerateRequest) -> ChatCompletionRequest | Completio
             raise _refuse("system", "system cannot be combined with raw: a raw prompt is sent as it is.")
         if body.think:
             raise _refuse("think", "think cannot be combined with raw: a raw prompt is sent without the chat template.")
-        completion = CompletionRequest(model=body.model, prompt=body.prompt or "", response_format=response_format(body.format),
-                                       stream=stream, stream_options=_usage_option(stream), **options)
+        completion = CompletionRequest(
+            model=body.model,
+            prompt=body.prompt or "",
+            response_format=response_format(body.format),
+            stream=stream,
+            stream_options=_usage_option(stream),
+            **options,
+        )
         if "max_tokens" not in options:
             completion.max_tokens = None  # Ollama generates until the end of text, not OpenAI's 16 tokens
         return completion
     messages = [ChatMessage(role="system", content=body.system)] if body.system else []
     messages.append(ChatMessage(role="user", content=body.prompt or ""))
-    return ChatCompletionRequest(model=body.model, messages=messages, response_format=response_format(body.format),
-                                 stream=stream, stream_options=_usage_option(stream), chat_template_kwargs=template_kwargs(body.think),
-                                 **options)
+    return ChatCompletionRequest(
+        model=body.model,
+        messages=messages,
+        response_format=response_format(body.format),
+        stream=stream,
+        stream_options=_usage_option(stream),
+        chat_template_kwargs=template_kwargs(body.think),
+        **options,
+    )
 
 
 def embed_request(body: EmbedRequest | EmbeddingsRequest) -> EmbeddingRequest:
@@ -188,17 +240,31 @@ def ollama_tool_calls(calls: list[JsonObject] | None) -> list[JsonObject]:
     out = []
     for index, call in enumerate(calls or []):
         function = call.get("function") or {}
-        out.append({"id": call.get("id"), "function": {"index": index, "name": function.get("name", ""),
-                                                       "arguments": _arguments(function.get("arguments"))}})
+        out.append(
+            {
+                "id": call.get("id"),
+                "function": {
+                    "index": index,
+                    "name": function.get("name", ""),
+                    "arguments": _arguments(function.get("arguments")),
+                },
+            }
+        )
     return out
 
 
 def _final(model: str, usage: JsonObject, finish_reason: str | None, timings: Timings) -> JsonObject:
     return {
-        "model": model, "created_at": now_rfc3339(), "done": True, "done_reason": _DONE_REASONS.get(finish_reason or "stop", "stop"),
-        "total_duration": timings.total, "load_duration": 0,
-        "prompt_eval_count": int(usage.get("prompt_tokens") or 0), "prompt_eval_duration": timings.prompt,
-        "eval_count": int(usage.get("completion_tokens") or 0), "eval_duration": timings.generation,
+        "model": model,
+        "created_at": now_rfc3339(),
+        "done": True,
+        "done_reason": _DONE_REASONS.get(finish_reason or "stop", "stop"),
+        "total_duration": timings.total,
+        "load_duration": 0,
+        "prompt_eval_count": int(usage.get("prompt_tokens") or 0),
+        "prompt_eval_duration": timings.prompt,
+        "eval_count": int(usage.get("completion_tokens") or 0),
+        "eval_duration": timings.generation,
     }
 
 
@@ -217,8 +283,12 @@ def chat_answer(result: JsonObject, model: str, timings: Timings) -> JsonObject:
     message = choice.get("message") or {}
     thinking = message.get("reasoning_content") or message.get("reasoning")
     body = _final(model, result.get("usage") or {}, choice.get("finish_reason"), timings)
-    return {"model": model, "created_at": body.pop("created_at"),
-            "message": _chat_message(message.get("content") or "", thinking, message.get("tool_calls")), **body}
+    return {
+        "model": model,
+        "created_at": body.pop("created_at"),
+        "message": _chat_message(message.get("content") or "", thinking, message.get("tool_calls")),
+        **body,
+    }
 
 
 def generate_answer(result: JsonObject, model: str, timings: Timings) -> JsonObject:
@@ -237,8 +307,13 @@ def generate_answer(result: JsonObject, model: str, timings: Timings) -> JsonObj
 def embed_answer(result: JsonObject, model: str, timings: Timings) -> JsonObject:
     """An OpenAI embedding list as ``/api/embed``'s answer."""
     data = sorted(result.get("data") or [], key=lambda item: item.get("index", 0))
-    return {"model": model, "embeddings": [item.get("embedding") for item in data], "total_duration": timings.total,
-            "load_duration": 0, "prompt_eval_count": int((result.get("usage") or {}).get("prompt_tokens") or 0)}
+    return {
+        "model": model,
+        "embeddings": [item.get("embedding") for item in data],
+        "total_duration": timings.total,
+        "load_duration": 0,
+        "prompt_eval_count": int((result.get("usage") or {}).get("prompt_tokens") or 0),
+    }
 
 
 def embeddings_answer(result: JsonObject) -> JsonObject:
@@ -325,8 +400,10 @@ class StreamTranslator:
             return []
         out = []
         if self._tool_calls:
-            calls = [{"id": p.id, "type": "function", "function": {"name": p.name, "arguments": p.arguments}}
-                     for _, p in sorted(self._tool_calls.items())]
+            calls = [
+                {"id": p.id, "type": "function", "function": {"name": p.name, "arguments": p.arguments}}
+                for _, p in sorted(self._tool_calls.items())
+            ]
             out.append(self._piece("", tool_calls=calls))
         first = self.first_token_ns if self.first_token_ns is not None else now_ns
         timings = Timings(total=now_ns - self.started_ns, prompt=first - self.started_ns, generation=now_ns - first)

@@ -8,7 +8,7 @@ name with the facts of the variant they point to.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from appliance.jsontypes import JsonObject
 from appliance.planner.types import Plan
@@ -19,7 +19,7 @@ OLLAMA_API_VERSION = "0.12.0"
 
 
 def rfc3339(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.fromtimestamp(timestamp, UTC).isoformat().replace("+00:00", "Z")
 
 
 def parameter_size(count: int | None) -> str:
@@ -36,8 +36,14 @@ def details(info: VariantInfo) -> JsonObject:
     facts = info.facts
     architecture = str(facts.get("architecture") or info.family)
     quantization = info.quantization or facts.get("file_type") or facts.get("quant_method") or ""
-    return {"parent_model": info.parent or "", "format": info.format, "family": architecture, "families": [architecture],
-            "parameter_size": parameter_size(facts.get("parameter_count")), "quantization_level": str(quantization).upper()}
+    return {
+        "parent_model": info.parent or "",
+        "format": info.format,
+        "family": architecture,
+        "families": [architecture],
+        "parameter_size": parameter_size(facts.get("parameter_count")),
+        "quantization_level": str(quantization).upper(),
+    }
 
 
 def _digest(info: VariantInfo) -> str:
@@ -46,20 +52,34 @@ def _digest(info: VariantInfo) -> str:
 
 def tag_entry(name: str, info: VariantInfo) -> JsonObject:
     """One ``/api/tags`` entry: ``name`` is what the client sends, ``info`` the installed variant it means."""
-    return {"name": name, "model": name, "modified_at": rfc3339(info.created_at), "size": info.size_bytes,
-            "digest": _digest(info), "details": details(info)}
+    return {
+        "name": name,
+        "model": name,
+        "modified_at": rfc3339(info.created_at),
+        "size": info.size_bytes,
+        "digest": _digest(info),
+        "details": details(info),
+    }
 
 
 def _vram_bytes(plan: Plan) -> int:
     return sum(m.weights + m.kv_cache + m.compute + m.overhead for m in plan.memory if m.device != "cpu")
 
 
-def ps_entry(info: VariantInfo, plan: Plan, *, last_used_ago: float, idle_unload_seconds: int, pinned: bool,
-             now: float | None = None) -> JsonObject:
+def ps_entry(
+    info: VariantInfo, plan: Plan, *, last_used_ago: float, idle_unload_seconds: int, pinned: bool, now: float | None = None
+) -> JsonObject:
     """One ``/api/ps`` entry. ``expires_at`` is when idle unloading would stop it (absent: never)."""
     now = time.time() if now is None else now
-    entry: JsonObject = {"name": info.name, "model": info.name, "size": plan.estimated_bytes, "digest": _digest(info),
-                         "details": details(info), "size_vram": _vram_bytes(plan), "context_length": plan.context}
+    entry: JsonObject = {
+        "name": info.name,
+        "model": info.name,
+        "size": plan.estimated_bytes,
+        "digest": _digest(info),
+        "details": details(info),
+        "size_vram": _vram_bytes(plan),
+        "context_length": plan.context,
+    }
     if not pinned and idle_unload_seconds > 0:
         entry["expires_at"] = rfc3339(now - last_used_ago + idle_unload_seconds)
     return entry
@@ -82,9 +102,17 @@ def model_info(info: VariantInfo) -> JsonObject:
     """GGUF-style metadata keys, as Ollama's ``model_info``, from the facts the store read from the file."""
     facts = info.facts
     architecture = str(facts.get("architecture") or info.family)
-    keys = {"context_length": "context_length", "embedding_length": "n_embd", "block_count": "n_layer",
-            "feed_forward_length": "n_ff", "attention.head_count": "n_head", "attention.head_count_kv": "n_head_kv",
-            "attention.key_length": "head_dim", "attention.sliding_window": "sliding_window", "vocab_size": "n_vocab"}
+    keys = {
+        "context_length": "context_length",
+        "embedding_length": "n_embd",
+        "block_count": "n_layer",
+        "feed_forward_length": "n_ff",
+        "attention.head_count": "n_head",
+        "attention.head_count_kv": "n_head_kv",
+        "attention.key_length": "head_dim",
+        "attention.sliding_window": "sliding_window",
+        "vocab_size": "n_vocab",
+    }
     out: JsonObject = {"general.architecture": architecture}
     if facts.get("parameter_count"):
         out["general.parameter_count"] = facts["parameter_count"]
@@ -96,6 +124,13 @@ def model_info(info: VariantInfo) -> JsonObject:
 
 def show(info: VariantInfo) -> JsonObject:
     """``/api/show``: details, metadata, the chat template (``parameters`` and ``modelfile`` have no equivalent: empty)."""
-    return {"license": "", "modelfile": "", "parameters": "", "template": str(info.facts.get("chat_template") or ""),
-            "details": details(info), "model_info": model_info(info), "capabilities": capabilities(info),
-            "modified_at": rfc3339(info.created_at)}
+    return {
+        "license": "",
+        "modelfile": "",
+        "parameters": "",
+        "template": str(info.facts.get("chat_template") or ""),
+        "details": details(info),
+        "model_info": model_info(info),
+        "capabilities": capabilities(info),
+        "modified_at": rfc3339(info.created_at),
+    }

@@ -19,8 +19,16 @@ from __future__ import annotations
 import json
 
 from appliance.jsontypes import JsonObject
-from appliance.serving.responses.translate import (ResponseHead, function_call_item, message_item, new_id, outcome,
-                                                   reasoning_item, response_object, response_usage)
+from appliance.serving.responses.translate import (
+    ResponseHead,
+    function_call_item,
+    message_item,
+    new_id,
+    outcome,
+    reasoning_item,
+    response_object,
+    response_usage,
+)
 
 
 def sse(event: JsonObject) -> bytes:
@@ -50,13 +58,14 @@ class StreamTranslator:
         return event
 
     def _snapshot(self, status: str, **fields: object) -> JsonObject:
-        return response_object(self.head, status=status, output=[_copy(item) for item in self.output], model=self.model,
-                               **fields)  # type: ignore[arg-type]
+        return response_object(self.head, status=status, output=[_copy(item) for item in self.output], model=self.model, **fields)  # type: ignore[arg-type]
 
     def start(self) -> list[JsonObject]:
         """The stream's first events, sent before the engine answers."""
-        return [self._event("response.created", response=self._snapshot("in_progress")),
-                self._event("response.in_progress", response=self._snapshot("in_progress"))]
+        return [
+            self._event("response.created", response=self._snapshot("in_progress")),
+            self._event("response.in_progress", response=self._snapshot("in_progress")),
+        ]
 
     def feed(self, chunk: JsonObject) -> list[JsonObject]:
         """The events one chat chunk causes (none for a chunk without text, calls or an error)."""
@@ -95,8 +104,10 @@ class StreamTranslator:
         code = error.get("code") or error.get("type") or "server_error"
         message = error.get("message") or "The engine failed mid-stream."
         self.final = self._snapshot("failed", usage=response_usage(self.usage), error={"code": code, "message": message})
-        return [self._event("error", code=code, message=message, param=error.get("param")),
-                self._event("response.failed", response=self.final)]
+        return [
+            self._event("error", code=code, message=message, param=error.get("param")),
+            self._event("response.failed", response=self.final),
+        ]
 
     # -------------------------------------------------------------- items
     def _added(self, item: JsonObject) -> JsonObject:
@@ -111,8 +122,10 @@ class StreamTranslator:
         item = message_item(new_id("msg"), "", status="in_progress")
         added = self._added(item)
         part = dict(item["content"][0])
-        return [added, self._event("response.content_part.added", item_id=item["id"], output_index=self._open,
-                                   content_index=0, part=part)]
+        return [
+            added,
+            self._event("response.content_part.added", item_id=item["id"], output_index=self._open, content_index=0, part=part),
+        ]
 
     def _text(self, text: str) -> list[JsonObject]:
         events: list[JsonObject] = []
@@ -122,8 +135,16 @@ class StreamTranslator:
         assert self._open is not None
         item = self.output[self._open]
         item["content"][0]["text"] += text
-        events.append(self._event("response.output_text.delta", item_id=item["id"], output_index=self._open,
-                                  content_index=0, delta=text, logprobs=[]))
+        events.append(
+            self._event(
+                "response.output_text.delta",
+                item_id=item["id"],
+                output_index=self._open,
+                content_index=0,
+                delta=text,
+                logprobs=[],
+            )
+        )
         return events
 
     def _reasoning(self, text: str) -> list[JsonObject]:
@@ -134,8 +155,9 @@ class StreamTranslator:
         assert self._open is not None
         item = self.output[self._open]
         item["content"][0]["text"] += text
-        events.append(self._event("response.reasoning_text.delta", item_id=item["id"], output_index=self._open,
-                                  content_index=0, delta=text))
+        events.append(
+            self._event("response.reasoning_text.delta", item_id=item["id"], output_index=self._open, content_index=0, delta=text)
+        )
         return events
 
     def _call(self, call: JsonObject) -> list[JsonObject]:
@@ -144,8 +166,9 @@ class StreamTranslator:
         function = call.get("function") or {}
         if index not in self._calls:
             events += self._close()
-            item = function_call_item(new_id("fc"), call.get("id") or new_id("call"), function.get("name") or "", "",
-                                      status="in_progress")
+            item = function_call_item(
+                new_id("fc"), call.get("id") or new_id("call"), function.get("name") or "", "", status="in_progress"
+            )
             events.append(self._added(item))
             assert self._open is not None
             self._calls[index] = self._open
@@ -158,8 +181,14 @@ class StreamTranslator:
             item["name"] = function["name"]
         if function.get("arguments"):
             item["arguments"] += function["arguments"]
-            events.append(self._event("response.function_call_arguments.delta", item_id=item["id"], output_index=position,
-                                      delta=function["arguments"]))
+            events.append(
+                self._event(
+                    "response.function_call_arguments.delta",
+                    item_id=item["id"],
+                    output_index=position,
+                    delta=function["arguments"],
+                )
+            )
         return events
 
     def _close(self) -> list[JsonObject]:
@@ -171,18 +200,41 @@ class StreamTranslator:
         item["status"] = "completed"
         if item["type"] == "message":
             part = item["content"][0]
-            return [self._event("response.output_text.done", item_id=item["id"], output_index=position, content_index=0,
-                                text=part["text"], logprobs=[]),
-                    self._event("response.content_part.done", item_id=item["id"], output_index=position, content_index=0,
-                                part=dict(part)),
-                    self._event("response.output_item.done", output_index=position, item=_copy(item))]
+            return [
+                self._event(
+                    "response.output_text.done",
+                    item_id=item["id"],
+                    output_index=position,
+                    content_index=0,
+                    text=part["text"],
+                    logprobs=[],
+                ),
+                self._event(
+                    "response.content_part.done", item_id=item["id"], output_index=position, content_index=0, part=dict(part)
+                ),
+                self._event("response.output_item.done", output_index=position, item=_copy(item)),
+            ]
         if item["type"] == "reasoning":
-            return [self._event("response.reasoning_text.done", item_id=item["id"], output_index=position, content_index=0,
-                                text=item["content"][0]["text"]),
-                    self._event("response.output_item.done", output_index=position, item=_copy(item))]
-        return [self._event("response.function_call_arguments.done", item_id=item["id"], output_index=position,
-                            name=item["name"], arguments=item["arguments"]),
-                self._event("response.output_item.done", output_index=position, item=_copy(item))]
+            return [
+                self._event(
+                    "response.reasoning_text.done",
+                    item_id=item["id"],
+                    output_index=position,
+                    content_index=0,
+                    text=item["content"][0]["text"],
+                ),
+                self._event("response.output_item.done", output_index=position, item=_copy(item)),
+            ]
+        return [
+            self._event(
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=position,
+                name=item["name"],
+                arguments=item["arguments"],
+            ),
+            self._event("response.output_item.done", output_index=position, item=_copy(item)),
+        ]
 
 
 def _copy(item: JsonObject) -> JsonObject:

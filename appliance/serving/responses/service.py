@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from litestar import Request, Response
 from litestar.response import Stream
@@ -48,8 +48,9 @@ class ResponsesService:
             await self.store.save_async(principal, items, response)
         return Response(content=response, headers=dict(answer.headers))
 
-    async def _stream(self, upstream: AsyncIterator[bytes], translator: StreamTranslator, principal: Principal,
-                      keep: list[JsonObject] | None) -> AsyncIterator[bytes]:
+    async def _stream(
+        self, upstream: AsyncIterator[bytes], translator: StreamTranslator, principal: Principal, keep: list[JsonObject] | None
+    ) -> AsyncIterator[bytes]:
         """The Responses events for the gateway's chat stream; closing this closes the gateway's stream (and settles it)."""
         async with contextlib.aclosing(upstream):  # type: ignore[type-var]
             yield b"".join(sse(event) for event in translator.start())

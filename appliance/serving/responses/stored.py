@@ -37,8 +37,11 @@ class Conversation:
 
 
 def not_found(response_id: str) -> NotFound:
-    return NotFound(f"No response with id `{response_id}` (it may have expired or been stored with `store: false`).",
-                    param="previous_response_id", code="response_not_found")
+    return NotFound(
+        f"No response with id `{response_id}` (it may have expired or been stored with `store: false`).",
+        param="previous_response_id",
+        code="response_not_found",
+    )
 
 
 class ResponseStore:
@@ -52,9 +55,15 @@ class ResponseStore:
     # ------------------------------------------------------------ writes
     def save(self, principal: Principal, items: list[JsonObject], response: JsonObject) -> None:
         created = time.time()
-        row = StoredResponse(id=response["id"], key_id=principal.id, model=response.get("model") or "",
-                             conversation=json.dumps(items, ensure_ascii=False), response=json.dumps(response, ensure_ascii=False),
-                             created_at=created, expires_at=created + self._ttl_seconds())
+        row = StoredResponse(
+            id=response["id"],
+            key_id=principal.id,
+            model=response.get("model") or "",
+            conversation=json.dumps(items, ensure_ascii=False),
+            response=json.dumps(response, ensure_ascii=False),
+            created_at=created,
+            expires_at=created + self._ttl_seconds(),
+        )
         with session(self._db) as s:
             s.add(row)
             s.commit()
@@ -64,8 +73,11 @@ class ResponseStore:
 
     def delete(self, principal: Principal, response_id: str) -> None:
         with session(self._db) as s:
-            result = s.execute(delete(StoredResponse).where(StoredResponse.id == response_id, _owned_by(principal),
-                                                            StoredResponse.expires_at > time.time()))  # type: ignore[arg-type]
+            result = s.execute(
+                delete(StoredResponse).where(
+                    StoredResponse.id == response_id, _owned_by(principal), StoredResponse.expires_at > time.time()
+                )
+            )  # type: ignore[arg-type]
             s.commit()
         if not result.rowcount:  # type: ignore[attr-defined]
             raise not_found(response_id)
@@ -84,8 +96,11 @@ class ResponseStore:
     def load(self, principal: Principal, response_id: str) -> Conversation:
         """The stored response ``response_id`` of ``principal``'s key; :class:`NotFound` if missing, another key's or expired."""
         with session(self._db) as s:
-            row = s.exec(select(StoredResponse).where(StoredResponse.id == response_id, _owned_by(principal),
-                                                      StoredResponse.expires_at > time.time())).first()  # type: ignore[arg-type]
+            row = s.exec(
+                select(StoredResponse).where(
+                    StoredResponse.id == response_id, _owned_by(principal), StoredResponse.expires_at > time.time()
+                )
+            ).first()  # type: ignore[arg-type]
         if row is None:
             raise not_found(response_id)
         return Conversation(items=json.loads(row.conversation), response=json.loads(row.response))

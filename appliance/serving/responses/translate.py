@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 import secrets
 from dataclasses import dataclass
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -43,7 +43,7 @@ class _Part(msgspec.Struct):
 
 class _Message(msgspec.Struct, kw_only=True):
     role: Literal["user", "system", "developer", "assistant"]
-    content: Union[Text, list[_Part]]
+    content: Text | list[_Part]
 
 
 class _FunctionCall(msgspec.Struct, kw_only=True):
@@ -54,7 +54,7 @@ class _FunctionCall(msgspec.Struct, kw_only=True):
 
 class _FunctionCallOutput(msgspec.Struct, kw_only=True):
     call_id: CallId
-    output: Union[Text, list[_Part]]
+    output: Text | list[_Part]
 
 
 class _Reasoning(msgspec.Struct, kw_only=True):
@@ -79,8 +79,12 @@ class _JsonSchemaFormat(msgspec.Struct, kw_only=True):
     strict: bool | None = None
 
 
-_ITEMS: dict[str, type[msgspec.Struct]] = {"message": _Message, "function_call": _FunctionCall,
-                                            "function_call_output": _FunctionCallOutput, "reasoning": _Reasoning}
+_ITEMS: dict[str, type[msgspec.Struct]] = {
+    "message": _Message,
+    "function_call": _FunctionCall,
+    "function_call_output": _FunctionCallOutput,
+    "reasoning": _Reasoning,
+}
 #: Chat request fields → the Responses field a client set them with.
 _CHAT_TO_RESPONSES = {"messages": "input", "max_tokens": "max_output_tokens", "response_format": "text"}
 _ERROR_PATH = re.compile(r"at `\$\.([A-Za-z_]+)")
@@ -104,8 +108,11 @@ def input_items(value: str | list[JsonObject]) -> list[JsonObject]:
         kind = raw.get("type") or ("message" if "role" in raw else None)
         shape = _ITEMS.get(kind) if isinstance(kind, str) else None
         if shape is None:
-            raise BadRequest(f"input[{index}]: items of type `{kind}` are not supported; use messages with text, "
-                             "function_call and function_call_output items.", param="input")
+            raise BadRequest(
+                f"input[{index}]: items of type `{kind}` are not supported; use messages with text, "
+                "function_call and function_call_output items.",
+                param="input",
+            )
         try:
             item = msgspec.convert({k: v for k, v in raw.items() if k != "type"}, shape)
         except msgspec.ValidationError as exc:
@@ -118,7 +125,9 @@ def input_items(value: str | list[JsonObject]) -> list[JsonObject]:
         elif isinstance(item, _FunctionCallOutput):
             items.append({"type": "function_call_output", "call_id": item.call_id, "output": _text(item.output)})
         elif isinstance(item, _Reasoning):
-            items.append({"type": "reasoning", "id": item.id or new_id("rs"), "summary": item.summary, "content": item.content or []})
+            items.append(
+                {"type": "reasoning", "id": item.id or new_id("rs"), "summary": item.summary, "content": item.content or []}
+            )
     return items
 
 
@@ -166,7 +175,9 @@ def chat_tool_choice(choice: str | JsonObject | None, tools: list[JsonObject]) -
         return choice
     name = choice.get("name")
     if choice.get("type") != "function" or not isinstance(name, str) or set(choice) - {"type", "name"}:
-        raise BadRequest('tool_choice must be "auto", "none", "required" or {"type": "function", "name": ...}.', param="tool_choice")
+        raise BadRequest(
+            'tool_choice must be "auto", "none", "required" or {"type": "function", "name": ...}.', param="tool_choice"
+        )
     if name not in {tool["function"]["name"] for tool in tools}:
         raise BadRequest(f"tool_choice names the function `{name}`, which is not among the tools.", param="tool_choice")
     return {"type": "function", "function": {"name": name}}
@@ -214,8 +225,12 @@ def chat_request(body: ResponsesRequest, items: list[JsonObject]) -> ChatComplet
         chat["tools"] = tools
         if choice is not None:
             chat["tool_choice"] = choice
-    for name, value in (("max_tokens", body.max_output_tokens), ("temperature", body.temperature), ("top_p", body.top_p),
-                        ("response_format", response_format(body.text))):
+    for name, value in (
+        ("max_tokens", body.max_output_tokens),
+        ("temperature", body.temperature),
+        ("top_p", body.top_p),
+        ("response_format", response_format(body.text)),
+    ):
         if value is not None:
             chat[name] = value
     if body.stream:
@@ -243,25 +258,41 @@ class ResponseHead:
     @classmethod
     def of(cls, body: ResponsesRequest, response_id: str, created_at: int) -> ResponseHead:
         request = {
-            "instructions": body.instructions, "max_output_tokens": body.max_output_tokens, "metadata": body.metadata or {},
+            "instructions": body.instructions,
+            "max_output_tokens": body.max_output_tokens,
+            "metadata": body.metadata or {},
             "parallel_tool_calls": body.parallel_tool_calls if body.parallel_tool_calls is not None else True,
-            "previous_response_id": body.previous_response_id, "store": body.store is not False,
+            "previous_response_id": body.previous_response_id,
+            "store": body.store is not False,
             "temperature": body.temperature if body.temperature is not None else 1.0,
             "text": body.text or {"format": {"type": "text"}},
             "tool_choice": body.tool_choice if body.tool_choice is not None else "auto",
-            "tools": body.tools or [], "top_p": body.top_p if body.top_p is not None else 1.0,
-            "truncation": "disabled", "user": body.user,
+            "tools": body.tools or [],
+            "top_p": body.top_p if body.top_p is not None else 1.0,
+            "truncation": "disabled",
+            "user": body.user,
         }
         return cls(id=response_id, created_at=created_at, model=body.model, request=request)
 
 
 def message_item(item_id: str, text: str, status: str = "completed") -> JsonObject:
-    return {"id": item_id, "type": "message", "status": status, "role": "assistant",
-            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
+    return {
+        "id": item_id,
+        "type": "message",
+        "status": status,
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
+    }
 
 
 def reasoning_item(item_id: str, text: str, status: str = "completed") -> JsonObject:
-    return {"id": item_id, "type": "reasoning", "status": status, "summary": [], "content": [{"type": "reasoning_text", "text": text}]}
+    return {
+        "id": item_id,
+        "type": "reasoning",
+        "status": status,
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": text}],
+    }
 
 
 def function_call_item(item_id: str, call_id: str, name: str, arguments: str, status: str = "completed") -> JsonObject:
@@ -280,8 +311,11 @@ def output_items(message: JsonObject) -> list[JsonObject]:
         items.append(message_item(new_id("msg"), text))
     for call in calls:
         function = call.get("function") or {}
-        items.append(function_call_item(new_id("fc"), call.get("id") or new_id("call"), function.get("name") or "",
-                                        function.get("arguments") or ""))
+        items.append(
+            function_call_item(
+                new_id("fc"), call.get("id") or new_id("call"), function.get("name") or "", function.get("arguments") or ""
+            )
+        )
     return items
 
 
@@ -291,8 +325,13 @@ def response_usage(usage: JsonObject | None) -> JsonObject:
     prompt = int(usage.get("prompt_tokens") or 0)
     completion = int(usage.get("completion_tokens") or 0)
     cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
-    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached}, "output_tokens": completion,
-            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": int(usage.get("total_tokens") or prompt + completion)}
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": int(usage.get("total_tokens") or prompt + completion),
+    }
 
 
 def outcome(finish_reason: str | None) -> tuple[str, JsonObject | None]:
@@ -302,18 +341,40 @@ def outcome(finish_reason: str | None) -> tuple[str, JsonObject | None]:
     return "completed", None
 
 
-def response_object(head: ResponseHead, *, status: str, output: list[JsonObject], model: str | None = None,
-                    usage: JsonObject | None = None, error: JsonObject | None = None,
-                    incomplete_details: JsonObject | None = None) -> JsonObject:
+def response_object(
+    head: ResponseHead,
+    *,
+    status: str,
+    output: list[JsonObject],
+    model: str | None = None,
+    usage: JsonObject | None = None,
+    error: JsonObject | None = None,
+    incomplete_details: JsonObject | None = None,
+) -> JsonObject:
     """A Responses object (``object: "response"``) for ``head`` in the given state."""
-    return {"id": head.id, "object": "response", "created_at": head.created_at, "status": status, "error": error,
-            "incomplete_details": incomplete_details, "model": model or head.model, "output": output,
-            **head.request, "usage": usage}
+    return {
+        "id": head.id,
+        "object": "response",
+        "created_at": head.created_at,
+        "status": status,
+        "error": error,
+        "incomplete_details": incomplete_details,
+        "model": model or head.model,
+        "output": output,
+        **head.request,
+        "usage": usage,
+    }
 
 
 def completed_response(head: ResponseHead, chat: JsonObject) -> JsonObject:
     """The Responses object for a (non-streamed) chat completion."""
     choice = (chat.get("choices") or [{}])[0]
     status, incomplete = outcome(choice.get("finish_reason"))
-    return response_object(head, status=status, output=output_items(choice.get("message") or {}), model=chat.get("model"),
-                           usage=response_usage(chat.get("usage")), incomplete_details=incomplete)
+    return response_object(
+        head,
+        status=status,
+        output=output_items(choice.get("message") or {}),
+        model=chat.get("model"),
+        usage=response_usage(chat.get("usage")),
+        incomplete_details=incomplete,
+    )

@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 import re
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 from urllib.parse import quote, urljoin
 
 import httpx
@@ -69,9 +69,14 @@ class HubClient:
             except _Unavailable as gone:
                 missing.append(gone)
         if all(gone.not_found for gone in missing):
-            raise NotFound(f"the hub has no repository {spec.repo} at revision {spec.revision}", param="url", code="hub_not_found")
-        raise UpstreamError(f"the hub lists the files of {spec.repo} neither in a tree nor in its model info ("
-                            + "; ".join(gone.why for gone in missing) + ")")
+            raise NotFound(
+                f"the hub has no repository {spec.repo} at revision {spec.revision}", param="url", code="hub_not_found"
+            )
+        raise UpstreamError(
+            f"the hub lists the files of {spec.repo} neither in a tree nor in its model info ("
+            + "; ".join(gone.why for gone in missing)
+            + ")"
+        )
 
     def _tree_files(self, spec: HubSpec) -> list[HubFile]:
         url: str | None = f"{self.base}/api/models/{spec.repo}/tree/{quote(spec.revision, safe='')}?recursive=true"
@@ -121,13 +126,21 @@ class HubClient:
 
     def _head(self, spec: HubSpec, path: str) -> tuple[int, str | None]:
         """A file's size (and sha256, when the hub names it) from a HEAD request of its resolve URL."""
+
         def hub_told(response: httpx.Response) -> bool:
             return "x-linked-size" in response.headers
 
         with httpx.Client(follow_redirects=False, timeout=TIMEOUT, trust_env=False) as client:
             try:
-                response, _final = open_checked(client, self.resolve_url(spec, path), self._headers(), allow=self.allow,
-                                                credentials=self.credentials, method="HEAD", keep_redirect=hub_told)
+                response, _final = open_checked(
+                    client,
+                    self.resolve_url(spec, path),
+                    self._headers(),
+                    allow=self.allow,
+                    credentials=self.credentials,
+                    method="HEAD",
+                    keep_redirect=hub_told,
+                )
             except RetryableDownloadError as exc:
                 raise UpstreamError(f"cannot reach the hub ({exc})") from None
             try:
@@ -144,8 +157,9 @@ class HubClient:
         """The JSON at ``url``, and the next page's URL; for a ``listing``, _Unavailable when the hub does not serve it."""
         with httpx.Client(follow_redirects=False, timeout=TIMEOUT, trust_env=False) as client:
             try:
-                response, final = open_checked(client, url, {**self._headers(), "Accept": "application/json"}, allow=self.allow,
-                                               credentials=self.credentials)
+                response, final = open_checked(
+                    client, url, {**self._headers(), "Accept": "application/json"}, allow=self.allow, credentials=self.credentials
+                )
             except RetryableDownloadError as exc:
                 raise UpstreamError(f"cannot reach the hub ({exc})") from None
             try:
@@ -176,8 +190,9 @@ class HubClient:
         headers = {**self._headers(), "Range": f"bytes=0-{max(0, length - 1)}"}
         with httpx.Client(follow_redirects=False, timeout=TIMEOUT, trust_env=False) as client:
             try:
-                response, _final = open_checked(client, self.resolve_url(spec, file.path), headers, allow=self.allow,
-                                                credentials=self.credentials)
+                response, _final = open_checked(
+                    client, self.resolve_url(spec, file.path), headers, allow=self.allow, credentials=self.credentials
+                )
             except RetryableDownloadError:
                 return None
             try:
@@ -203,11 +218,16 @@ class HubClient:
         status = response.status_code
         if status in (401, 403):
             if self.credentials.has_token:
-                raise HubAccessDenied(f"the hub refused access to {spec.repo} (HTTP {status}): the token in hub_token_file "
-                                      "was not accepted for it")
-            raise HubAccessDenied(f"the hub refused access to {spec.repo} (HTTP {status}): the repository is gated or "
-                                  "private; set hub_token_file to a file holding a token with access")
+                raise HubAccessDenied(
+                    f"the hub refused access to {spec.repo} (HTTP {status}): the token in hub_token_file was not accepted for it"
+                )
+            raise HubAccessDenied(
+                f"the hub refused access to {spec.repo} (HTTP {status}): the repository is gated or "
+                "private; set hub_token_file to a file holding a token with access"
+            )
         if status == 404:
-            raise NotFound(f"the hub has no repository {spec.repo} at revision {spec.revision}", param="url", code="hub_not_found")
+            raise NotFound(
+                f"the hub has no repository {spec.repo} at revision {spec.revision}", param="url", code="hub_not_found"
+            )
         if status >= 400:
             raise UpstreamError(f"the hub answered HTTP {status}")

@@ -26,10 +26,22 @@ from appliance.store.split_gguf import MAX_PARTS, SPLIT_RE
 
 MAX_ENTRIES = 20_000
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_QUANT = re.compile(r"(?:^|[-._])(f32|f16|bf16|q[2-8]_k(?:_[sml])?|q[4-8]_[01]|iq[1-4]_[a-z]+|iq4_nl|tq[12]_0|mxfp4)(?=$|[-._])",
-                    re.IGNORECASE)
-HF_FILES = {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-            "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json"}
+_QUANT = re.compile(
+    r"(?:^|[-._])(f32|f16|bf16|q[2-8]_k(?:_[sml])?|q[4-8]_[01]|iq[1-4]_[a-z]+|iq4_nl|tq[12]_0|mxfp4)(?=$|[-._])", re.IGNORECASE
+)
+HF_FILES = {
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+}
 
 
 @dataclass(frozen=True)
@@ -188,8 +200,9 @@ def _make_set(stem: str, files: tuple[HubFile, ...]) -> GgufSet:
 def hf_selection(files: list[HubFile]) -> list[HubFile]:
     """What a safetensors variant takes from the repository's top folder; RefusedImport when it has no weights."""
     top = [f for f in files if "/" not in f.path]
-    chosen = [f for f in top if f.name.endswith(".safetensors") or f.name.endswith(".safetensors.index.json")
-              or f.name in HF_FILES]
+    chosen = [
+        f for f in top if f.name.endswith(".safetensors") or f.name.endswith(".safetensors.index.json") or f.name in HF_FILES
+    ]
     if not any(f.name.endswith(".safetensors") for f in chosen):
         raise RefusedImport("the repository has neither GGUF files nor safetensors weights (pickled weights are never pulled)")
     if not any(f.name == "config.json" for f in chosen):

@@ -13,9 +13,9 @@ parts), or a safetensors folder.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Sequence
 
 from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject
@@ -68,15 +68,30 @@ class HubPull:
     @property
     def source(self) -> str:
         """What the store records as the variant's source (``hf:ORG/REPO/FILE``, with ``@REVISION`` unless main)."""
-        return str(HubSpec(self.spec.repo, self.spec.revision, file=self.files[0].path)) if self.format == "gguf" \
+        return (
+            str(HubSpec(self.spec.repo, self.spec.revision, file=self.files[0].path))
+            if self.format == "gguf"
             else str(HubSpec(self.spec.repo, self.spec.revision))
+        )
 
     def to_dict(self) -> JsonObject:
-        return {"name": self.name, "source": self.source, "format": self.format, "size_bytes": self.size_bytes,
-                "files": len(self.files), "reason": self.reason,
-                "variants": [{"variant": s.variant, "quantization": s.quant, "size_bytes": s.size,
-                              "files": [{"path": f.path, "size_bytes": f.size, "sha256": f.sha256} for f in s.files]}
-                             for s in self.found]}
+        return {
+            "name": self.name,
+            "source": self.source,
+            "format": self.format,
+            "size_bytes": self.size_bytes,
+            "files": len(self.files),
+            "reason": self.reason,
+            "variants": [
+                {
+                    "variant": s.variant,
+                    "quantization": s.quant,
+                    "size_bytes": s.size,
+                    "files": [{"path": f.path, "size_bytes": f.size, "sha256": f.sha256} for f in s.files],
+                }
+                for s in self.found
+            ],
+        }
 
 
 def offers_of(pull: HubPull, *, with_pulled: bool = False) -> list[AvailableVariant]:
@@ -101,8 +116,15 @@ def plan_pull(client: HubClient, spec: HubSpec, *, name: str | None = None, choo
         if spec.quant or spec.file:
             raise BadRequest(f"{spec.repo} holds no GGUF files", param="url", code="variant_not_found")
         chosen = tuple(hf_selection(files))
-        return HubPull(spec, family, named_variant or "hf", "safetensors", chosen,
-                       f"{spec.repo} holds safetensors weights: {len(chosen)} files for vLLM", ())
+        return HubPull(
+            spec,
+            family,
+            named_variant or "hf",
+            "safetensors",
+            chosen,
+            f"{spec.repo} holds safetensors weights: {len(chosen)} files for vLLM",
+            (),
+        )
     chosen_set, reason = _pick(client, spec, family, sets, choose)
     return HubPull(spec, family, named_variant or chosen_set.variant, "gguf", chosen_set.files, reason, tuple(sets))
 
@@ -124,24 +146,33 @@ def _pick(client: HubClient, spec: HubSpec, family: str, sets: list[GgufSet], ch
             if s.files[0].path == spec.file:
                 return s, f"{spec.file} as named"
         if any(f.path == spec.file for s in sets for f in s.files):
-            raise BadRequest(f"{spec.file} is not the first part of its split set; name the -00001-of- file",
-                             param="url", code="variant_not_found")
+            raise BadRequest(
+                f"{spec.file} is not the first part of its split set; name the -00001-of- file",
+                param="url",
+                code="variant_not_found",
+            )
         raise BadRequest(f"{spec.repo} has no GGUF model file {spec.file}", param="url", code="variant_not_found")
     if spec.quant is not None:
         matches = [s for s in sets if (s.quant or s.variant).lower() == spec.quant.lower()]
         if len(matches) == 1:
             return matches[0], f"{matches[0].quant or matches[0].variant} as named"
         what = "several files" if matches else "no file"
-        raise BadRequest(f"{spec.repo} has {what} of quantization {spec.quant}; it holds {_available(sets)}"
-                         + ("; name the file instead" if matches else ""), param="url", code="variant_not_found")
+        raise BadRequest(
+            f"{spec.repo} has {what} of quantization {spec.quant}; it holds {_available(sets)}"
+            + ("; name the file instead" if matches else ""),
+            param="url",
+            code="variant_not_found",
+        )
     if len(sets) == 1:
         return sets[0], f"the only GGUF variant of {spec.repo}"
     facts = client.probe_facts(spec, sets[0].files[0]) if choose is not None else None
     if choose is None or facts is None:
         raise BadRequest(f"name a quantization: {spec.repo} holds {_available(sets)}", param="url", code="variant_not_found")
     # One architecture, many quantizations: the probed header's shape holds for all; the weights are the file sizes.
-    candidates = [Candidate(s.variant, s.quant, s.size, replace(facts, file_type=s.quant, tensor_bytes=None, nonlayer_bytes=None))
-                  for s in sets]
+    candidates = [
+        Candidate(s.variant, s.quant, s.size, replace(facts, file_type=s.quant, tensor_bytes=None, nonlayer_bytes=None))
+        for s in sets
+    ]
     variant, reason = choose(family, candidates)
     picked = next((s for s in sets if s.variant == variant), None)
     if picked is None:
@@ -156,14 +187,25 @@ def run_pull(pull: HubPull, client: HubClient, installer: Installer, ctx: JobCon
 
     def fetch(index: int, partial: Path) -> str:
         f = pull.files[index]
-        return Downloader(client.resolve_url(pull.spec, f.path), partial, allow=client.allow, ctx=ctx.within(starts[index], total),
-                          expected_sha256=f.sha256, credentials=client.credentials).run().sha256
+        return (
+            Downloader(
+                client.resolve_url(pull.spec, f.path),
+                partial,
+                allow=client.allow,
+                ctx=ctx.within(starts[index], total),
+                expected_sha256=f.sha256,
+                credentials=client.credentials,
+            )
+            .run()
+            .sha256
+        )
 
     def resumable(exc: BaseException) -> bool:
         return not isinstance(exc, BadRequest)  # bad bytes are never kept
 
     ctx.progress(0, total, message=pull.reason)
     if pull.format == "safetensors":
+
         def fetch_file(relative: str, target: Path) -> str:
             index = next(i for i, f in enumerate(pull.files) if f.path == relative)
             partial = target.with_name(target.name + ".partial")
@@ -172,10 +214,19 @@ def run_pull(pull: HubPull, client: HubClient, installer: Installer, ctx: JobCon
             remove_partial(partial)
             return digest
 
-        return installer.install_hf_files(pull.family, pull.variant, source=pull.source, ctx=ctx,
-                                          files=[(f.path, f.size) for f in pull.files], write=fetch_file)
+        return installer.install_hf_files(
+            pull.family, pull.variant, source=pull.source, ctx=ctx, files=[(f.path, f.size) for f in pull.files], write=fetch_file
+        )
     if len(pull.files) == 1:
-        return installer.install_gguf(pull.family, pull.variant, source=pull.source, ctx=ctx,
-                                      write=lambda partial: fetch(0, partial), resumable=resumable)
-    return installer.install_gguf_parts(pull.family, pull.variant, source=pull.source, ctx=ctx, count=len(pull.files),
-                                        write=lambda number, partial: fetch(number - 1, partial), resumable=resumable)
+        return installer.install_gguf(
+            pull.family, pull.variant, source=pull.source, ctx=ctx, write=lambda partial: fetch(0, partial), resumable=resumable
+        )
+    return installer.install_gguf_parts(
+        pull.family,
+        pull.variant,
+        source=pull.source,
+        ctx=ctx,
+        count=len(pull.files),
+        write=lambda number, partial: fetch(number - 1, partial),
+        resumable=resumable,
+    )

@@ -54,7 +54,7 @@ def parse_spec(raw: object) -> HubSpec:
     """``hf:ORG/REPO[:QUANT|/FILE][@REVISION]`` → :class:`HubSpec`; BadRequest naming ``url`` otherwise."""
     if not is_hub_spec(raw) or len(raw) > 1024:  # type: ignore[arg-type]
         raise BadRequest("a hub pull is hf:ORG/REPO[:QUANT|/FILE][@REVISION]", param="url", code="invalid_url")
-    body = str(raw)[len(PREFIX):]
+    body = str(raw)[len(PREFIX) :]
     revision = "main"
     if "@" in body:
         body, revision = body.rsplit("@", 1)
@@ -74,6 +74,7 @@ def parse_spec(raw: object) -> HubSpec:
     if slash:
         check_repo_path(file, "the spec")
         if not file.lower().endswith(".gguf"):
-            raise BadRequest("only a .gguf file can be named; name no file to pull a safetensors repository",
-                             param="url", code="invalid_url")
+            raise BadRequest(
+                "only a .gguf file can be named; name no file to pull a safetensors repository", param="url", code="invalid_url"
+            )
     return HubSpec(repo=f"{org}/{name}", revision=revision, quant=quant, file=file or None)
