@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import shutil
 import sqlite3
@@ -109,15 +110,13 @@ def admit_in_threads(db_path: str, principal: Principal, count: int, tag: str, b
 
     def one(i: int) -> None:
         barrier.wait()
-        try:
+        with contextlib.suppress(RateLimited):
             admitted.append(
                 (
                     meters[i],
                     meters[i].admit_now(principal, request_id=f"{tag}-{i}", endpoint="chat", model="m", estimated_tokens=100),
                 )
             )
-        except RateLimited:
-            pass
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
     for t in threads:

@@ -94,6 +94,6 @@ class Score:
 
 
 def score(pairs: list[Pair], hits: list[bool]) -> Score:
-    same = [hit for p, hit in zip(pairs, hits) if p.same]
-    false = Counter(p.kind for p, hit in zip(pairs, hits) if hit and not p.same)
+    same = [hit for p, hit in zip(pairs, hits, strict=True) if p.same]
+    false = Counter(p.kind for p, hit in zip(pairs, hits, strict=True) if hit and not p.same)
     return Score(len(same), sum(same), len(pairs) - len(same), sum(false.values()), false)

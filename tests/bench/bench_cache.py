@@ -185,7 +185,8 @@ def main() -> None:
             with daemon.admin() as admin:
                 s = admin.get("/admin/cache/stats").json()
             print(
-                f"cache stats: {s['hits']} hits of {s['lookups']} lookups, entries {s['entries']}, hits recorded in SQLite {s['hits_recorded']}"
+                f"cache stats: {s['hits']} hits of {s['lookups']} lookups, entries {s['entries']}, hits recorded in SQLite "
+                f"{s['hits_recorded']}"
             )
         finally:
             daemon.stop()

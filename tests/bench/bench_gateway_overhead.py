@@ -59,7 +59,8 @@ function init(args)
 end
 function request()
   n = n + 1
-  local body = '{"model":"echo","messages":[{"role":"user","content":"bench ' .. tag .. ' ' .. n .. '"}],"max_tokens":1,"temperature":0}'
+  local body = '{"model":"echo","messages":[{"role":"user","content":"bench ' .. tag .. ' ' .. n .. '"}],'
+    .. '"max_tokens":1,"temperature":0}'
   local headers = {["Content-Type"] = "application/json"}
   if key then headers["Authorization"] = "Bearer " .. key end
   return wrk.format("POST", "/v1/chat/completions", headers, body)
@@ -182,14 +183,15 @@ def main() -> None:
         )
         if jemalloc is not None:
             env = preload_environment(jemalloc, env)
-        proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("echo_daemon.py"))],
-            env=env,
-            start_new_session=True,
-            stdout=subprocess.DEVNULL,
-            stderr=open(Path(tmp) / "daemon.log", "wb"),
-            preexec_fn=(lambda: os.sched_setaffinity(0, daemon_cpus)) if daemon_cpus else None,
-        )
+        with open(Path(tmp) / "daemon.log", "wb") as log:  # the daemon keeps its own copy of the descriptor
+            proc = subprocess.Popen(
+                [sys.executable, str(Path(__file__).with_name("echo_daemon.py"))],
+                env=env,
+                start_new_session=True,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                preexec_fn=(lambda: os.sched_setaffinity(0, daemon_cpus)) if daemon_cpus else None,
+            )
         try:
             admin_sock = data_dir / "run" / "admin.sock"
             deadline = time.monotonic() + 60
@@ -246,7 +248,8 @@ def main() -> None:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(30)
     print(
-        f"\nresponse cache {args.cache}; allocator {args.allocator}; cores: daemon on {sorted(daemon_cpus) if daemon_cpus else 'all'}, wrk and engine on "
+        f"\nresponse cache {args.cache}; allocator {args.allocator}; cores: daemon on "
+        f"{sorted(daemon_cpus) if daemon_cpus else 'all'}, wrk and engine on "
         f"{sorted(other_cpus) if other_cpus else 'all'}; {args.rounds} rounds of {args.seconds:g} s, medians"
     )
     print("\n| in flight | gateway req/s | engine alone req/s | gateway p50 | gateway p99 | added p50 | added p99 |")

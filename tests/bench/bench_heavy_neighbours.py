@@ -16,6 +16,7 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.daemon import start_daemon
@@ -76,7 +77,7 @@ def main() -> None:
                 for _ in range(args.rounds):
                     out: dict = {}
 
-                    def heavy() -> None:
+                    def heavy(out: dict = out, path: str = path, make: Callable[[], dict] = make) -> None:
                         with daemon.client(key, timeout=300) as c:
                             t0 = time.perf_counter()
                             out["status"] = c.post(path, json=make(), headers={"cache-control": "no-store"}).status_code

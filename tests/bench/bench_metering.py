@@ -97,7 +97,8 @@ async def main(n: int, concurrency: int) -> None:
         await meter.start()
         print(f"{n} requests, {concurrency} in flight; SQLite file, WAL, synchronous=NORMAL")
         print(
-            f"{'quotas':<8}{'admit µs':>10}{'admit+settle serial µs':>24}{'admit+settle concurrent µs':>28}{'req/s':>10}{'rows/commit':>13}"
+            f"{'quotas':<8}{'admit µs':>10}{'admit+settle serial µs':>24}{'admit+settle concurrent µs':>28}"
+            f"{'req/s':>10}{'rows/commit':>13}"
         )
         for name, principal in (("off", off), ("typical", typical), ("all", every)):
             r = await run(meter, principal, n, concurrency, name)

@@ -17,8 +17,8 @@ prompt processing (tokens/s over the perplexity text, one batch), generation
 (tokens/s, 64 greedy tokens, one ``llama_decode`` each on the worker's own decode
 context, as the engine decodes one stream; the median of three runs), the planner's estimate of
 that generation speed on this box (one stream, the file's own context; no
-calibration from earlier loads) and its error, and perplexity over the text. Speeds are given per wall second and per CPU second of this process: on a
-shared, busy machine the second is the steadier one.
+calibration from earlier loads) and its error, and perplexity over the text. Speeds are given per wall second and
+per CPU second of this process: on a shared, busy machine the second is the steadier one.
 
     python tests/bench/bench_quantize.py [--model gemma|synthetic|both] [--threads 2]
 """

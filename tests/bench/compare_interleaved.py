@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.compare_servers import (
+from tests.bench.compare_servers import (  # noqa: E402 - run as a script: the repo root goes on sys.path first
     build_llama_server,
     free_port,
     fresh_model_copy,

@@ -315,7 +315,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r['server']} | {r['single_tps']:.1f} | {r['agg8_tps']:.1f} | {r['per_stream8_tps']:.1f} | {r['ttft8_p50_s']:.2f} s | {r['ttft8_p95_s']:.2f} s | {r['failed']} |"
+            f"| {r['server']} | {r['single_tps']:.1f} | {r['agg8_tps']:.1f} | {r['per_stream8_tps']:.1f} | "
+            f"{r['ttft8_p50_s']:.2f} s | {r['ttft8_p95_s']:.2f} s | {r['failed']} |"
         )
     ours = next(r for r in rows if r["server"] == "appliance")
     yardstick = next((r for r in rows if r["server"] == "llama-server t=2"), None)

@@ -35,19 +35,21 @@ def report(title: str, embedded: Embedded, show: float | None) -> None:
     print(f"## {title}: {len(pairs)} pairs ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))})")
     print()
     print(
-        "| threshold | hit rate (cosine) | false-hit rate (cosine) | hit rate (cache) | false-hit rate (cache) | false hits by kind (cache) |"
+        "| threshold | hit rate (cosine) | false-hit rate (cosine) | hit rate (cache) | false-hit rate (cache) | false hits by "
+        "kind (cache) |"
     )
     print("|---|---|---|---|---|---|")
     for t in THRESHOLDS:
         cosine, cache = score(pairs, embedded.cosine_hits(t)), score(pairs, embedded.cache_hits(t))
         detail = ", ".join(f"{k} {n}" for k, n in sorted(cache.false_by_kind.items())) or "-"
         print(
-            f"| {t:.2f} | {cosine.hit_rate:.0%} | {cosine.false_hit_rate:.0%} | {cache.hit_rate:.0%} | {cache.false_hit_rate:.0%} | {detail} |"
+            f"| {t:.2f} | {cosine.hit_rate:.0%} | {cosine.false_hit_rate:.0%} | {cache.hit_rate:.0%} | "
+            f"{cache.false_hit_rate:.0%} | {detail} |"
         )
     lexical = [compatible(p.b, p.a) for p in pairs]
     same = sims[[p.same for p in pairs]]
     diff = sims[[not p.same for p in pairs]]
-    let_through = [s for p, s, ok in zip(pairs, sims, lexical) if not p.same and ok]
+    let_through = [s for p, s, ok in zip(pairs, sims, lexical, strict=True) if not p.same and ok]
     print()
     print(
         f"similarity of paraphrases: min {same.min():.3f} median {np.median(same):.3f}; of near misses: median "
@@ -56,10 +58,11 @@ def report(title: str, embedded: Embedded, show: float | None) -> None:
     )
     if show is not None:
         print(f"\nwrong decisions at {show:.2f} (cache):")
-        for pair, sim, ok, hit in zip(pairs, sims, lexical, embedded.cache_hits(show)):
+        for pair, sim, ok, hit in zip(pairs, sims, lexical, embedded.cache_hits(show), strict=True):
             if hit != pair.same:
                 print(
-                    f"  {'FALSE HIT' if hit else 'miss     '} {sim:.3f} check={'ok' if ok else 'no'} [{pair.kind}] {pair.a!r} / {pair.b!r}"
+                    f"  {'FALSE HIT' if hit else 'miss     '} {sim:.3f} check={'ok' if ok else 'no'} [{pair.kind}] {pair.a!r} / "
+                    f"{pair.b!r}"
                 )
     print()
 
@@ -79,7 +82,8 @@ def main() -> None:
         embedded = embed(embedder, pairs)
         elapsed = time.perf_counter() - started
         print(
-            f"model {embedder.name}: {2 * len(pairs)} embeddings in {elapsed:.2f} s ({elapsed / (2 * len(pairs)) * 1000:.1f} ms each)"
+            f"model {embedder.name}: {2 * len(pairs)} embeddings in {elapsed:.2f} s ({elapsed / (2 * len(pairs)) * 1000:.1f} ms "
+            "each)"
         )
         report(path.name, embedded, args.show)
         sets.append(embedded)

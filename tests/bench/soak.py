@@ -323,7 +323,8 @@ def run(args: argparse.Namespace) -> int:
         }
         checks["ledger equals the client-side count"] = (
             ledger == client and mine["failed"] == 0 and everything["requests"] == len(every),
-            f"ledger {ledger} (failed {mine['failed']}), clients {client}; all: ledger {everything['requests']}, clients {len(every)}",
+            f"ledger {ledger} (failed {mine['failed']}), clients {client}; all: ledger {everything['requests']}, clients "
+            f"{len(every)}",
         )
 
         # -- memory and descriptors
@@ -335,7 +336,8 @@ def run(args: argparse.Namespace) -> int:
             report["rss_per_minute_mib"][name] = [round(v, 2) for _, v in minutes]
             checks[f"{name} memory does not leak"] = (
                 high <= LEAK_BOUND_MIB_PER_MIN,
-                f"over minutes {window[0][0] if window else 0:.0f}-{window[-1][0] if window else 0:.0f}: slope {slope:+.3f} MiB/min, "
+                f"over minutes {window[0][0] if window else 0:.0f}-{window[-1][0] if window else 0:.0f}: slope {slope:+.3f} "
+                "MiB/min, "
                 f"95% interval [{low:+.3f}, {high:+.3f}] (bound {LEAK_BOUND_MIB_PER_MIN}); "
                 f"{window[0][1] if window else 0:.1f} -> {window[-1][1] if window else 0:.1f} MiB",
             )

@@ -62,7 +62,8 @@ def doctor(check: Check, env: dict[str, str]) -> None:
     gpus = report["hardware"]["gpus"]
     for g in gpus:
         print(
-            f"  GPU{g['index']}: {g['name']} ({g['vendor']}), {g['memory_free'] / GiB:.1f} of {g['memory_total'] / GiB:.1f} GiB free"
+            f"  GPU{g['index']}: {g['name']} ({g['vendor']}), {g['memory_free'] / GiB:.1f} of {g['memory_total'] / GiB:.1f} GiB "
+            "free"
         )
     sw = report["software"]
     print(
@@ -217,7 +218,8 @@ def load_and_measure(check: Check, env: dict[str, str], base: Path) -> None:
         measured = rss + (gpu or 0)
         print(
             f"  memory: estimated {plan['estimated_bytes'] / GiB:.2f} GiB, measured {measured / GiB:.2f} GiB "
-            f"(RSS {rss / GiB:.2f} + GPU {(gpu or 0) / GiB:.2f}; GPU bytes {'from NVML' if gpu is not None else 'not measurable'})"
+            f"(RSS {rss / GiB:.2f} + GPU {(gpu or 0) / GiB:.2f}; GPU bytes "
+            f"{'from NVML' if gpu is not None else 'not measurable'})"
         )
         for row in plan["memory"]:
             used = row["weights"] + row["kv_cache"] + row["compute"] + row["overhead"]

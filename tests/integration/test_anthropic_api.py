@@ -317,7 +317,8 @@ WEATHER = {
 
 
 def test_tool_use_round_trip(client):
-    """Forced tool use, the call answered with a tool_result, and the model's final text (needs the engine's tool-call parsing)."""
+    """Forced tool use, the call answered with a tool_result, and the model's final text (needs the engine's
+    tool-call parsing)."""
     question = {"role": "user", "content": "What is the weather in Paris?"}
     first = client.messages.create(
         model="default",

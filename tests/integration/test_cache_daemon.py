@@ -79,13 +79,16 @@ def test_cli_stats_and_purge(daemon):
         ask(client, "Name a fruit.")
         assert ask(client, "Name a fruit.").headers["x-cache"] == "exact"
     env = {**daemon.env}
-    run = lambda *args: subprocess.run(
-        [sys.executable, "-c", "from appliance.cli import main; main()", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )  # noqa: E731
+
+    def run(*args):
+        return subprocess.run(
+            [sys.executable, "-c", "from appliance.cli import main; main()", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
     stats = run("cache", "stats", "--json")
     assert stats.returncode == 0, stats.stderr
     s = json.loads(stats.stdout)

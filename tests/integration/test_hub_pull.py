@@ -166,7 +166,7 @@ def test_split_gguf_pull_resumes_and_totals_all_parts(
     assert info.status == "ready" and info.size_bytes == total and _no_partials(store)
     first = store.resolve("split:q4_0").file
     assert first.name == "split-q4_0-00001-of-00003.gguf"
-    for stored, name in zip(split_gguf.parts_of(first), sorted(parts)):
+    for stored, name in zip(split_gguf.parts_of(first), sorted(parts), strict=True):
         assert sha256_file(stored) == sha256_file(parts[name])
     assert info.facts["parameter_count"] and info.facts["n_layer"] == 2
     assert store.verify("split:q4_0").status == "ready"

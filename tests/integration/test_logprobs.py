@@ -105,10 +105,10 @@ def test_completion_logprobs_list_the_chosen_and_the_most_likely_tokens(client):
     lp = r.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 6
     text = r.choices[0].text
-    for token, offset in zip(lp.tokens, lp.text_offset):  # a byte of a split character is spelled \xNN
+    for token, offset in zip(lp.tokens, lp.text_offset, strict=True):  # a byte of a split character is spelled \xNN
         assert "\\x" in token or text[offset : offset + len(token)] == token, (token, offset, text)
     assert lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset)
-    for token, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+    for token, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=True):
         assert top[token] == pytest.approx(logprob) and logprob == pytest.approx(max(top.values()))
         assert 3 <= len(top) <= 4 and sum(math.exp(v) for v in top.values()) <= 1 + 1e-6
 
@@ -135,7 +135,7 @@ def test_completion_echo_returns_the_prompt_scored_and_streams_the_same(client):
     assert {name: streamed[name] for name in ("tokens", "text_offset")} == {"tokens": lp.tokens, "text_offset": lp.text_offset}
     assert streamed["token_logprobs"][0] is None and streamed["top_logprobs"][0] is None
     assert streamed["token_logprobs"][1:] == pytest.approx(lp.token_logprobs[1:], rel=1e-2, abs=1e-2)
-    for top, expected in zip(streamed["top_logprobs"][1:], lp.top_logprobs[1:]):
+    for top, expected in zip(streamed["top_logprobs"][1:], lp.top_logprobs[1:], strict=True):
         assert top == pytest.approx(expected, rel=1e-2, abs=1e-2)
 
 

@@ -222,13 +222,15 @@ def test_hang_up_mid_stream_is_settled_at_once(daemon, key):
         "raw": True,
         "options": {"num_predict": 400, "temperature": 0},
     }
-    with httpx.Client(base_url=daemon.url, headers={"Authorization": f"Bearer {key}"}, timeout=300) as http:
-        with http.stream("POST", "/api/generate", json=body) as response:
-            assert response.status_code == 200 and response.headers["content-type"].startswith("application/x-ndjson")
-            request_id = response.headers["x-request-id"]
-            lines = response.iter_lines()
-            pieces = [json.loads(next(lines)) for _ in range(10)]
-            assert not any(p["done"] for p in pieces)
+    with (
+        httpx.Client(base_url=daemon.url, headers={"Authorization": f"Bearer {key}"}, timeout=300) as http,
+        http.stream("POST", "/api/generate", json=body) as response,
+    ):
+        assert response.status_code == 200 and response.headers["content-type"].startswith("application/x-ndjson")
+        request_id = response.headers["x-request-id"]
+        lines = response.iter_lines()
+        pieces = [json.loads(next(lines)) for _ in range(10)]
+        assert not any(p["done"] for p in pieces)
     gone_at = time.monotonic()
     with sqlite3.connect(daemon.data_dir / "appliance.db") as db:
         rows = wait_until(

@@ -18,6 +18,7 @@ developer's machine and fails in CI, with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -153,20 +154,14 @@ def cluster(ray_bin: Path, tmp_path_factory: pytest.TempPathFactory):
         yield address
     finally:
         for p in procs:  # each `ray start --block` leads a process group holding its node's processes
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
         deadline = time.monotonic() + 10
         for p in procs:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         gone_by = time.monotonic() + 10
         for p in procs:  # the group is empty once its last process has exited
             while time.monotonic() < gone_by:
@@ -212,7 +207,7 @@ def test_read_plan_and_argv_against_a_real_two_node_cluster(cluster: str, ray_bi
 
     settings = SimpleNamespace(vllm_python=ray_bin.parent / "python", ray_address=cluster, data_dir=None)
     argv = build_args(split, "/run/engine.sock", settings)
-    opts = dict(zip(argv, argv[1:]))
+    opts = dict(zip(argv, argv[1:], strict=False))
     assert opts["--distributed-executor-backend"] == "ray"
     assert opts["--tensor-parallel-size"] == "2"
     assert opts["--pipeline-parallel-size"] == "2"

@@ -81,13 +81,15 @@ def test_a_plain_request_past_the_deadline_is_answered_504_and_metered(daemon: R
 def test_a_stream_past_the_deadline_ends_with_a_timeout_event_and_is_metered(daemon: RunningDaemon, key: str):
     events: list[str] = []
     started = time.monotonic()
-    with daemon.client(key, timeout=120) as client:
-        with client.stream("POST", "/v1/completions", json={**LONG, "stream": True}) as response:
-            assert response.status_code == 200
-            request_id = response.headers["x-request-id"]
-            for line in response.iter_lines():
-                if line.startswith("data: "):
-                    events.append(line[6:])
+    with (
+        daemon.client(key, timeout=120) as client,
+        client.stream("POST", "/v1/completions", json={**LONG, "stream": True}) as response,
+    ):
+        assert response.status_code == 200
+        request_id = response.headers["x-request-id"]
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                events.append(line[6:])
     took = time.monotonic() - started
     assert events[-1] == "[DONE]", events[-3:]
     error = json.loads(events[-2])["error"]

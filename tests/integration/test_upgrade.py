@@ -41,7 +41,8 @@ def test_install_migrates_an_older_database_and_keeps_its_data(tmp_path):
         ("from-v1", OLD_KEY[:12], hashlib.sha256(OLD_KEY.encode()).hexdigest(), time.time()),
     )
     conn.execute(
-        "INSERT INTO usage (request_id, created_at, endpoint, model, prompt_tokens, completion_tokens, cached_tokens, status, cache_tier, cost)"
+        "INSERT INTO usage (request_id, created_at, endpoint, model, prompt_tokens, completion_tokens, cached_tokens, status, "
+        "cache_tier, cost)"
         " VALUES ('req_old', ?, 'chat', 'gemma-3-270m:q4_k_m', 7, 5, 0, 200, 'miss', 0.0)",
         (time.time(),),
     )

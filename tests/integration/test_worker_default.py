@@ -90,12 +90,12 @@ async def test_greedy_alone_vs_beside_seven_others(worker):
         own = common_prefix(text, alone[i])
         others = max(common_prefix(text, a) for j, a in enumerate(alone) if j != i)
         assert own > others, (PROMPTS[i], alone[i], text)
-    assert sum(a == b for a, b in zip(alone, crowd_texts)) >= 1, list(zip(alone, crowd_texts))
+    assert sum(a == b for a, b in zip(alone, crowd_texts, strict=True)) >= 1, list(zip(alone, crowd_texts, strict=True))
 
 
 def common_prefix(a: str, b: str) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1

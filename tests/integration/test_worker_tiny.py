@@ -313,7 +313,7 @@ def test_speculative_prompt_lookup_keeps_greedy_output(tiny_gguf, tmp_path, work
     # order (f16 accumulation in llama.cpp's CPU flash attention): the random
     # model's near-ties may flip late. Require the long common opening.
     def opening(a: str, b: str) -> int:
-        return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
     assert opening(spec["choices"][0]["text"], plain) >= len(plain) // 3
     assert spec["usage"]["completion_tokens"] == 40

@@ -7,6 +7,7 @@ read-only, and the logs). Nothing reaches into the daemon's memory.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
@@ -142,20 +143,16 @@ def tree_pids(pid: int) -> list[int]:
 def tree_rss(pid: int) -> int:
     total = 0
     for p in tree_pids(pid):
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             total += psutil.Process(p).memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
     return total
 
 
 def tree_fds(pid: int) -> int:
     total = 0
     for p in tree_pids(pid):
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             total += psutil.Process(p).num_fds()
-        except psutil.NoSuchProcess:
-            pass
     return total
 
 

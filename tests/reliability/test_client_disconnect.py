@@ -140,18 +140,20 @@ def test_hang_up_mid_message_stream_records_usage_and_frees_everything(long_box,
         "temperature": 0,
         "messages": [{"role": "user", "content": "story"}],
     }  # greedy: no end-of-generation token for 12,000 tokens
-    with long_box.client(quota_key, timeout=60) as client:
-        with client.stream("POST", "/v1/messages", json=body, headers={"x-api-key": quota_key}) as response:
-            assert response.status_code == 200
-            request_id = response.headers["x-request-id"]
-            events = sse_events(response.iter_lines())  # held: closing the generator would close the connection here
-            for event in events:
-                if event.get("type") == "content_block_delta":
-                    deltas += 1
-                if deltas == 20:
-                    break
-            assert deltas == 20, "the message ended before the client left"
-            assert engine_get(engine, "/stats").json()["slots_busy"] == 1  # still generating when the client leaves
+    with (
+        long_box.client(quota_key, timeout=60) as client,
+        client.stream("POST", "/v1/messages", json=body, headers={"x-api-key": quota_key}) as response,
+    ):
+        assert response.status_code == 200
+        request_id = response.headers["x-request-id"]
+        events = sse_events(response.iter_lines())  # held: closing the generator would close the connection here
+        for event in events:
+            if event.get("type") == "content_block_delta":
+                deltas += 1
+            if deltas == 20:
+                break
+        assert deltas == 20, "the message ended before the client left"
+        assert engine_get(engine, "/stats").json()["slots_busy"] == 1  # still generating when the client leaves
     gone_at = time.monotonic()
     wait_until(
         lambda: _all_freed(long_box, quota_key, engine), FREED_WITHIN_S + 1.0, 0.05, "slot, in-flight count and reservation freed"

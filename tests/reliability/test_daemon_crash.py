@@ -15,6 +15,7 @@ What must hold afterwards:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -94,7 +95,5 @@ def test_kill_9_of_the_daemon_under_mixed_load_loses_no_acknowledged_usage(tmp_p
     finally:
         daemon.kill()
         for pid in engines:  # in case the check above failed: leave no orphan behind
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass

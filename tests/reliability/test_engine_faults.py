@@ -135,10 +135,12 @@ def test_kill_9_of_the_engine_mid_stream_ends_the_stream_with_an_error_event(lon
     assert content_chunks >= 10
 
     _restarted(long_box, pid)
-    with long_box.client(quota_key) as client:
-        with client.stream("POST", "/v1/chat/completions", json=chat_body("and now?", max_tokens=8, stream=True)) as again:
-            assert again.status_code == 200
-            tail = list(sse_events(again.iter_lines()))
+    with (
+        long_box.client(quota_key) as client,
+        client.stream("POST", "/v1/chat/completions", json=chat_body("and now?", max_tokens=8, stream=True)) as again,
+    ):
+        assert again.status_code == 200
+        tail = list(sse_events(again.iter_lines()))
     assert tail[-1] == "[DONE]" and not any(isinstance(e, dict) and "error" in e for e in tail)
 
     ((status, completion_tokens),) = db_rows(

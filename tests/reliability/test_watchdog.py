@@ -70,7 +70,7 @@ class NotifyListener:
 
 
 def _max_gap(times: list[float]) -> float:
-    return max((b - a for a, b in zip(times, times[1:])), default=float("inf"))
+    return max((b - a for a, b in zip(times, times[1:], strict=False)), default=float("inf"))
 
 
 def _unanswered_probe(url: str) -> float | None:

@@ -47,7 +47,8 @@ MUTATIONS = [
         "row5-template-rendered-on-import",
         "appliance/store/installs.py",
         "        out = facts.to_dict()\n",
-        '        out = facts.to_dict()\n        import jinja2\n        jinja2.Environment().from_string(facts.chat_template or "").render(messages=[])\n',
+        "        out = facts.to_dict()\n        import jinja2\n        jinja2.Environment().from_string(facts.chat_template or "
+        '"").render(messages=[])\n',
         "tests/security/test_store_import_policy.py::test_hostile_chat_template_imports_flagged_and_unrendered",
     ),
     (
@@ -60,7 +61,8 @@ MUTATIONS = [
     (
         "row6-no-inspection",
         "appliance/store/installs.py",
-        '        facts = inspect_gguf(path) if fmt == "gguf" else inspect_hf(path)\n        out = facts.to_dict()\n        template = facts.chat_template or ""\n',
+        '        facts = inspect_gguf(path) if fmt == "gguf" else inspect_hf(path)\n        out = facts.to_dict()\n        '
+        'template = facts.chat_template or ""\n',
         '        return {"chat_template_flags": []}\n',
         "tests/security/test_store_import_policy.py -k hostile_gguf",
     ),
@@ -89,7 +91,8 @@ MUTATIONS = [
         "row9-redirect-hops-unchecked",
         "appliance/store/download.py",
         "            target = check_url(url, self.allow)\n",
-        "            from appliance.store.pull import Target\n            from urllib.parse import urlsplit\n            target = check_url(url, self.allow) if _hop == 0 else Target(url, urlsplit(url).netloc, None)\n",
+        "            from appliance.store.pull import Target\n            from urllib.parse import urlsplit\n            target "
+        "= check_url(url, self.allow) if _hop == 0 else Target(url, urlsplit(url).netloc, None)\n",
         "tests/security/test_store_ssrf.py::test_redirects_to_internal_hosts_are_refused",
     ),
     (

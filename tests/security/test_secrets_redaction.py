@@ -278,7 +278,8 @@ def test_canary_key_is_nowhere_and_errors_carry_no_paths(tmp_path_factory, tiny_
         404,
         400,
     )
-    assert statuses["rate limited chat"] == 429 and "engine_unavailable" in dict((l, b) for l, _, b in errors)["engine killed"]
+    bodies = {label: b for label, _, b in errors}
+    assert statuses["rate limited chat"] == 429 and "engine_unavailable" in bodies["engine killed"]
 
     # The secret part of the canary is nowhere.
     places = {f"log file {p.name}": p.read_text(errors="replace") for p in (box.data_dir / "logs").glob("*.log*")}
@@ -303,5 +304,5 @@ def test_canary_key_is_nowhere_and_errors_carry_no_paths(tmp_path_factory, tiny_
 
     with_paths = [(label, status, paths(body)) for label, status, body in errors if paths(body)]
     assert with_paths == []
-    for label, status, body in errors:
+    for label, _status, body in errors:
         assert str(box.data_dir) not in body and "Traceback" not in body and ".py" not in body, (label, body)

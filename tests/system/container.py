@@ -10,6 +10,7 @@ mounted below it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -130,9 +131,13 @@ def _host_pip_paths() -> list[Path]:
             path = path.parent
         if path.name == "simple":
             path = path.parent  # a local index links to files beside its simple/ folder
-        if path.is_dir() and path != Path("/") and not str(path).startswith(("/etc", "/root", "/proc", "/sys", "/dev")):
-            if not any(path == p or p in path.parents for p in found):
-                found.append(path)
+        if (
+            path.is_dir()
+            and path != Path("/")
+            and not str(path).startswith(("/etc", "/root", "/proc", "/sys", "/dev"))
+            and not any(path == p or p in path.parents for p in found)
+        ):
+            found.append(path)
     return found
 
 
@@ -252,10 +257,8 @@ class Container:
         """Power off (or kill) the container, then remove its folder if nothing is mounted below it."""
         if self.nspawn is not None and self.nspawn.poll() is None:
             if self.pid1 is not None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(self.pid1, signal.SIGRTMIN + 4)  # systemd: poweroff
-                except ProcessLookupError:
-                    pass
             try:
                 self.nspawn.wait(timeout=30)
             except subprocess.TimeoutExpired:

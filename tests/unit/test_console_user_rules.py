@@ -71,7 +71,7 @@ def test_two_admins_deleting_each_other_at_once_leave_one(db):
         barrier = threading.Barrier(2)
         outcomes: list[str] = []
 
-        def remove(actor: int, target: int) -> None:
+        def remove(actor: int, target: int, barrier: threading.Barrier = barrier, outcomes: list[str] = outcomes) -> None:
             barrier.wait()
             try:
                 user_admin.delete_user(db, actor, target)

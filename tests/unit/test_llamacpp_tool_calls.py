@@ -243,7 +243,7 @@ def test_split_at_every_boundary_and_char_by_char(name):
 def test_random_pieces(name, cuts):
     fmt, thinks, opened, text, content, reasoning, calls = SAMPLES[name]
     bounds = sorted({c % (len(text) + 1) for c in cuts} | {0, len(text)})
-    pieces = [text[a:b] for a, b in zip(bounds, bounds[1:])]
+    pieces = [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
     assert _collect(_parser(fmt, thinks, opened), pieces) == (content, reasoning, calls)
 
 

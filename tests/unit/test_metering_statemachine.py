@@ -129,7 +129,7 @@ class MeteringMachine(RuleBasedStateMachine):
     def _finish(self, item, tokens, cost):
         admission, plan = item
         held = dict(self.live.pop(admission.request_id, []))
-        for k, amount, _ in plan:
+        for k, _amount, _ in plan:
             unit = DIM[k[2]].unit
             real = {"requests": 1.0, "tokens": float(tokens), "cost": cost, "concurrent": 0.0}[unit]
             entry = self.model[k]

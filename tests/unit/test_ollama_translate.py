@@ -187,22 +187,29 @@ TOOL_ANSWER = {
 TOOL_STREAM = [
     b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":null,'
     b'"tool_calls":[{"index":0,"id":"call_abc","type":"function","function":{"name":"weather","arguments":""}}]},"finish_reason":null}]}',
-    b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\\"city\\": "}}]},"finish_reason":null}]}',
-    b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\\"Paris\\"}"}}]},"finish_reason":null}]}',
+    b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,'
+    b'"function":{"arguments":"{\\"city\\": "}}]},"finish_reason":null}]}',
+    b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,'
+    b'"function":{"arguments":"\\"Paris\\"}"}}]},"finish_reason":null}]}',
     b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}',
-    b'data: {"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":40,"completion_tokens":9,"total_tokens":49}}',
+    b'data: {"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":40,"completion_tokens":9,'
+    b'"total_tokens":49}}',
     b"data: [DONE]",
 ]
 TEXT_STREAM = [
-    b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"Bl"},"finish_reason":null}]}',
-    b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"ue."},"finish_reason":"length"}]}',
-    b'data: {"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":11,"completion_tokens":2,"total_tokens":13}}',
+    b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"Bl"},'
+    b'"finish_reason":null}]}',
+    b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"ue."},'
+    b'"finish_reason":"length"}]}',
+    b'data: {"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":11,"completion_tokens":2,'
+    b'"total_tokens":13}}',
     b"data: [DONE]",
 ]
 COMPLETION_STREAM = [
     b'data: {"id":"c","object":"text_completion","choices":[{"index":0,"text":" Paris","finish_reason":null}]}',
     b'data: {"id":"c","object":"text_completion","choices":[{"index":0,"text":".","finish_reason":"stop"}]}',
-    b'data: {"id":"c","object":"text_completion","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}',
+    b'data: {"id":"c","object":"text_completion","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,'
+    b'"total_tokens":7}}',
 ]
 
 
@@ -234,7 +241,7 @@ def test_streamed_tool_call_fragments_are_joined():
 def test_streamed_text_reassembles_with_timings():
     translator = t.StreamTranslator("default", chat=True, started_ns=1_000)
     objects = []
-    for now, event in zip((5_000, 6_000, 7_000, 7_500), TEXT_STREAM):
+    for now, event in zip((5_000, 6_000, 7_000, 7_500), TEXT_STREAM, strict=True):
         objects += translator.event(event, now)
     objects += translator.finish(8_000)
     assert "".join(o["message"]["content"] for o in objects) == "Blue."

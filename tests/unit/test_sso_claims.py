@@ -72,7 +72,7 @@ def test_only_asymmetric_signed_tokens_are_looked_at():
     assert header_of(token({"alg": "RS256", "kid": "k"}))["kid"] == "k"
     assert header_of(token({"alg": "ES256"}))["alg"] == "ES256"
     for alg in ("none", "HS256", "HS512", "RS512", None):
-        assert "algorithm" in refused(lambda: header_of(token({"alg": alg})))
+        assert "algorithm" in refused(lambda alg=alg: header_of(token({"alg": alg})))
     assert "its own keys" in refused(lambda: header_of(token({"alg": "RS256", "jku": "https://evil.example/keys"})))
     for bad in ("a.b", "not-base64!.x.y", "a" * 20000):
         with pytest.raises(SignOnRefused):

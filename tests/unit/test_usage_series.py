@@ -43,8 +43,10 @@ def ledger(
 ):
     with sqlite3.connect(db.url.database) as conn:
         conn.execute(
-            "INSERT INTO usage (request_id, created_at, key_id, team_id, endpoint, model, variant, prompt_tokens, completion_tokens,"
-            " cached_tokens, ttft_ms, latency_ms, status, cache_tier, cost) VALUES (?, ?, ?, ?, 'chat', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO usage (request_id, created_at, key_id, team_id, endpoint, model, variant, prompt_tokens, "
+            "completion_tokens,"
+            " cached_tokens, ttft_ms, latency_ms, status, cache_tier, cost) VALUES (?, ?, ?, ?, 'chat', ?, ?, ?, ?, ?, ?, ?, ?, "
+            "?, ?)",
             (
                 rid,
                 t,

@@ -215,7 +215,7 @@ def test_never_trust_remote_code_for_any_plan():
     }
     names = list(values)
     for combo in itertools.product(*values.values()):
-        plan = FakePlan(**dict(zip(names, combo)))
+        plan = FakePlan(**dict(zip(names, combo, strict=True)))
         for s in (settings(), settings(ray_address="auto")):
             if plan.distributed_executor == "ray" and not s.ray_address:
                 with pytest.raises(PlanNotServable):

@@ -28,10 +28,12 @@ def console(tmp_path):
         conn.execute("INSERT INTO teams (id, name, created_at) VALUES (1, 'red', 0), (2, 'blue', 0)")
         conn.execute(
             "INSERT INTO api_keys (id, name, prefix, secret_hash, role, team_id, priority, created_at)"
-            " VALUES (1, 'r', 'ak_red', 'h1', 'user', 1, 'interactive', 0), (2, 'b', 'ak_blue', 'h2', 'user', 2, 'interactive', 0)"
+            " VALUES (1, 'r', 'ak_red', 'h1', 'user', 1, 'interactive', 0), (2, 'b', 'ak_blue', 'h2', 'user', 2, 'interactive', "
+            "0)"
         )
         conn.executemany(
-            "INSERT INTO usage (request_id, created_at, key_id, team_id, endpoint, model, prompt_tokens, completion_tokens, cached_tokens,"
+            "INSERT INTO usage (request_id, created_at, key_id, team_id, endpoint, model, prompt_tokens, completion_tokens, "
+            "cached_tokens,"
             " latency_ms, status, cache_tier, cost) VALUES (?, ?, ?, ?, 'chat', 'fam:q4', ?, ?, 0, 50, 200, 'miss', 0.25)",
             [("a", now - 60, 1, 1, 11, 7), ("b", now - 120, 2, 2, 5, 3), ("c", now - 40 * 86400, 1, 1, 1000, 1000)],
         )
