@@ -15,7 +15,7 @@ Content blocks are tagged unions on ``type``; a block type outside them
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -30,7 +30,9 @@ ToolName = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^
 #: The fields accepted and ignored, with why (the README lists them).
 IGNORED = {
     "metadata": "Anthropic's request metadata (user_id) does not change the answer.",
-    "cache_control": "prompt-caching hints: the appliance's own response cache and the engine's prefix reuse apply by themselves.",
+    "cache_control": (
+        "prompt-caching hints: the appliance's own response cache and the engine's prefix reuse apply by themselves."
+    ),
     "service_tier": "there is one tier.",
     "output_config.effort": "the served models have no thinking budget to set.",
     "caller": 'on tool_use blocks, only {"type": "direct"}: the client ran the tool, as every tool here.',
@@ -84,7 +86,7 @@ class ToolResultBlock(_Base, tag="tool_result", tag_field="type"):
     cache_control: CacheControl | None = None
 
 
-ContentBlock = Union[TextBlock, ImageBlock, ToolUseBlock, ToolResultBlock]
+ContentBlock = TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock
 
 
 class InputMessage(_Base):
@@ -117,7 +119,7 @@ class ToolChoiceNone(_Base, tag="none", tag_field="type"):
     pass
 
 
-ToolChoice = Union[ToolChoiceAuto, ToolChoiceAny, ToolChoiceTool, ToolChoiceNone]
+ToolChoice = ToolChoiceAuto | ToolChoiceAny | ToolChoiceTool | ToolChoiceNone
 
 
 class Thinking(_Base):

@@ -71,7 +71,8 @@ def _escape(value: object) -> str:
 
 
 def _labels(names: Iterable[str], values: Iterable[object]) -> str:
-    pairs = ",".join(f'{n}="{_escape(v)}"' for n, v in zip(names, values))
+    # A gauge source's key is its own business: a short one leaves labels off rather than failing the scrape.
+    pairs = ",".join(f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=False))
     return "{" + pairs + "}" if pairs else ""
 
 
@@ -105,7 +106,7 @@ class _Histogram:
         lines = [f"# HELP {name} {help_}", f"# TYPE {name} histogram"]
         for labels, series in sorted(self.series.items(), key=lambda item: item[0]):
             running = 0
-            for bound, n in zip((*self.buckets, math.inf), series.counts):
+            for bound, n in zip((*self.buckets, math.inf), series.counts, strict=True):
                 running += n
                 lines.append(f"{name}_bucket{_labels((*label_names, 'le'), (*labels, _num(bound)))} {running}")
             lines.append(f"{name}_sum{_labels(label_names, labels)} {_num(series.total)}")

@@ -16,7 +16,7 @@ unknown, and the error handler names it as the ``param``.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -29,11 +29,11 @@ Penalty = Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)]
 PositiveInt = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
 CompletionTokens = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
 ModelName = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
-Stop = Union[
-    Annotated[str, msgspec.Meta(max_length=500)],
-    Annotated[list[Annotated[str, msgspec.Meta(max_length=500)]], msgspec.Meta(max_length=16)],
-    None,
-]
+Stop = (
+    Annotated[str, msgspec.Meta(max_length=500)]
+    | Annotated[list[Annotated[str, msgspec.Meta(max_length=500)]], msgspec.Meta(max_length=16)]
+    | None
+)
 
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # /v1/completions without max_tokens, as OpenAI and vLLM

@@ -105,7 +105,9 @@ class Settings(BaseSettings):
     port: int = Field(default=8080, ge=1, le=65535, description="TCP port of the HTTP API and console.")
     allowed_hosts: list[str] = Field(
         default_factory=lambda: ["localhost", "127.0.0.1", "[::1]"],
-        description="Host header values accepted (DNS-rebinding defence). Add the box's DNS name and address. `*` disables the check.",
+        description=(
+            "Host header values accepted (DNS-rebinding defence). Add the box's DNS name and address. `*` disables the check."
+        ),
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="Least severe log level written.")
     log_format: Literal["json", "text"] = Field(
@@ -113,7 +115,11 @@ class Settings(BaseSettings):
     )
     allocator: Literal["jemalloc", "system"] = Field(
         default="jemalloc",
-        description="C allocator of the daemon: `jemalloc` (re-executes once at start with libjemalloc2 preloaded, when installed, and `MALLOC_CONF=background_thread:true` before any `MALLOC_CONF` of yours) keeps its memory flat under a long mixed load; `system` keeps glibc's malloc, whose heaps grow. Engines keep the system's.",
+        description=(
+            "C allocator of the daemon: `jemalloc` (re-executes once at start with libjemalloc2 preloaded, when installed, and "
+            "`MALLOC_CONF=background_thread:true` before any `MALLOC_CONF` of yours) keeps its memory flat under a long mixed "
+            "load; `system` keeps glibc's malloc, whose heaps grow. Engines keep the system's."
+        ),
     )
     default_model: str = Field(
         default="gemma-3-270m:q4_k_m",
@@ -159,12 +165,18 @@ class Settings(BaseSettings):
     )
     engine_kv_cache_type: Literal["f16", "q8_0", "q4_0"] = Field(
         default="f16",
-        description="KV cache element type of llama.cpp engines: `q8_0` halves the KV cache's memory, `q4_0` quarters it (both turn flash attention on). The planner sizes the cache with it.",
+        description=(
+            "KV cache element type of llama.cpp engines: `q8_0` halves the KV cache's memory, `q4_0` quarters it (both turn "
+            "flash attention on). The planner sizes the cache with it."
+        ),
     )
     min_decode_tokens_per_s: float = Field(
         default=10.0,
         ge=0,
-        description="Interactive floor: the planner picks the best quality whose estimated decode speed per stream, at engine_parallel streams, reaches this many tokens/s (else the fastest that fits). 0 ranks by quality alone.",
+        description=(
+            "Interactive floor: the planner picks the best quality whose estimated decode speed per stream, at engine_parallel "
+            "streams, reaches this many tokens/s (else the fastest that fits). 0 ranks by quality alone."
+        ),
     )
     backend: Literal["auto", "llamacpp", "vllm"] = Field(
         default="auto", description="Inference backend: `auto` lets the planner choose (vLLM on capable GPUs), or force one."
@@ -175,14 +187,24 @@ class Settings(BaseSettings):
     vllm_python: Path | None = Field(default=None, description="Python interpreter that runs vLLM. Unset: the appliance's own.")
     ray_address: str | None = Field(
         default=None,
-        description="Ray cluster address (host:port of the head's GCS, or auto), handed to vLLM as RAY_ADDRESS. The daemon reads the cluster's alive nodes from Ray through the vLLM environment's Python (needs Ray there) at start-up and when a plan is made, reusing a read for 60 s: each node's GPU count, its GPU model (Ray's accelerator_type, through a table of known GPUs) and CPU/memory. A model that does not fit this box's GPUs is then planned tensor parallel within a node x pipeline stages across nodes. An unreachable cluster is a warning in the log, doctor and plan, and plans use this box's GPUs only (see Ray in the README).",
+        description=(
+            "Ray cluster address (host:port of the head's GCS, or auto), handed to vLLM as RAY_ADDRESS. The daemon reads the "
+            "cluster's alive nodes from Ray through the vLLM environment's Python (needs Ray there) at start-up and when a plan "
+            "is made, reusing a read for 60 s: each node's GPU count, its GPU model (Ray's accelerator_type, through a table of "
+            "known GPUs) and CPU/memory. A model that does not fit this box's GPUs is then planned tensor parallel within a "
+            "node x pipeline stages across nodes. An unreachable cluster is a warning in the log, doctor and plan, and plans "
+            "use this box's GPUs only (see Ray in the README)."
+        ),
     )
     currency: str = Field(
         default="USD",
         min_length=1,
         max_length=8,
         pattern=r"^[A-Za-z$€£¥]{1,8}$",
-        description="What prices and cost budgets are written in (a code such as USD or EUR, or a sign), shown beside every cost in the console and in `/admin/usage`. A label only: nothing is converted.",
+        description=(
+            "What prices and cost budgets are written in (a code such as USD or EUR, or a sign), shown beside every cost in the "
+            "console and in `/admin/usage`. A label only: nothing is converted."
+        ),
     )
     cache_enabled: bool = Field(default=True, description="Serve repeated deterministic requests from the response cache.")
     cache_ttl_seconds: int = Field(
@@ -198,11 +220,18 @@ class Settings(BaseSettings):
         default=0.95,
         gt=0,
         le=1,
-        description="Cosine similarity a semantic cache hit needs (besides equal numbers, units, negations and names). At 0.95: no wrong answer on the 200 tuning and 100 held-out labelled pairs in tests/data, 4 wrong on the fresh held-out set's 41 near misses (see Response cache).",
+        description=(
+            "Cosine similarity a semantic cache hit needs (besides equal numbers, units, negations and names). At 0.95: no "
+            "wrong answer on the 200 tuning and 100 held-out labelled pairs in tests/data, 4 wrong on the fresh held-out set's "
+            "41 near misses (see Response cache)."
+        ),
     )
     semantic_cache_enabled: bool = Field(
         default=False,
-        description="Also answer from the cache when a cached prompt means the same (embedding similarity). Off by default: every cache miss then costs an embedding (about 10 ms of CPU). Policies can turn it on for a team or key.",
+        description=(
+            "Also answer from the cache when a cached prompt means the same (embedding similarity). Off by default: every cache "
+            "miss then costs an embedding (about 10 ms of CPU). Policies can turn it on for a team or key."
+        ),
     )
     cache_embedding_model: Path | None = Field(
         default=None, description="GGUF embedding model of the semantic cache. Unset: the shipped all-MiniLM-L6-v2."
@@ -211,14 +240,20 @@ class Settings(BaseSettings):
     responses_ttl_hours: float = Field(
         default=720,
         gt=0,
-        description="How long a /v1/responses answer is kept for `previous_response_id` and `GET /v1/responses/{id}`, in hours. A request with `store: false` is not kept at all.",
+        description=(
+            "How long a /v1/responses answer is kept for `previous_response_id` and `GET /v1/responses/{id}`, in hours. A "
+            "request with `store: false` is not kept at all."
+        ),
     )
     metrics_public: bool = Field(
         default=False, description="Serve /metrics without an admin credential (only on trusted networks)."
     )
     trusted_proxies: list[str] = Field(
         default_factory=list,
-        description="Addresses or CIDR ranges of reverse proxies whose X-Forwarded-For and X-Forwarded-Proto are believed. Empty: none; the peer address is the client.",
+        description=(
+            "Addresses or CIDR ranges of reverse proxies whose X-Forwarded-For and X-Forwarded-Proto are believed. Empty: none; "
+            "the peer address is the client."
+        ),
     )
     max_connections: int = Field(
         default=512, ge=1, description="Most concurrent connections and requests the HTTP listener holds; more get 503 at once."
@@ -235,15 +270,24 @@ class Settings(BaseSettings):
     )
     hub_url: str = Field(
         default="https://huggingface.co",
-        description="Hugging Face hub (or a mirror speaking its HTTP API) that `hf:ORG/REPO` pulls list and download from. The SSRF rules of pulls apply to it and to every redirect.",
+        description=(
+            "Hugging Face hub (or a mirror speaking its HTTP API) that `hf:ORG/REPO` pulls list and download from. The SSRF "
+            "rules of pulls apply to it and to every redirect."
+        ),
     )
     hub_token_file: Path | None = Field(
         default=None,
-        description="File holding the hub token for gated or private repositories (keep it mode 0600). Read at each pull; sent only to hub_url's host, never to a redirect target, never logged.",
+        description=(
+            "File holding the hub token for gated or private repositories (keep it mode 0600). Read at each pull; sent only to "
+            "hub_url's host, never to a redirect target, never logged."
+        ),
     )
     store_read_only: bool = Field(
         default=False,
-        description="Treat the model store (`models` in the data dir, e.g. a read-only mount) as read-only: the models found there are registered at start and on `appliancectl models scan`; pulls, imports, quantizations and deletes are refused.",
+        description=(
+            "Treat the model store (`models` in the data dir, e.g. a read-only mount) as read-only: the models found there are "
+            "registered at start and on `appliancectl models scan`; pulls, imports, quantizations and deletes are refused."
+        ),
     )
     offline: bool = Field(
         default=False,
@@ -256,28 +300,45 @@ class Settings(BaseSettings):
         default=80.0,
         ge=0,
         le=100,
-        description="Share (%) of a daily or monthly token or cost budget at which an alert is raised, once per window; a quota's own `alert_percent` overrides it. 0: no alerts.",
+        description=(
+            "Share (%) of a daily or monthly token or cost budget at which an alert is raised, once per window; a quota's own "
+            "`alert_percent` overrides it. 0: no alerts."
+        ),
     )
     alert_webhook_url: str | None = Field(
         default=None,
-        description="URL that budget alerts are POSTed to as JSON, signed with `alert_webhook_secret`, retried with backoff, never on the request path. Unset: alerts stay in the console and the audit log.",
+        description=(
+            "URL that budget alerts are POSTed to as JSON, signed with `alert_webhook_secret`, retried with backoff, never on "
+            "the request path. Unset: alerts stay in the console and the audit log."
+        ),
     )
     alert_webhook_secret: str | None = Field(
         default=None,
-        description="HMAC-SHA256 key for the `X-Appliance-Signature` header of alert webhooks; required with `alert_webhook_url`.",
+        description=(
+            "HMAC-SHA256 key for the `X-Appliance-Signature` header of alert webhooks; required with `alert_webhook_url`."
+        ),
     )
 
     local_login_enabled: bool = Field(
         default=True,
-        description="Console sign-in with local user names and passwords. Switch it off once single sign-on works; the admin socket (`appliancectl`) stays the break-glass path.",
+        description=(
+            "Console sign-in with local user names and passwords. Switch it off once single sign-on works; the admin socket "
+            "(`appliancectl`) stays the break-glass path."
+        ),
     )
     console_public_url: str | None = Field(
         default=None,
-        description="The console's public URL (`https://llm.example.com`), the base of the single sign-on redirect URL `<url>/login/oidc/callback`. Unset: the URL the browser used.",
+        description=(
+            "The console's public URL (`https://llm.example.com`), the base of the single sign-on redirect URL "
+            "`<url>/login/oidc/callback`. Unset: the URL the browser used."
+        ),
     )
     oidc_issuer: str | None = Field(
         default=None,
-        description="OpenID Connect issuer URL of the identity provider; single sign-on is on when this and `oidc_client_id` are set. Its metadata is read from `<issuer>/.well-known/openid-configuration`.",
+        description=(
+            "OpenID Connect issuer URL of the identity provider; single sign-on is on when this and `oidc_client_id` are set. "
+            "Its metadata is read from `<issuer>/.well-known/openid-configuration`."
+        ),
     )
     oidc_client_id: str | None = Field(
         default=None, description="Client id of the console at the identity provider; ID tokens must name it as their audience."
@@ -287,7 +348,10 @@ class Settings(BaseSettings):
     )
     oidc_client_secret_file: Path | None = Field(
         default=None,
-        description="File holding the client secret (relative paths are inside the data dir; keep it mode 0600). Used when `oidc_client_secret` is unset.",
+        description=(
+            "File holding the client secret (relative paths are inside the data dir; keep it mode 0600). Used when "
+            "`oidc_client_secret` is unset."
+        ),
     )
     oidc_provider_name: str = Field(
         default="single sign-on", description='Provider name on the console\'s sign-in button ("Sign in with …").'
@@ -301,7 +365,10 @@ class Settings(BaseSettings):
     oidc_groups_claim: str = Field(default="groups", description="ID token claim listing the user's groups at the provider.")
     oidc_group_roles: dict[str, Literal["admin", "operator", "viewer"]] = Field(
         default_factory=dict,
-        description='Provider group → console role, e.g. `{"llm-admins": "admin", "staff": "viewer"}`; the highest matching role wins, read again at every sign-in.',
+        description=(
+            'Provider group → console role, e.g. `{"llm-admins": "admin", "staff": "viewer"}`; the highest matching role wins, '
+            "read again at every sign-in."
+        ),
     )
     oidc_default_role: Literal["admin", "operator", "viewer"] | None = Field(
         default=None, description="Role of a provider user in none of the mapped groups. Unset: such users are refused."

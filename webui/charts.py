@@ -58,7 +58,7 @@ def bars(items: Sequence[tuple[str, float]], label: str = "", fmt: str = "{:,.0f
     slot = 100.0 / n
     gap = min(0.6, slot * 0.2)
     rects = []
-    for i, ((name, _), v) in enumerate(zip(items, values)):
+    for i, ((name, _), v) in enumerate(zip(items, values, strict=True)):
         h = 0 if v <= 0 else max(0.8, v / high * 48)
         rects.append(
             Markup('<rect x="{x:.2f}" y="{y:.2f}" width="{w:.2f}" height="{h:.2f}"><title>{t}</title></rect>').format(
@@ -153,7 +153,8 @@ def time_chart(
         for i, label in enumerate(labels)
     )
     table = Markup(
-        '<table class="visually-hidden" data-testid="{i}-table"><caption>{title}</caption><thead><tr><th scope="col">Time</th>{head}</tr>'
+        '<table class="visually-hidden" data-testid="{i}-table"><caption>{title}</caption><thead><tr><th '
+        'scope="col">Time</th>{head}</tr>'
         "</thead><tbody>{body}</tbody></table>"
     ).format(i=ident, title=title, head=head, body=body)
     return Markup('<figure class="chart" data-testid="{}">{}{}<ul class="legend">{}</ul>{}</figure>').format(

@@ -77,7 +77,7 @@ def gpu_cards(samples: list[JsonObject]) -> list[JsonObject]:
                 "temperature": gpu.get("temperature_celsius"),
                 "power": gpu.get("power_watts"),
                 "util_series": series("utilization_percent"),
-                "memory_series": [_pct(u, t) for u, t in zip(used, total)],
+                "memory_series": [_pct(u, t) for u, t in zip(used, total, strict=True)],
                 "temp_series": series("temperature_celsius"),
                 "power_series": series("power_watts"),
             }
@@ -117,7 +117,8 @@ def serving(db: Engine, now: float | None = None) -> JsonObject:
             r[0]
             for r in conn.execute(
                 text(
-                    "SELECT ttft_ms FROM usage WHERE created_at >= :since AND ttft_ms IS NOT NULL AND status < 400 AND cache_tier = 'miss'"
+                    "SELECT ttft_ms FROM usage WHERE created_at >= :since AND ttft_ms IS NOT NULL AND status < 400 AND "
+                    "cache_tier = 'miss'"
                     " ORDER BY ttft_ms LIMIT 100000"
                 ),
                 {"since": now - 3600},

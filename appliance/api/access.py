@@ -26,7 +26,7 @@ PRINCIPAL = "appliance.principal"
 LOCAL_MARK = "appliance.local"
 
 
-class Access(str, enum.Enum):
+class Access(enum.StrEnum):
     """The credential a route needs."""
 
     PUBLIC = "public"  # health probes and the console's static assets

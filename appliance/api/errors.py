@@ -115,9 +115,8 @@ _BODY_ERROR = re.compile(r"^(.*) - at `\$\.data\.([A-Za-z_][A-Za-z0-9_]{0,63})")
 
 def handle_http_exception(request: Request, exc: HTTPException) -> Response:
     status = exc.status_code
-    if status == 500 and isinstance(exc.__cause__, msgspec.ValidationError):
-        if found := _BODY_ERROR.match(str(exc.__cause__)):
-            return _invalid_field(request, found.group(2), f"{found.group(1)} (parameter '{found.group(2)}')")
+    if status == 500 and isinstance(exc.__cause__, msgspec.ValidationError) and (found := _BODY_ERROR.match(str(exc.__cause__))):
+        return _invalid_field(request, found.group(2), f"{found.group(1)} (parameter '{found.group(2)}')")
     type_ = _STATUS_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     detail = exc.detail if status < 500 else "Internal server error."
     return _respond(request, status, error_envelope(detail, type_, None, None), dict(exc.headers or {}))

@@ -149,7 +149,8 @@ def add_hits(conn: sqlite3.Connection, hits: dict[str, tuple[float, int]]) -> No
 
 def delete_least_recent(conn: sqlite3.Connection, n: int) -> Deleted:
     return conn.execute(
-        "DELETE FROM cache_entries WHERE id IN (SELECT id FROM cache_entries ORDER BY last_hit_at, id LIMIT ?) RETURNING id, cache_key",
+        "DELETE FROM cache_entries WHERE id IN (SELECT id FROM cache_entries ORDER BY last_hit_at, id LIMIT ?) RETURNING id, "
+        "cache_key",
         (n,),
     ).fetchall()
 

@@ -504,7 +504,7 @@ class _Scope:
         kept = int(keep.sum())
         self.buf[:kept] = self.buf[: self.n][keep]
         self.ids[:kept] = self.ids[: self.n][keep]
-        self.texts = [t for t, k in zip(self.texts, keep) if k]
+        self.texts = [t for t, k in zip(self.texts, keep, strict=True) if k]
         self.n = kept
 
 

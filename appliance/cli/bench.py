@@ -81,7 +81,8 @@ def register(group: click.Group) -> None:
             p50 = f"{result.ttft_p50_s:.3f}s" if result.ttft_p50_s is not None else "-"
             p95 = f"{result.ttft_p95_s:.3f}s" if result.ttft_p95_s is not None else "-"
             click.echo(
-                f"{c:>7} {result.requests:>5} {result.failed:>4} {result.aggregate_tps:>10.1f} {result.per_stream_tps_median:>10.1f} {p50:>9} {p95:>9}"
+                f"{c:>7} {result.requests:>5} {result.failed:>4} {result.aggregate_tps:>10.1f} "
+                f"{result.per_stream_tps_median:>10.1f} {p50:>9} {p95:>9}"
             )
             for error in result.errors:
                 click.echo(f"        error: {error}")

@@ -36,10 +36,7 @@ def register(group: click.Group) -> None:
         BACKUP is the name of a file in <data dir>/backups, or the path of any readable file (a path
         containing '/', or a file that exists here). The daemon checks it before the live database is
         touched: integrity, and exactly the appliance's schema, with no triggers or views."""
-        if "/" in backup or Path(backup).exists():
-            body = {"path": str(Path(backup).resolve())}
-        else:
-            body = {"name": backup}
+        body = {"path": str(Path(backup).resolve())} if "/" in backup or Path(backup).exists() else {"name": backup}
         if not yes:
             click.confirm("Replace the live database with this backup? Changes since it was made are lost", abort=True)
         result = request(ctx, "POST", "/admin/ops/restore", json=body)

@@ -65,7 +65,8 @@ def _print_doctor(report: JsonObject) -> None:
         extra = f", compute capability {g['compute_capability']}" if g.get("compute_capability") else ""
         mig = ", MIG instance" if g.get("mig_instance") else (", MIG enabled" if g.get("mig_enabled") else "")
         click.echo(
-            f"GPU{g['index']}:  {g['name']} ({g['vendor']}): {_gib(g['memory_free'])} free of {_gib(g['memory_total'])}{extra}{mig}"
+            f"GPU{g['index']}:  {g['name']} ({g['vendor']}): {_gib(g['memory_free'])} free of "
+            f"{_gib(g['memory_total'])}{extra}{mig}"
         )
     if hw.get("nvidia_driver"):
         click.echo(f"NVIDIA driver {hw['nvidia_driver']}, CUDA {hw.get('cuda_version') or '?'}")

@@ -20,6 +20,7 @@ Backups never include model files (they are re-verifiable by sha256).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -47,10 +48,8 @@ _restore_lock = threading.Lock()
 def backups_dir(data_dir: Path) -> Path:
     """``<data dir>/backups``, created 0700 (and set back to 0700) when needed; never a symlink."""
     folder = Path(data_dir) / BACKUPS_DIRNAME
-    try:
+    with contextlib.suppress(FileExistsError):
         folder.mkdir(mode=0o700, exist_ok=True)
-    except FileExistsError:
-        pass
     info = os.lstat(folder)
     if not stat.S_ISDIR(info.st_mode):
         raise Conflict(f"{folder} is not a folder (a symlink or a file is in its place); backups are refused until it is")

@@ -38,7 +38,8 @@ def _init_failure(exc: BaseException, present: int) -> Finding:
             "nvidia",
             "error",
             "no permission to open /dev/nvidia*",
-            "add the appliance user to the group owning /dev/nvidia* (usually `video`) and allow the devices in the unit (DeviceAllow=)",
+            "add the appliance user to the group owning /dev/nvidia* (usually `video`) and allow the devices in the unit "
+            "(DeviceAllow=)",
         )
     return Finding("nvidia", "error", f"NVML failed to start: {exc}", DRIVER_FIX)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import atexit
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias, TypeVar
 
@@ -111,10 +111,8 @@ class NvmlSession:
             nvml, self._nvml = self._nvml, None
             self._handles.clear()
         if nvml is not None:
-            try:
+            with suppress(Exception):  # at exit nothing is left to tell
                 nvml.nvmlShutdown()
-            except Exception:  # noqa: BLE001 - at exit nothing is left to tell
-                pass
 
     def count(self) -> int:
         return self.open().nvmlDeviceGetCount()

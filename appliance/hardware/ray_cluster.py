@@ -25,6 +25,7 @@ nodes, so plans fall back to this box alone.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -251,8 +252,8 @@ def parse_probe_output(address: str, stdout: str, read_at: float = 0.0) -> Clust
     # This box first: its name keeps the plain hostname.
     alive.sort(key=lambda n: (str(n.get("NodeID")) != self_id, str(n.get("NodeManagerAddress")), str(n.get("NodeID"))))
     snaps = _unique_hostnames([node_snapshot(n) for n in alive])
-    local = next((s for n, s in zip(alive, snaps) if str(n.get("NodeID")) == self_id), None)
-    others = tuple(s for n, s in zip(alive, snaps) if str(n.get("NodeID")) != self_id)
+    local = next((s for n, s in zip(alive, snaps, strict=True) if str(n.get("NodeID")) == self_id), None)
+    others = tuple(s for n, s in zip(alive, snaps, strict=True) if str(n.get("NodeID")) != self_id)
     return ClusterView(
         address, nodes=others, local=local, ray_version=str(data.get("ray_version") or "") or None, read_at=read_at
     )
@@ -301,10 +302,8 @@ def read_cluster(address: str, python: Path | str, timeout: float = READ_TIMEOUT
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.communicate()
         return ClusterView(address, error=f"no answer from Ray within {timeout:g} s", read_at=now)
     view = parse_probe_output(address, out, now)

@@ -184,7 +184,8 @@ def software_findings(sw: SoftwareInfo, snapshot: HardwareSnapshot) -> list[Find
             Finding(
                 "vllm",
                 "warning",
-                "vLLM is not installed: safetensors (Hugging Face) variants cannot be served; the package registry has no ROCm build of vLLM",
+                "vLLM is not installed: safetensors (Hugging Face) variants cannot be served; the package registry has no ROCm "
+                "build of vLLM",
                 "install vLLM for ROCm by AMD's instructions into its own environment and set vllm_python to its interpreter",
             )
         )

@@ -39,7 +39,7 @@ class _NvmlProbe:
     def sample(self) -> list[JsonObject]:
         nvml = self.session.open()
         gpus = []
-        for index, (handle, name) in enumerate(zip(self.handles, self.names)):
+        for index, (handle, name) in enumerate(zip(self.handles, self.names, strict=True)):
             sensors = self.session.sensors(handle)
             mem = self.session.optional(nvml.nvmlDeviceGetMemoryInfo, handle)
             gpus.append(

@@ -159,7 +159,7 @@ class Admissions:
             row = self._conn.execute(
                 f"SELECT {_QUOTA_COLUMNS} FROM quotas WHERE subject_type = ? AND subject_id = ?", (subject, subject_id)
             ).fetchone()
-        limits = tuple((d, float(v)) for d, v in zip(DIMENSIONS, row or ()) if v is not None)
+        limits = tuple((d, float(v)) for d, v in zip(DIMENSIONS, row or (), strict=False) if v is not None)  # no row: no limits
         if generation == self._generation:
             self._limits[(subject, subject_id)] = (now + QUOTA_CACHE_SECONDS, limits)
         return limits
@@ -226,7 +226,7 @@ class Admissions:
         refused = refusal.plan
         refused_state = next(
             state
-            for p, state in zip(refusal.plans, refusal.states)
+            for p, state in zip(refusal.plans, refusal.states, strict=True)
             if (p.subject, p.subject_id, p.dimension) == (refused.subject, refused.subject_id, refused.dimension)
         )
         headers = ratelimit_headers(refusal.states, now)

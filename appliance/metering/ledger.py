@@ -19,6 +19,7 @@ the record to the thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
 import threading
@@ -193,11 +194,9 @@ class GroupCommitWriter(Generic[Record, Result]):
             finally:
                 with self._cond:
                     self._writing = False
-            for (_, loop, future), (result, error) in zip(batch, outcomes):
-                try:
+            for (_, loop, future), (result, error) in zip(batch, outcomes, strict=True):
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting any more
                     loop.call_soon_threadsafe(_resolve, future, result, error)
-                except RuntimeError:  # the loop is closed: nobody is waiting any more
-                    pass
 
     def _write(self, records: list[Record]) -> list[Outcome[Result]]:
         try:

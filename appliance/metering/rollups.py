@@ -25,7 +25,10 @@ HOUR = 3600
 DAY = 86400
 WATERMARK = "rollups.last_usage_id"
 LAST_RUN = "rollups.last_run_at"
-_SUMS = "count(*), coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0), coalesce(sum(cached_tokens), 0), coalesce(sum(cost), 0)"
+_SUMS = (
+    "count(*), coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0), coalesce(sum(cached_tokens), 0), "
+    "coalesce(sum(cost), 0)"
+)
 
 
 def _get(conn: Connection, key: str) -> str | None:
@@ -77,7 +80,7 @@ def rollup(db: Engine, now: float | None = None, *, full: bool = False) -> int:
                     "INSERT INTO usage_rollups (period, bucket_start, key_id, team_id, model, requests, prompt_tokens,"
                     " completion_tokens, cached_tokens, cost) VALUES ('hour', :b, :k, :t, :m, :r, :p, :c, :x, :cost)"
                 ),
-                [dict(zip(("b", "k", "t", "m", "r", "p", "c", "x", "cost"), row)) for row in hourly],
+                [dict(zip(("b", "k", "t", "m", "r", "p", "c", "x", "cost"), row, strict=True)) for row in hourly],
             )
         for day in days:
             conn.execute(text("DELETE FROM usage_rollups WHERE period = 'day' AND bucket_start = :d"), {"d": day})

@@ -137,7 +137,8 @@ def filter_choices(db: Engine) -> FilterChoices:
             m
             for (m,) in conn.execute(
                 text(
-                    "SELECT f.name FROM model_families f UNION SELECT f.name || ':' || v.name FROM model_variants v JOIN model_families f ON f.id = v.family_id"
+                    "SELECT f.name FROM model_families f UNION SELECT f.name || ':' || v.name FROM model_variants v JOIN "
+                    "model_families f ON f.id = v.family_id"
                 )
             )
         }

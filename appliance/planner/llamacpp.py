@@ -139,7 +139,7 @@ def full_gpu(v: Variant, snapshot: HardwareSnapshot, prefs: Preferences, gpus: l
     else:
         layers = _split_layers(capacity, f.n_layer)
     rows = []
-    for i, (g, n) in enumerate(zip(gpus, layers)):
+    for i, (g, n) in enumerate(zip(gpus, layers, strict=True)):
         last = i == len(gpus) - 1
         rows.append(
             DeviceMemory.of(
@@ -202,10 +202,10 @@ def partial(v: Variant, snapshot: HardwareSnapshot, prefs: Preferences, gpus: li
         DeviceMemory.of(
             g.device_id, int(n * w.layer), int(n * s.kv_layer), llamacpp_gpu_compute(f, False), GPU_RUNTIME_BYTES, g.memory_free
         )
-        for g, n in zip(gpus, layers)
+        for g, n in zip(gpus, layers, strict=True)
         if n > 0
     )
-    used_gpus = [g for g, n in zip(gpus, layers) if n > 0]
+    used_gpus = [g for g, n in zip(gpus, layers, strict=True) if n > 0]
     host = s.host_row(f.n_layer - on_gpu, True, False)
     memory = (*rows, host)
     placement = f"{on_gpu}/{f.n_layer} layers on {labels(used_gpus)}"

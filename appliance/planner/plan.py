@@ -99,7 +99,10 @@ def _evaluate(v: Variant, snapshot: HardwareSnapshot, prefs: Preferences, calibr
             if attempt is None and prefs.backend == "vllm":
                 attempt = vllm_cpu(v, snapshot, prefs, extra or 0)
             if attempt is None:
-                e.blocked = "vLLM needs an NVIDIA GPU of compute capability >= 7.0 or an AMD GPU with ROCm (backend=vllm uses its CPU backend)"
+                e.blocked = (
+                    "vLLM needs an NVIDIA GPU of compute capability >= 7.0 or an AMD GPU with ROCm (backend=vllm uses its CPU "
+                    "backend)"
+                )
             else:
                 e.attempts.append(attempt)
         return _with_speeds(e, snapshot, prefs, calibrations)
@@ -296,7 +299,10 @@ def _refusal(
             needed.append(f"a context of {ctx} tokens or less (--ctx {ctx})")
             break
         ctx //= 2
-    reason = f"nothing fits; the smallest, {quantization_of(smallest.variant) or smallest.variant.name}, {smallest.attempts[0].summary}"
+    reason = (
+        f"nothing fits; the smallest, {quantization_of(smallest.variant) or smallest.variant.name}, "
+        f"{smallest.attempts[0].summary}"
+    )
     return Refusal(model, reason, tuple(needed), rejected)
 
 

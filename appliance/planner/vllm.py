@@ -150,7 +150,11 @@ def _ray(v: Variant, snapshot: HardwareSnapshot, prefs: Preferences, context: in
         if not tps:
             return last
         tp = tps[-1]
-        chosen = [(f"{node.hostname}/{g.device_id}", g) for node, pool in zip(nodes[:pp], per_node[:pp]) for g in _pick(pool, tp)]
+        chosen = [
+            (f"{node.hostname}/{g.device_id}", g)
+            for node, pool in zip(nodes[:pp], per_node[:pp], strict=True)
+            for g in _pick(pool, tp)
+        ]
         last = _attempt(v, prefs, context, note, chosen, tp, pp, f"TP={tp} x PP={pp} over {pp} nodes (Ray)", extra)
         if last.fits:
             return last

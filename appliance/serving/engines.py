@@ -11,6 +11,7 @@ with exponential backoff.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import ctypes.util
 import logging
@@ -257,10 +258,8 @@ class EngineProcess:
         try:
             await asyncio.wait_for(proc.wait(), STOP_GRACE_S)
         except TimeoutError:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             await proc.wait()
 
     async def stop(self) -> None:

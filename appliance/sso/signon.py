@@ -9,6 +9,7 @@ console role, raising a :class:`SignOnRefused` subclass at the first problem.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from base64 import urlsafe_b64encode
@@ -157,10 +158,8 @@ class SingleSignOn:
 
     async def complete(self, params: Mapping[str, str], browser: str | None, redirect_uri: str) -> Identity:
         if params.get("error"):
-            try:  # the sign-in is over either way: its state is used up
+            with contextlib.suppress(SignOnRefused):  # the sign-in is over either way: its state is used up
                 self._pending.take(params.get("state"), browser)
-            except SignOnRefused:
-                pass
             error = "".join(c for c in params["error"] if c.isalnum() or c in "_-.")[:64]
             raise SignOnRefused(f"provider error {error}", f"The identity provider did not sign you in ({error}).")
         pending = self._pending.take(params.get("state"), browser)

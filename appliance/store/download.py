@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -55,10 +56,8 @@ class Fetched:
 def remove_partial(partial: Path) -> None:
     """Delete a partial download and its sidecar, whichever exist."""
     for path in (partial, _meta_path(partial)):
-        try:
+        with contextlib.suppress(FileNotFoundError):
             path.unlink()
-        except FileNotFoundError:
-            pass
 
 
 def _meta_path(partial: Path) -> Path:

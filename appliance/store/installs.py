@@ -192,11 +192,12 @@ class Installer:
             try:
                 digests = [write(number, partial) for number, partial in enumerate(partials, start=1)]
                 entries = [
-                    (final.name, partial.stat().st_size, digest) for final, partial, digest in zip(finals, partials, digests)
+                    (final.name, partial.stat().st_size, digest)
+                    for final, partial, digest in zip(finals, partials, digests, strict=True)
                 ]
                 ctx.stage("inspecting")
                 facts = self.inspect_parts(partials)
-                for final, partial in zip(finals, partials):
+                for final, partial in zip(finals, partials, strict=True):
                     fsync(partial)
                     os.replace(partial, final)
                 fsync(finals[0].parent, directory=True)

@@ -51,7 +51,8 @@ _TENSOR_LINE = re.compile(r"\[\s*(\d+)\s*/\s*(\d+)\s*\]")
 
 
 def targets_for(source: VariantInfo) -> list[str]:
-    """The targets :func:`check_request` accepts for ``source`` (smaller than its precision); none for a non-GGUF or low-bit one."""
+    """The targets :func:`check_request` accepts for ``source`` (smaller than its precision); none for a non-GGUF or low-bit "
+    "one."""
     src = (source.quantization or "").lower()
     if source.format != "gguf" or src not in SOURCE_BITS:
         return []

@@ -125,11 +125,10 @@ class PrefixCache:
                 n = 0
             del best.tokens[n:]
         n_swa = self._n_swa
-        if n > 0 and n_swa > 0:
-            # Sliding-window layers may have dropped cells the reused prefix still needs.
-            if context.first_position(sid) > max(0, n - n_swa):
-                context.drop(sid)
-                best.tokens = []
-                n = 0
+        # Sliding-window layers may have dropped cells the reused prefix still needs.
+        if n > 0 and n_swa > 0 and context.first_position(sid) > max(0, n - n_swa):
+            context.drop(sid)
+            best.tokens = []
+            n = 0
         seq.cached = n
         return best

@@ -137,10 +137,8 @@ class WorkerApp:
             await _send_json(send, exc.status, exc.envelope())
         except Exception:  # a bug: log it, answer in the OpenAI shape, keep serving
             traceback.print_exc(file=sys.stderr)
-            try:
+            with contextlib.suppress(Exception):
                 await _send_json(send, 500, WorkerError("internal engine error").envelope())
-            except Exception:
-                pass
 
     # -- routes ------------------------------------------------------------------
     async def models(self, receive: Receive, send: Send) -> None:
@@ -217,7 +215,7 @@ class WorkerApp:
             else:
                 parts: list[str] = []
                 finish = None
-                async for text, finish in seq.events():
+                async for text, finish in seq.events():  # noqa: B007 - the last event's finish is read after the loop
                     parts.append(text)
                 if finish == FINISH_CANCELLED:
                     return
@@ -455,10 +453,8 @@ async def serve(args: argparse.Namespace) -> int:
 
 
 def _unlink(path: str) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(path)
-    except OSError:
-        pass
 
 
 def main(argv: list[str] | None = None) -> int:

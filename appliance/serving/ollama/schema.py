@@ -9,7 +9,7 @@ or is listed in :data:`IGNORED_OPTIONS` / documented in the README as ignored.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -19,11 +19,11 @@ from appliance.openai_schema import ModelName, Penalty, Probability, Temperature
 Text = Annotated[str, msgspec.Meta(max_length=16_000_000)]
 StopWords = Annotated[list[Annotated[str, msgspec.Meta(max_length=500)]], msgspec.Meta(max_length=16)]
 #: A JSON schema, or "json" for any JSON object, or "" for free text.
-Format = Union[Literal["", "json"], JsonObject, None]
+Format = Literal["", "json"] | JsonObject | None
 #: Ollama's keep_alive: a duration ("5m"), seconds, or a negative number for "forever".
-KeepAlive = Union[Annotated[str, msgspec.Meta(max_length=32)], float, None]
+KeepAlive = Annotated[str, msgspec.Meta(max_length=32)] | float | None
 #: Ollama's think: on/off, or an effort level for models that take one.
-Think = Union[bool, Literal["low", "medium", "high"], None]
+Think = bool | Literal["low", "medium", "high"] | None
 
 #: Load-time and runtime options: the appliance plans each load itself (context, layers on the GPU,
 #: threads, batch, memory mapping), so these are accepted and have no effect.
