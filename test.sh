@@ -39,6 +39,13 @@ export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}"
 echo "==> pip install -e .[test] (llama-cpp-python builds once per machine, then comes from pip's cache)"
 .venv/bin/python -m pip install -q -e ".[test]"
 
+# Lint before the long run: any finding or unformatted file fails it (config in pyproject.toml's [tool.ruff]).
+echo "==> ruff check and ruff format --check"
+if ! .venv/bin/ruff check . || ! .venv/bin/ruff format --check .; then
+  echo "test.sh: lint failed (see above); fix it, or run .venv/bin/ruff format on the files named" >&2
+  exit 1
+fi
+
 if [[ -x tests/vllm_env.sh ]]; then
   echo "==> preparing the vLLM CPU environment (cached in .venv-vllm)"
   tests/vllm_env.sh "$here/.venv-vllm" || echo "test.sh: the vLLM environment could not be prepared; the vLLM tests will fail and say why" >&2
