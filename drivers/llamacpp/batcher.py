@@ -339,7 +339,7 @@ class Batcher:
         shares = fair_shares(wants, budget) if budget > 0 else []
         scored: list[tuple[Slot, int, int, int]] = []  # (slot, first batch entry, first and end positions)
         read = sum(shares)
-        for slot, share in zip(reading, shares):
+        for slot, share in zip(reading, shares, strict=False):  # no budget: no shares, nothing read
             if share <= 0:
                 continue
             seq = slot.seq
