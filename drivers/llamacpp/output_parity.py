@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import MutableSequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import llama_cpp.llama_cpp as ll
-
-if TYPE_CHECKING:
-    from .context import DecodeContext
 
 #: The worker's ``--even-outputs`` choices: measure at load, always, never.
 MODES = ("auto", "on", "off")
@@ -44,7 +42,26 @@ CALIBRATION_BUDGET_S = 2.0
 CALIBRATION_ROUNDS = 3
 
 
-def even_up(context: DecodeContext, n: int) -> tuple[int, bool]:
+class PaddableBatch(Protocol):
+    """What padding and calibration use of a decode context (:class:`.context.DecodeContext` has it).
+
+    Named here rather than imported, so the context may call :func:`even_up` without
+    the two modules importing each other.
+    """
+
+    tok: MutableSequence[int]
+    pos: MutableSequence[int]
+    lg: MutableSequence[int]
+    sid: list[Any]  # per batch entry, the entry's seq_id array (one id used)
+    n_batch: int
+    pad_token: int
+    pad_sid: int
+    ctx: Any  # llama_context_p
+    mem: Any  # llama_memory_t
+    batch: Any  # llama_batch
+
+
+def even_up(context: PaddableBatch, n: int) -> tuple[int, bool]:
     """Make the kept rows of the batch's first ``n`` entries even; returns (entries to decode, whether padded)."""
     lg = context.lg
     rows, spare = 0, -1
@@ -77,7 +94,7 @@ class Calibration:
         return self.even_s < MARGIN * self.odd_s
 
 
-def calibrate(context: DecodeContext) -> Calibration | None:
+def calibrate(context: PaddableBatch) -> Calibration | None:
     """Time decodes of the padding sequence keeping odd and even rows, alternating; None if the batch is too small.
 
     Runs on the decode thread before any slot is used. A large model on a small CPU
