@@ -55,6 +55,7 @@ class Sequence:
         "argmax",
         "bias",
         "ban_ids",
+        "priority",
     )
 
     def __init__(
@@ -91,6 +92,7 @@ class Sequence:
         self.argmax = False
         self.bias: tuple[np.ndarray, np.ndarray] | None = None
         self.ban_ids: np.ndarray | None = None
+        self.priority = "interactive"  # the latency class (see .latency): orders admission and prompt reading
 
     @property
     def scores_prompt(self) -> bool:

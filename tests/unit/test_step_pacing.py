@@ -1,17 +1,29 @@
-"""How much work one decode step carries: the fair split of prompt tokens and the time-based pacer."""
+"""How much work one decode step carries: the learned step cost, the planner's time budget, and the rate pacer.
+
+The cost model and the planner are pure arithmetic over step shapes and times, fed
+here as numbers; ``test_step_planning_engine.py`` drives the real batcher.
+"""
 
 from __future__ import annotations
 
+import argparse
+import random
+
 import pytest
 
-from appliance.drivers.llamacpp.scheduling import MIN_RATE_SAMPLE, StepPacer, fair_shares
+from appliance.drivers.llamacpp.latency import LatencyTargets, parse_targets, priority_of
+from appliance.drivers.llamacpp.scheduling import MIN_RATE_SAMPLE, StepPacer
+from appliance.drivers.llamacpp.sequence import Sequence, Slot
+from appliance.drivers.llamacpp.step_cost import MIN_PROMPT_SAMPLES, StepCostModel
+from appliance.drivers.llamacpp.step_planner import (
+    LONE_FRACTION,
+    MIN_PREFILL_TOKENS,
+    SLACK_CAP,
+    TPOT_SAFETY,
+    StepPlanner,
+)
 
-
-def test_fair_shares_serves_small_wants_whole_and_splits_the_rest():
-    assert fair_shares([5, 1000, 1000], 45) == [5, 20, 20]
-    assert fair_shares([3, 4], 100) == [3, 4]
-    assert sum(fair_shares([7, 9, 11], 10)) == 10
-    assert fair_shares([], 10) == []
+# -- the rate pacer (embedding groups, and the planner before its cost model is ready) ----------
 
 
 def test_pacer_starts_at_its_floor_until_a_step_was_seen():
@@ -45,3 +57,172 @@ def test_pacer_ignores_steps_too_small_or_too_short_to_measure():
     assert pacer.rate is None
     pacer.observe(MIN_RATE_SAMPLE, 0.1)
     assert pacer.rate == pytest.approx(MIN_RATE_SAMPLE / 0.1)
+
+
+# -- the step cost model ---------------------------------------------------------------------
+
+
+def feed(model: StepCostModel, a: float, b: float, c: float, steps: int, seed: int = 1, noise: float = 0.0) -> None:
+    rng = random.Random(seed)
+    for _ in range(steps):
+        rows, prompt = rng.randint(0, 8), rng.choice([0, 0, 16, 40, 100, 256])
+        t = a + b * rows + c * prompt
+        model.observe(rows, prompt, t * (1 + rng.uniform(-noise, noise)))
+
+
+def test_cost_model_recovers_a_boxs_coefficients():
+    model = StepCostModel()
+    feed(model, 0.004, 0.005, 0.0025, 80)
+    a, b, c = model.coef
+    assert (a, b, c) == pytest.approx((0.004, 0.005, 0.0025), rel=1e-3)
+    assert model.ready
+    assert model.prompt_rate == pytest.approx(400.0, rel=1e-3)
+    # a 150 ms step beside 8 generating rows: (0.15 - 0.004 - 0.04) / 0.0025 = 42.4 prompt tokens
+    assert model.prompt_tokens_within(0.15, 8) == 42
+    assert model.prompt_tokens_within(0.01, 8) == 0  # the rows alone take longer
+
+
+def test_cost_model_keeps_coefficients_non_negative_under_noise():
+    model = StepCostModel()
+    feed(model, 0.0, 0.0002, 0.00005, 200, seed=7, noise=0.5)  # a GPU-like box: tiny costs, noisy timings
+    assert all(x >= 0.0 for x in model.coef)
+    assert model.coef[2] > 0.0
+
+
+def test_cost_model_follows_the_box_when_it_slows_down():
+    model = StepCostModel()
+    feed(model, 0.004, 0.005, 0.0025, 60)
+    feed(model, 0.008, 0.010, 0.005, 300, seed=2)  # another process took half the cores
+    assert model.coef == pytest.approx((0.008, 0.010, 0.005), rel=0.02)
+
+
+def test_cost_model_is_not_ready_before_it_saw_prompts_read():
+    model = StepCostModel()
+    for _ in range(50):
+        model.observe(4, 0, 0.03)  # decode-only steps say nothing of a prompt token's cost
+    assert not model.ready and model.prompt_rate is None
+    for _ in range(MIN_PROMPT_SAMPLES):
+        model.observe(1, 64, 0.2)
+    assert model.ready
+
+
+def test_cost_model_ignores_empty_and_stalled_steps():
+    model = StepCostModel()
+    model.observe(0, 0, 0.1)
+    model.observe(3, 10, 0.0)
+    model.observe(3, 10, 3600.0)
+    assert model.coef == (0.0, 0.0, 0.0) and model.prompt_samples == 0
+
+
+# -- the planner --------------------------------------------------------------------------------
+
+
+def seq(prompt_len: int, *, priority: str = "interactive", n_gen: int = 0, t_first: float = 0.0, t_submit: float = 0.0):
+    s = Sequence(list(range(1, prompt_len + 1)), 16, None, [])
+    s.priority, s.n_gen, s.t_first, s.t_submit = priority, n_gen, t_first, t_submit
+    return s
+
+
+def slot(i: int, sequence: Sequence, read: int = 0) -> Slot:
+    sl = Slot(i)
+    sl.seq = sequence
+    sl.tokens = sequence.prompt[:read]
+    return sl
+
+
+def ready_planner(a=0.004, b=0.005, c=0.0025, n_batch=256, targets=None) -> StepPlanner:
+    planner = StepPlanner(targets or LatencyTargets(), n_batch)
+    rng = random.Random(3)
+    for _ in range(60):
+        rows, prompt = rng.randint(0, 8), rng.choice([0, 16, 64, 200])
+        planner.observe(rows, prompt, a + b * rows + c * prompt)
+    assert planner.cost.ready
+    return planner
+
+
+def test_a_step_nobody_generates_beside_lasts_a_share_of_the_ttft_target():
+    planner = ready_planner()
+    reading = [slot(0, seq(500))]
+    assert planner.step_seconds(reading, now=10.0) == pytest.approx(LONE_FRACTION * 2.0)
+    batch_only = [slot(0, seq(500, priority="batch"))]
+    assert planner.step_seconds(batch_only, now=10.0) == pytest.approx(LONE_FRACTION * 30.0)
+
+
+def test_a_stream_ahead_of_its_target_lends_its_slack_to_prompt_reading():
+    planner = ready_planner()
+    # 10 tokens since t_first=0 at now=0.6 s: due at 0.9*0.15*10 = 1.35 s, capped at SLACK_CAP targets
+    ahead = slot(0, seq(10, n_gen=10, t_first=0.0))
+    assert planner.step_seconds([ahead], now=0.6) == pytest.approx(SLACK_CAP * 0.15)
+    # just on time: the next token is due in 0.05 s
+    on_time = slot(1, seq(10, n_gen=10, t_first=0.0))
+    assert planner.step_seconds([on_time], now=TPOT_SAFETY * 0.15 * 10 - 0.05) == pytest.approx(0.05)
+    # the most hurried stream decides
+    assert planner.step_seconds([ahead, on_time], now=TPOT_SAFETY * 0.15 * 10 - 0.05) == pytest.approx(0.05)
+
+
+def test_a_late_stream_leaves_prompts_only_the_floor():
+    planner = ready_planner()
+    late = slot(0, seq(10, n_gen=10, t_first=0.0))
+    seconds = planner.step_seconds([late], now=5.0)
+    assert seconds < 0
+    # the floor: MIN_PREFILL_SHARE of the decode's own time, at least MIN_PREFILL_TOKENS
+    assert planner.prompt_budget(seconds, rows=2, room=250) == MIN_PREFILL_TOKENS
+
+
+def test_the_budget_is_what_the_learned_cost_fits_in_the_time():
+    planner = ready_planner()
+    # (0.3 - 0.004 - 9 * 0.005) / 0.0025 = 100.4
+    assert planner.prompt_budget(0.3, rows=9, room=250) == 100
+    assert planner.prompt_budget(10.0, rows=9, room=247) == 247  # never past the batch
+
+
+def test_before_the_cost_is_known_the_rate_pacer_sizes_steps():
+    planner = StepPlanner(LatencyTargets(), 256)
+    assert planner.prompt_budget(0.25, rows=1, room=255) == MIN_PREFILL_TOKENS
+    planner.observe(1, 99, 0.25)  # 400 tokens per second
+    assert planner.prompt_budget(0.25, rows=1, room=255) == 99
+
+
+def test_short_prompts_are_read_first_and_a_long_wait_counts_as_reading_done():
+    planner = ready_planner()  # 400 prompt tokens per second
+    long_doc = slot(0, seq(1500, t_submit=0.0))
+    chat = slot(1, seq(12, t_submit=0.5))
+    shares = planner.shares([long_doc, chat], 64, now=0.6)
+    assert [(s.id, n) for s, n in shares] == [(1, 12), (0, 52)]
+    # the document has waited longer than its remaining read (1500 / 400 = 3.75 s): it goes first
+    fresh_chat = slot(2, seq(12, t_submit=4.0))
+    shares = planner.shares([fresh_chat, long_doc], 64, now=4.0)
+    assert [(s.id, n) for s, n in shares] == [(0, 64)]
+
+
+def test_interactive_prompts_are_read_before_batch_ones():
+    planner = ready_planner()
+    batch = slot(0, seq(8, priority="batch", t_submit=0.0))
+    interactive = slot(1, seq(200, t_submit=9.0))
+    shares = planner.shares([batch, interactive], 100, now=10.0)
+    assert [(s.id, n) for s, n in shares] == [(1, 100)]
+
+
+# -- targets and classes ------------------------------------------------------------------------
+
+
+def test_latency_targets_parse_and_default():
+    targets = parse_targets("batch:60:1.5")
+    assert (targets.of("batch").ttft_s, targets.of("batch").tpot_s) == (60.0, 1.5)
+    assert (targets.of("interactive").ttft_s, targets.of("interactive").tpot_s) == (2.0, 0.15)
+    assert targets.of("no-such-class") == targets.of("interactive")
+    assert parse_targets(targets.as_arg()).as_arg() == targets.as_arg()
+
+
+@pytest.mark.parametrize(
+    "text", ["urgent:1:0.1", "interactive:2", "interactive:two:0.1", "interactive:0:0.1", "batch:nan:1", "batch:1:inf"]
+)
+def test_latency_targets_refuse_nonsense(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_targets(text)
+
+
+def test_priority_header_names_the_class():
+    assert priority_of({"headers": [(b"x-appliance-priority", b" Batch ")]}) == "batch"
+    assert priority_of({"headers": [(b"x-appliance-priority", b"realtime")]}) == "interactive"
+    assert priority_of({"headers": []}) == "interactive"
