@@ -299,15 +299,19 @@ class Meter:
         status: int,
         cache_tier: str = "miss",
         energy_joules: float | None = None,
+        batch_id: str | None = None,
+        price_factor: float = 1.0,
     ) -> float:
-        """Record the usage row and settle the quota in one committed transaction; return the cost."""
+        """Record the usage row and settle the quota in one committed transaction; return the cost.
+
+        A batch line passes its ``batch_id`` (kept in the row) and the batch discount as ``price_factor``."""
         self._leave(admission)
         if admission.finished:
             return admission.cost or 0.0
         admission.finished = True
         hit = cache_tier in CACHE_HIT_TIERS
         rate = self.prices.rate(model, variant)
-        cost = cost_of(
+        cost = price_factor * cost_of(
             rate, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cached_tokens=cached_tokens, cache_hit=hit
         )
         row = UsageRow(
@@ -328,6 +332,7 @@ class Meter:
             cache_tier,
             cost,
             energy_joules,
+            batch_id,
         )
         admission.cost = cost
         return await self._commit(admission, row, prompt_tokens + completion_tokens, hit, cost)
@@ -340,6 +345,8 @@ class Meter:
         model: str,
         prompt_tokens: int = 0,
         completion_tokens: int = 0,
+        batch_id: str | None = None,
+        price_factor: float = 1.0,
     ) -> None:
         """A failed or abandoned request: record what it produced, charge that, free the rest."""
         self._leave(admission)
@@ -347,7 +354,7 @@ class Meter:
             return
         admission.finished = True
         latency_ms = (time.perf_counter() - admission.started) * 1000.0
-        cost = cost_of(
+        cost = price_factor * cost_of(
             self.prices.rate(model),
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
@@ -372,6 +379,7 @@ class Meter:
             "miss",
             cost,
             None,
+            batch_id,
         )
         admission.cost = cost
         await self._commit(admission, row, prompt_tokens + completion_tokens, False, cost)

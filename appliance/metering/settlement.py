@@ -26,8 +26,8 @@ _SETTLE = (
 )
 _USAGE = (
     "INSERT INTO usage (request_id, created_at, key_id, team_id, endpoint, model, variant, backend, prompt_tokens,"
-    " completion_tokens, cached_tokens, ttft_ms, latency_ms, status, cache_tier, cost, energy_joules)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " completion_tokens, cached_tokens, ttft_ms, latency_ms, status, cache_tier, cost, energy_joules, batch_id)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 # A key's "last used" moves with its ledger rows, in the same group commit (never on the request path).
@@ -54,6 +54,7 @@ class UsageRow(NamedTuple):
     cache_tier: str
     cost: float
     energy_joules: float | None
+    batch_id: str | None = None  # the batch a line of which this request was (None: an HTTP request)
 
 
 @dataclass(slots=True)
