@@ -16,10 +16,12 @@ from appliance import __version__
 from appliance.api.access import Access, AccessGuard, requires
 from appliance.api.admin import AliasesController, InstancesController, KeysController, OpsController
 from appliance.api.anthropic import AnthropicController
+from appliance.api.batches import BatchesController
 from appliance.api.cache import CacheController
 from appliance.api.dependencies import dependencies
 from appliance.api.edge import ApplianceASGI
 from appliance.api.errors import EXCEPTION_HANDLERS
+from appliance.api.files import FilesController
 from appliance.api.health import healthz, readyz
 from appliance.api.metrics import MetricsController
 from appliance.api.models import JobsController, ModelsController
@@ -79,6 +81,8 @@ def _route_handlers() -> list[ControllerRouterHandler]:
         OpenAIController,
         ResponsesController,
         AnthropicController,
+        FilesController,
+        BatchesController,
         InstancesController,
         KeysController,
         AliasesController,

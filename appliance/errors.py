@@ -145,3 +145,11 @@ class DoesNotFit(ApplianceError):
     status = 422
     type = "invalid_request_error"
     code = "model_does_not_fit"
+
+
+class PayloadTooLarge(ApplianceError):
+    """An upload is larger than a configured limit, or would take its key past its storage quota."""
+
+    status = 413
+    type = "invalid_request_error"
+    code = "payload_too_large"

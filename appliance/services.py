@@ -12,6 +12,7 @@ collaborators it names (``appliance.api.dependencies``).
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 import secrets
@@ -20,6 +21,11 @@ from pathlib import Path
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from appliance.accounts.keys import KeyRing
+from appliance.batch.capacity import Capacity
+from appliance.batch.deferred import LineMeter
+from appliance.batch.files import FileStore
+from appliance.batch.runner import BatchRunner
+from appliance.batch.store import BatchStore
 from appliance.cache.embedder import make_embedder
 from appliance.cache.responses import ResponseCache
 from appliance.db.audit import AuditTrail
@@ -100,6 +106,13 @@ class Services:
         )
         self.response_store = ResponseStore(settings, self.db)
         self.responses = ResponsesService(self.gateway, self.response_store)
+        self.files = FileStore(settings, self.db)
+        self.batch_store = BatchStore(self.db)
+        batch_gateway = copy.copy(self.gateway)  # the same gateway, whose settles a batch line holds until it is recorded
+        batch_gateway.meter = LineMeter(self.meter)  # type: ignore[assignment]
+        self.batch_runner = BatchRunner(
+            settings, self.batch_store, self.files, batch_gateway, Capacity(settings, self.router, self.names), self.keyring
+        )
         self.scheduler: AsyncIOScheduler | None = None
         self._register_gauges()
 
@@ -112,11 +125,13 @@ class Services:
 
             seed_default_model(self.settings, self.store)
         await self.meter.start()
+        await self.batch_runner.start()
         self._start_scheduler()
 
     async def stop(self) -> None:
         if self.scheduler is not None:
             self.scheduler.shutdown(wait=False)
+        await self.batch_runner.stop()
         await self.router.stop_all()
         self.prompt_counts.close()
         await self.meter.stop()

@@ -248,6 +248,48 @@ class Settings(BaseSettings):
     metrics_public: bool = Field(
         default=False, description="Serve /metrics without an admin credential (only on trusted networks)."
     )
+    files_max_bytes: int = Field(
+        default=100 * 1024 * 1024,
+        ge=1,
+        description=(
+            "Largest file `POST /v1/files` accepts, in bytes (a batch input of JSONL lines). A larger upload is refused with "
+            "413 before its body is read."
+        ),
+    )
+    files_quota_bytes_per_key: int = Field(
+        default=1024 * 1024 * 1024,
+        ge=1,
+        description=(
+            "Most bytes of files (batch inputs, outputs and error files) one API key may keep in the data dir; an upload past "
+            "it gets 413."
+        ),
+    )
+    batch_max_lines: int = Field(default=50_000, ge=1, description="Most request lines one batch input file may hold.")
+    batch_price_factor: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description=(
+            "What a batch line costs, as a share of the list price (the usage row and the cost budgets both see the discounted "
+            "cost)."
+        ),
+    )
+    batch_max_in_flight: int = Field(
+        default=4,
+        ge=1,
+        description=(
+            "Most batch lines, of all batches together, running at once. Each runs only while a slot of its model is free and "
+            "nothing waits in that model's queue."
+        ),
+    )
+    batch_reserved_slots: int = Field(
+        default=1,
+        ge=0,
+        description=(
+            "Slots of each model that batch lines leave free for interactive requests while any other request is running (with "
+            "nothing else running, one batch line may always run)."
+        ),
+    )
     trusted_proxies: list[str] = Field(
         default_factory=list,
         description=(

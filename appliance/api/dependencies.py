@@ -19,6 +19,9 @@ from sqlalchemy.engine import Engine
 
 from appliance.accounts.keys import KeyRing, Principal
 from appliance.api.access import audit_actor, principal_of
+from appliance.batch.files import FileStore
+from appliance.batch.runner import BatchRunner
+from appliance.batch.store import BatchStore
 from appliance.cache.responses import ResponseCache
 from appliance.db.audit import AuditTrail
 from appliance.metering.admin import QuotaService
@@ -106,6 +109,18 @@ def provide_response_store(state: State) -> ResponseStore:
     return _services(state).response_store
 
 
+def provide_files(state: State) -> FileStore:
+    return _services(state).files
+
+
+def provide_batch_store(state: State) -> BatchStore:
+    return _services(state).batch_store
+
+
+def provide_batch_runner(state: State) -> BatchRunner:
+    return _services(state).batch_runner
+
+
 def provide_after_restore(state: State) -> Callable[[], None]:
     return _services(state).after_restore
 
@@ -137,6 +152,9 @@ def dependencies() -> dict[str, Provide]:
         "load_events": provide_load_events,
         "responses": provide_responses,
         "response_store": provide_response_store,
+        "files": provide_files,
+        "batch_store": provide_batch_store,
+        "batch_runner": provide_batch_runner,
         "after_restore": provide_after_restore,
         "principal": provide_principal,
         "actor": provide_actor,
