@@ -10,16 +10,16 @@ loop in ONE ``call_soon_threadsafe``.
 
 Fairness: no request holds the decode thread for long.
 
-- Prefill budget is shared max-min fairly among the prompts still being read
-  (:func:`.scheduling.fair_shares`).
+- Prompt reading is planned by latency targets (:mod:`.step_planner`): beside
+  the generating sequences a step reads as many prompt tokens as keeps every
+  stream on its time-per-output-token target, by the learned cost of a step;
+  the most urgent class first, then the shortest remaining read (aged by the
+  time waited), so a short chat is read in its first step beside a long document.
 - Grammar sampling that needs the whole vocabulary filtered runs in a helper
   thread (:mod:`.token_sampler`); the sequence skips steps until its token is
   back, the others keep decoding.
-- Steps are paced by time (:class:`.scheduling.StepPacer`): while any other
-  sequence is generating or reading its prompt, a step carries about
-  :data:`.scheduling.BUSY_STEP_S` of prompt reading, so a long prefill adds a
-  bounded time to each of their tokens; a lone prompt is read in steps of about
-  :data:`.scheduling.LONE_STEP_S`, so a request arriving meanwhile waits no longer.
+- A step nobody generates beside lasts a fraction of the TTFT target, so a
+  request arriving meanwhile waits no longer than that for its first step.
 - Embedding requests are embedded a bounded group at a time between decode
   steps (:class:`.embed.EmbedQueue`), paced the same way; while generation
   runs, embedding gets at most as much of the thread's time as decoding does.
@@ -41,18 +41,17 @@ from concurrent.futures import Future
 
 from .context import DecodeContext
 from .embed import EmbedQueue
-from .logprobs import PROMPT_ROWS_PER_STEP, LogprobRecorder, logits_row
+from .latency import LatencyTargets
+from .logprobs import LogprobRecorder
 from .model import LoadedModel
 from .output_parity import calibrate
 from .params import KvSettings
-from .sampling import drop_first_link
-from .scheduling import BUSY_STEP_S, LONE_STEP_S, PrefixCache, StepPacer, fair_shares
-from .sequence import FINISH_CANCELLED, FINISH_ERROR, FINISH_LENGTH, FINISH_STOP, Event, Sequence, Slot
-from .speculation import SPEC_MAX_SEQS, draft, verify
+from .scheduling import PrefixCache
+from .sequence import FINISH_CANCELLED, FINISH_ERROR, Event, Sequence, Slot
+from .slot_results import SlotResults
+from .speculation import SPEC_MAX_SEQS, draft
+from .step_planner import StepPlanner, write_chunks
 from .token_sampler import TokenSampler
-
-#: Fewest prompt tokens a step reads, whatever the pacing says (and all a step reads before the rate is known).
-MIN_PREFILL_TOKENS = 16
 
 
 class Batcher:
@@ -71,6 +70,7 @@ class Batcher:
         embedding_only: bool = False,
         kv: KvSettings = KvSettings(),
         even_outputs: str = "auto",
+        targets: LatencyTargets | None = None,
     ) -> None:
         self.model = model
         self.n_ctx_slot = ctx
@@ -84,14 +84,11 @@ class Batcher:
         self._incoming: collections.deque[Sequence] = collections.deque()
         self._embeds = EmbedQueue(model, ctx=max(512, ctx), n_seq=min(parallel, 16), threads=threads)
         self._sampled: collections.deque[tuple[Slot, Future[int]]] = collections.deque()  # helper-thread results
-        # (recorder, entries its sequence's text so far covers) for this step's events of logprobs requests
-        self._marks: list[tuple[LogprobRecorder, int]] = []
         self._cv = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._step_s = 0.0  # time of whole steps (decode + Python scheduling and sampling)
-        self._pacer = StepPacer(MIN_PREFILL_TOKENS)  # tokens per second of decode steps
         self.stats = {
             "tokens_generated_total": 0,
             "prompt_tokens_total": 0,
@@ -99,6 +96,7 @@ class Batcher:
             "spec_drafted_total": 0,
             "spec_accepted_total": 0,
         }
+        self._results = SlotResults(model, ctx, self.stats)  # what sampled tokens do to their sequences
         # Steps that only decoded (no prompt tokens): how fast streams really decode, for the planner.
         self._decode_only = {"tokens": 0, "seconds": 0.0, "stream_seconds": 0.0}
         # An embedding-only batcher has no decode context: the engine never submits sequences to it.
@@ -109,6 +107,8 @@ class Batcher:
             self.context = DecodeContext(model, ctx_per_slot=ctx, parallel=parallel, threads=threads, n_batch=self.n_batch, kv=kv)
             self._sampler = TokenSampler(self.context.ctx, model.info.n_vocab, self._sampled_ready)
             self._prefix = PrefixCache(self.context, self.slots, model.info.n_swa)
+        # how much prompt reading each step carries, and whose: from the latency targets (.step_planner)
+        self._planner = StepPlanner(targets or LatencyTargets(), self.n_batch)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the decode thread; returns once it has warmed the context up (blocks: call it off the loop)."""
@@ -157,7 +157,7 @@ class Batcher:
             self._cv.notify()
         return fut
 
-    def snapshot(self) -> dict[str, int]:
+    def snapshot(self) -> dict[str, float]:
         busy = sum(1 for s in self.slots if s.seq is not None)
         return {
             "slots_total": self.parallel,
@@ -165,6 +165,8 @@ class Batcher:
             "waiting": len(self._incoming),
             "kv_cells_used": sum(len(s.tokens) for s in self.slots),
             **self.stats,
+            # prompt tokens whose KV a slot already held, of all prompt tokens asked
+            "prefix_cache_hit_rate": round(self.stats["cached_tokens_total"] / max(1, self.stats["prompt_tokens_total"]), 4),
             "decode_ms_total": int(self.context.decode_s * 1000) if self.context is not None else 0,
             "step_ms_total": int(self._step_s * 1000),
             "decode_only_tokens_total": self._decode_only["tokens"],
@@ -221,28 +223,27 @@ class Batcher:
                 self._sampled.clear()
             events: list[Event] = []
             for slot, result in sampled:
-                self._sampled_back(slot, result, events)
+                self._results.sampled_back(slot, result, events)
             self._admit(active)  # before embedding: a request that just arrived counts as waiting on it
             embeds.turn(self._runnable(active), bool(active))
             t0 = time.perf_counter()
-            n = 0
+            rows = read = 0
             streams = sum(1 for s in active if s.job is None)
             generated = self.stats["tokens_generated_total"]
             try:
-                n = self._step(active, events)
+                rows, read = self._step(active, events)
             except Exception as exc:  # a failed decode fails the running requests, not the worker
                 self._fail_all(active, events, str(exc))
             active[:] = [s for s in active if s.seq is not None]
             if events:
-                marks, self._marks = self._marks, []
-                self._loop.call_soon_threadsafe(self._deliver, events, marks)
+                self._loop.call_soon_threadsafe(self._deliver, events, self._results.take_marks())
             dt = time.perf_counter() - t0
             self._step_s += dt
-            if n == 0 and streams and self.stats["tokens_generated_total"] > generated:
+            if read == 0 and streams and self.stats["tokens_generated_total"] > generated:
                 self._decode_only["tokens"] += self.stats["tokens_generated_total"] - generated
                 self._decode_only["seconds"] += dt
                 self._decode_only["stream_seconds"] += dt * streams
-            self._pacer.observe(n, dt)
+            self._planner.observe(rows, read, dt)
             embeds.decoded(dt)
         if self._sampler is not None:
             self._sampler.close()
@@ -255,7 +256,7 @@ class Batcher:
             if slot.job is not None:
                 slot.job.exception()  # let the helper thread finish with the chain before freeing it
                 slot.job = None
-            self._finish(slot, FINISH_ERROR, events, error=error)
+            self._results.finish(slot, FINISH_ERROR, events, error=error)
             self.context.drop(slot.id)
             slot.tokens = []
         active.clear()
@@ -277,7 +278,9 @@ class Batcher:
             with self._cv:
                 if not self._incoming:
                     return
-                seq = self._incoming.popleft()
+                rank = self._planner.targets.rank  # interactive before batch, first come first within a class
+                seq = min(self._incoming, key=lambda s: (rank(s.priority), s.t_submit))
+                self._incoming.remove(seq)
             if seq.cancelled:
                 seq.free_samplers()
                 continue
@@ -289,15 +292,14 @@ class Batcher:
             self.stats["prompt_tokens_total"] += len(seq.prompt)
             self.stats["cached_tokens_total"] += seq.cached
 
-    def _step(self, active: list[Slot], events: list[Event]) -> int:
-        """One decode of every generating sequence's next token and paced prompt chunks.
+    def _step(self, active: list[Slot], events: list[Event]) -> tuple[int, int]:
+        """One decode of every generating sequence's next token and planned prompt chunks.
 
-        Returns the step's tokens when it read prompt tokens (such steps teach the
-        pacer the rate), else 0.
+        Returns the step's shape, (logits rows kept, prompt tokens read): the planner learns its cost from it.
         """
         context, sampler = self.context, self._sampler
         if not active or context is None or sampler is None:
-            return 0
+            return 0, 0
         tok, pos, sids, lg = context.tok, context.pos, context.sid, context.lg
         n = 0
         # Drafts only while few sequences generate (see .speculation).
@@ -308,7 +310,7 @@ class Batcher:
             if seq is None or slot.job is not None:
                 continue  # its token is being sampled in the helper thread
             if seq.cancelled:
-                self._finish(slot, FINISH_CANCELLED, events)
+                self._results.finish(slot, FINISH_CANCELLED, events)
                 continue
             if slot.feed >= 0:
                 p = len(slot.tokens)
@@ -323,43 +325,17 @@ class Batcher:
                         tok[n], pos[n], lg[n] = d, p, 1
                         sids[n][0] = slot.id
                         n += 1
-        # 2. prompt chunks within the remaining budget, shared max-min fairly
-        budget = self.n_batch - n
+        # 2. prompt chunks: as many as the latency targets leave time for, most urgent first (.step_planner)
         reading = [s for s in active if s.seq is not None and s.job is None and s.feed < 0]
-        waiting = n or len(reading) > 1 or any(s.job is not None for s in active)
-        with self._cv:
-            waiting = waiting or bool(self._incoming)
-        # others wait on this step: keep it short; alone, still short enough for a newcomer
-        paced = self._pacer.tokens(BUSY_STEP_S if waiting else LONE_STEP_S, self.n_batch) - n
-        budget = min(budget, max(paced, MIN_PREFILL_TOKENS))
-        wants = [len(s.seq.prompt) - len(s.tokens) for s in reading]
-        for i, s in enumerate(reading):
-            if s.seq.scores_prompt:  # each row kept costs n_vocab floats of libllama's output buffer
-                wants[i] = min(wants[i], PROMPT_ROWS_PER_STEP)
-        shares = fair_shares(wants, budget) if budget > 0 else []
-        scored: list[tuple[Slot, int, int, int]] = []  # (slot, first batch entry, first and end positions)
-        read = sum(shares)
-        for slot, share in zip(reading, shares, strict=False):  # no budget: no shares, nothing read
-            if share <= 0:
-                continue
-            seq = slot.seq
-            start = len(slot.tokens)
-            end = start + share
-            prompt, sid = seq.prompt, slot.id
-            for i in range(start, end):
-                tok[n], pos[n], lg[n] = prompt[i], i, 0
-                sids[n][0] = sid
-                n += 1
-            slot.chunk_end = end
-            if seq.scores_prompt:
-                for j in range(n - share, n):
-                    lg[j] = 1
-                scored.append((slot, n - share, start, end))
-            if end == len(prompt) and seq.max_new > 0:
-                lg[n - 1] = 1
-                slot.out_idx = n - 1
+        read, scored = 0, []
+        if reading:
+            planner, now = self._planner, time.perf_counter()
+            budget = planner.prompt_budget(planner.step_seconds(active, now), n + 1, self.n_batch - n)
+            end, scored = write_chunks(context, planner.shares(reading, budget, now), n)
+            read, n = end - n, end
         if n == 0:
-            return 0
+            return 0, 0
+        rows = sum(1 for i in range(n) if lg[i])
         context.decode(n)
         # 3. commit KV bookkeeping and sample
         for slot in active:
@@ -369,7 +345,7 @@ class Batcher:
             if slot.feed >= 0:
                 slot.tokens.append(slot.feed)
                 if slot.drafts:
-                    self._verify(slot, context, sampler, events)
+                    self._results.verify(slot, context, sampler, events)
                     continue
             elif slot.chunk_end:
                 slot.tokens.extend(seq.prompt[len(slot.tokens) : slot.chunk_end])
@@ -378,105 +354,10 @@ class Batcher:
                 t = sampler.sample(slot, slot.out_idx)
                 slot.out_idx = -1
                 if t >= 0:
-                    self._accept(slot, t, events)
+                    self._results.accept(slot, t, events)
         if scored:
-            self._score_prompts(scored, events)
-        return n if read else 0
-
-    def _score_prompts(self, scored: list[tuple[Slot, int, int, int]], events: list[Event]) -> None:
-        """Record the log-probabilities of prompt tokens read this step (echo with logprobs).
-
-        The logits at position p score the token at p + 1. A sequence asking for no
-        new tokens (scoring a prompt) is done once its prompt is read.
-        """
-        ctx, n_vocab = self.context.ctx, self.model.info.n_vocab
-        for slot, first, start, end in scored:
-            seq = slot.seq
-            if seq is None:
-                continue
-            prompt = seq.prompt
-            rows = [(logits_row(ctx, first + p - start, n_vocab), prompt[p + 1]) for p in range(start, min(end, len(prompt) - 1))]
-            seq.logprobs.add_prompt(prompt[0], rows)
-            if end == len(prompt) and seq.max_new == 0:
-                self._finish(slot, FINISH_LENGTH, events)
-
-    def _verify(self, slot: Slot, context: DecodeContext, sampler: TokenSampler, events: list[Event]) -> None:
-        """Check ``slot``'s drafts against the samples at their positions; drop the KV of rejected ones."""
-        drafts, slot.drafts = slot.drafts, []
-        idx, slot.out_idx = slot.out_idx, -1
-        self.stats["spec_drafted_total"] += len(drafts)
-        self.stats["spec_accepted_total"] += verify(slot, idx, drafts, sampler.sample, lambda s, t: self._accept(s, t, events))
-        context.drop(slot.id, len(slot.tokens))  # positions past what the slot now holds
-
-    def _sampled_back(self, slot: Slot, fut: Future[int], events: list[Event]) -> None:
-        slot.job = None
-        if slot.seq is None:
-            return
-        exc = fut.exception()
-        if exc is not None:
-            self._finish(slot, FINISH_ERROR, events, error=str(exc))
-            return
-        if slot.seq.cancelled:
-            self._finish(slot, FINISH_CANCELLED, events)
-            return
-        self._accept(slot, fut.result(), events)
-
-    def _accept(self, slot: Slot, t: int, events: list[Event]) -> bool:
-        """Handle one sampled token; return True if the sequence continues."""
-        seq = slot.seq
-        if seq.ban_first:
-            drop_first_link(seq.chain)
-            seq.ban_first = False
-        if seq.n_gen == 0:
-            seq.t_first = time.perf_counter()
-        seq.n_gen += 1
-        self.stats["tokens_generated_total"] += 1
-        model = self.model
-        lp, marks = seq.logprobs, self._marks  # lp: only requests that asked for logprobs
-        if model.is_eog(t):
-            events.append((seq, seq.text.flush(), FINISH_STOP))
-            if lp is not None:
-                marks.append((lp, lp.mark()))
-            self._release(slot)
-            return False
-        if lp is not None:
-            lp.commit()  # an output token (an end-of-generation token is not one)
-        text, hit = seq.text.feed(model.piece(t))
-        if hit:
-            events.append((seq, text, FINISH_STOP))
-            if lp is not None:
-                marks.append((lp, lp.mark()))
-            self._release(slot)
-            return False
-        if seq.n_gen >= seq.max_new or len(slot.tokens) >= self.n_ctx_slot:
-            events.append((seq, text + seq.text.flush(), FINISH_LENGTH))
-            if lp is not None:
-                marks.append((lp, lp.mark()))
-            self._release(slot)
-            return False
-        if text:
-            events.append((seq, text, None))
-            if lp is not None:  # the entries this event's text covers
-                marks.append((lp, lp.mark()))
-        slot.feed = t
-        return True
-
-    # -- lifecycle of a slot ------------------------------------------------------
-    def _release(self, slot: Slot) -> None:
-        slot.seq.free_samplers()
-        slot.seq = None
-        slot.feed = -1
-        slot.out_idx = -1
-        slot.chunk_end = 0
-        slot.last_used = time.monotonic()
-
-    def _finish(self, slot: Slot, reason: str, events: list[Event], *, error: str | None = None) -> None:
-        seq = slot.seq
-        if seq is None:
-            return
-        seq.error = error
-        events.append((seq, "", reason))
-        self._release(slot)
+            self._results.score_prompts(context.ctx, scored, events)
+        return rows, read
 
     def close(self) -> None:
         self.stop()

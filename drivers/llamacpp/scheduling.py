@@ -1,19 +1,16 @@
-"""Prefill scheduling: which slot a new prompt takes, and how much of each prompt a step reads.
+"""Prefill scheduling: which slot a new prompt takes (the prefix cache), and the rate-based step pacer.
 
 Prefix cache: a slot keeps the tokens of its last request in KV after it
 finishes. A new prompt takes the free slot sharing the longest prefix with it
 and only prefills the rest; if a busy slot shares a longer prefix, its cells
 are shared into the new slot with ``llama_memory_seq_cp``.
 
-Prefill budget: a step's prompt tokens are shared max-min fairly among the
-prompts still being read (:func:`fair_shares`), so a short prompt joining
-beside a long one is read in its first step instead of after the long one.
-
-Step pacing: how many tokens a step may carry is set by time, not by a fixed
-count (:class:`StepPacer`). The work's rate is learned from the steps already
-run, so a step lasts about :data:`BUSY_STEP_S` while other sequences wait on it
-and about :data:`LONE_STEP_S` otherwise: on a two-core box that is a few dozen
-prompt tokens, on a GPU the whole batch.
+Step pacing by rate (:class:`StepPacer`): how many tokens a piece of work may
+carry is set by time, from the rate learned from the steps already run. The
+embedding queue sizes its groups with it (about :data:`BUSY_STEP_S` while
+sequences generate, :data:`LONE_STEP_S` otherwise), and the step planner
+(:mod:`.step_planner`) falls back on it until its step-cost model has seen
+enough steps.
 """
 
 from __future__ import annotations
@@ -22,27 +19,6 @@ import math
 
 from .context import DecodeContext
 from .sequence import Sequence, Slot
-
-
-def fair_shares(wants: list[int], budget: int) -> list[int]:
-    """Max-min fair split of ``budget`` tokens among requests wanting ``wants`` tokens.
-
-    Smaller wants are served whole; the rest share what remains equally (the
-    first ones get the remainder of the division). Never more than wanted.
-    """
-    shares = [0] * len(wants)
-    order = sorted(range(len(wants)), key=lambda i: wants[i])
-    left = len(wants)
-    for i in order:
-        fair = budget // left if left else 0
-        if budget % left:
-            fair += 1
-        give = min(wants[i], fair, budget)
-        shares[i] = give
-        budget -= give
-        left -= 1
-    return shares
-
 
 #: Target length of a step while other sequences generate or read (each of their tokens waits on it).
 BUSY_STEP_S = 0.1

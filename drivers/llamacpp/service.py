@@ -18,6 +18,7 @@ from appliance.jsontypes import JsonObject, JsonValue
 from .batcher import Batcher
 from .chat_output import ChatOutput
 from .errors import ContextLengthExceeded, GrammarError
+from .latency import LatencyTargets
 from .logprobs import LogprobRecorder
 from .model import LoadedModel
 from .params import GpuPlacement, KvSettings
@@ -49,6 +50,7 @@ class WorkerConfig:
     gpu: GpuPlacement = GpuPlacement()
     kv: KvSettings = KvSettings()
     even_outputs: str = "auto"
+    targets: LatencyTargets = LatencyTargets()  # TTFT and TPOT targets per priority class (see .latency)
 
 
 class WorkerEngine:
@@ -77,6 +79,7 @@ class WorkerEngine:
                 embedding_only=cfg.embedding,
                 kv=cfg.kv,
                 even_outputs=cfg.even_outputs,
+                targets=cfg.targets,
             )
         except BaseException:
             self.model.close()

@@ -58,7 +58,15 @@ class StepCostModel:
         self._xt = [0.0] * 3
         self._tt = 0.0
         self.prompt_samples = 0  # steps that read prompt tokens (at most counted to the minimum)
-        self.coef: Coefficients = (0.0, 0.0, 0.0)
+        self._coef: Coefficients = (0.0, 0.0, 0.0)
+        self._stale = False  # steps were observed since the last fit
+
+    @property
+    def coef(self) -> Coefficients:
+        """(a, b, c), fitted when asked (a step with no prompt to read never asks, so decoding pays nothing)."""
+        if self._stale:
+            self._coef, self._stale = self._fit(), False
+        return self._coef
 
     @property
     def ready(self) -> bool:
@@ -77,11 +85,11 @@ class StepCostModel:
         self._tt = f * self._tt + seconds * seconds
         if prompt_tokens > 0 and self.prompt_samples < MIN_PROMPT_SAMPLES:
             self.prompt_samples += 1
-        self.coef = self._fit()
+        self._stale = True
 
     def _fit(self) -> Coefficients:
         """Least squares with non-negative coefficients: the best of the feature subsets whose solution has no negative one."""
-        best: Coefficients = self.coef
+        best: Coefficients = self._coef
         best_sse = math.inf
         for size in (3, 2, 1):
             for subset in itertools.combinations(range(3), size):

@@ -18,22 +18,20 @@ import argparse
 import asyncio
 import base64
 import contextlib
-import json
 import os
 import signal
-import socket
 import struct
 import sys
 import time
 import traceback
-from collections.abc import Awaitable, Callable
-from typing import TypeAlias
 
 from appliance.errors import ApplianceError, BadRequest, EngineUnavailable, NotFound
-from appliance.jsontypes import JsonObject, JsonValue
+from appliance.jsontypes import JsonObject
 
 from .chat_output import ChatOutput
-from .errors import DecodeFailure, EmbeddingError, MethodNotAllowed, ModelLoadError, PayloadTooLarge, WorkerError
+from .errors import DecodeFailure, EmbeddingError, MethodNotAllowed, ModelLoadError, WorkerError
+from .http_io import JSON_HEADERS, SSE_HEADERS, Receive, Send, off_loop, read_json, send_json
+from .latency import LatencyTargets, parse_targets, priority_of
 from .logprobs import LogprobView, joined
 from .output_parity import MODES as EVEN_OUTPUT_MODES
 from .params import SPLIT_MODES, GpuPlacement, KvSettings
@@ -41,66 +39,7 @@ from .placement import FLASH_ATTN_MODES, KV_CACHE_TYPES, is_quantized_kv
 from .protocol import DONE, GenRequest, Shaper, parse_chat, parse_completion, sse, usage_dict
 from .sequence import FINISH_CANCELLED, FINISH_ERROR, FINISH_LENGTH, Sequence
 from .service import WorkerConfig, WorkerEngine
-
-MAX_BODY = 32 * 1024 * 1024
-#: Longest a request's preparation (grammar conversion, template, tokenising) may take, in seconds.
-PREPARE_TIMEOUT = 10.0
-_JSON = [(b"content-type", b"application/json")]
-_SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
-#: ASGI's callables as uvicorn hands them to the app; messages are plain dicts.
-Receive: TypeAlias = Callable[[], Awaitable[JsonObject]]
-Send: TypeAlias = Callable[[JsonObject], Awaitable[None]]
-
-
-async def _send_json(send: Send, status: int, obj: JsonObject) -> None:
-    body = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
-    await send({"type": "http.response.start", "status": status, "headers": _JSON})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _off_loop(fn, *args, param: str | None = None):
-    """Run request preparation in a thread so the HTTP loop keeps serving others.
-
-    libllama's tokenizer and grammar parser release the GIL (ctypes), so a 10 MB
-    prompt or a large grammar costs its own request time, not everyone's. Past
-    :data:`PREPARE_TIMEOUT` the request gets a 400 (the thread finishes on its own).
-    """
-    loop = asyncio.get_running_loop()
-    fut = loop.run_in_executor(None, fn, *args)
-    try:
-        return await asyncio.wait_for(asyncio.shield(fut), PREPARE_TIMEOUT)
-    except TimeoutError:
-        fut.add_done_callback(_discard)
-        raise BadRequest(f"the request took more than {PREPARE_TIMEOUT:g} s to prepare", param=param) from None
-
-
-def _discard(fut: asyncio.Future) -> None:
-    """Free the samplers of a sequence prepared after its request gave up."""
-    if fut.cancelled() or fut.exception() is not None:
-        return
-    seq = fut.result()
-    if isinstance(seq, Sequence):
-        seq.free_samplers()
-
-
-async def _read_json(receive: Receive) -> JsonValue:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        msg = await receive()
-        if msg["type"] == "http.disconnect":
-            raise ConnectionAbortedError
-        chunk = msg.get("body", b"")
-        size += len(chunk)
-        if size > MAX_BODY:
-            raise PayloadTooLarge("the request body is too large")
-        chunks.append(chunk)
-        if not msg.get("more_body", False):
-            break
-    try:
-        return json.loads(b"".join(chunks) or b"null")
-    except (ValueError, UnicodeDecodeError):
-        raise BadRequest("the request body is not valid JSON") from None
+from .unix_server import bind_unix, server_class, unlink
 
 
 class WorkerApp:
@@ -118,9 +57,9 @@ class WorkerApp:
         try:
             if path == "/health":
                 if self.engine is None:
-                    await _send_json(send, 503, {"status": "loading"})
+                    await send_json(send, 503, {"status": "loading"})
                 else:
-                    await _send_json(send, 200, {"status": "ok"})
+                    await send_json(send, 200, {"status": "ok"})
                 return
             route = _ROUTES.get(path)
             if route is None:
@@ -130,19 +69,19 @@ class WorkerApp:
                 raise MethodNotAllowed(f"{path} accepts {want} only")
             if self.engine is None:
                 raise EngineUnavailable("the model is still loading")
-            await handler(self, receive, send)
+            await handler(self, scope, receive, send)
         except ConnectionAbortedError:
             return
         except ApplianceError as exc:
-            await _send_json(send, exc.status, exc.envelope())
+            await send_json(send, exc.status, exc.envelope())
         except Exception:  # a bug: log it, answer in the OpenAI shape, keep serving
             traceback.print_exc(file=sys.stderr)
             with contextlib.suppress(Exception):
-                await _send_json(send, 500, WorkerError("internal engine error").envelope())
+                await send_json(send, 500, WorkerError("internal engine error").envelope())
 
     # -- routes ------------------------------------------------------------------
-    async def models(self, receive: Receive, send: Send) -> None:
-        await _send_json(
+    async def models(self, scope: JsonObject, receive: Receive, send: Send) -> None:
+        await send_json(
             send,
             200,
             {
@@ -151,23 +90,23 @@ class WorkerApp:
             },
         )
 
-    async def stats(self, receive: Receive, send: Send) -> None:
-        await _send_json(send, 200, self.engine.batcher.snapshot())
+    async def stats(self, scope: JsonObject, receive: Receive, send: Send) -> None:
+        await send_json(send, 200, self.engine.batcher.snapshot())
 
-    async def completions(self, receive: Receive, send: Send) -> None:
-        body = await _read_json(receive)
-        req = await _off_loop(parse_completion, body, self.engine.model.info.n_vocab, param="response_format")
-        await self._generate(req, receive, send)
+    async def completions(self, scope: JsonObject, receive: Receive, send: Send) -> None:
+        body = await read_json(receive)
+        req = await off_loop(parse_completion, body, self.engine.model.info.n_vocab, param="response_format")
+        await self._generate(req, priority_of(scope), receive, send)
 
-    async def chat_completions(self, receive: Receive, send: Send) -> None:
-        body = await _read_json(receive)
-        req = await _off_loop(parse_chat, body, self.engine.model.info.n_vocab, param="response_format")
-        await self._generate(req, receive, send)
+    async def chat_completions(self, scope: JsonObject, receive: Receive, send: Send) -> None:
+        body = await read_json(receive)
+        req = await off_loop(parse_chat, body, self.engine.model.info.n_vocab, param="response_format")
+        await self._generate(req, priority_of(scope), receive, send)
 
-    async def embeddings(self, receive: Receive, send: Send) -> None:
-        body = await _read_json(receive)
+    async def embeddings(self, scope: JsonObject, receive: Receive, send: Send) -> None:
+        body = await read_json(receive)
         engine = self.engine
-        inputs = await _off_loop(engine.embedding_inputs, body, param="input")
+        inputs = await off_loop(engine.embedding_inputs, body, param="input")
         fmt = body.get("encoding_format", "float")
         if fmt not in ("float", "base64"):
             raise BadRequest("encoding_format must be float or base64", param="encoding_format")
@@ -182,15 +121,16 @@ class WorkerApp:
                 emb = base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode()
             data.append({"object": "embedding", "index": i, "embedding": emb})
         n = sum(len(t) for t in inputs)
-        await _send_json(
+        await send_json(
             send,
             200,
             {"object": "list", "data": data, "model": self.served_name, "usage": {"prompt_tokens": n, "total_tokens": n}},
         )
 
-    async def _generate(self, req: GenRequest, receive: Receive, send: Send) -> None:
+    async def _generate(self, req: GenRequest, priority: str, receive: Receive, send: Send) -> None:
         engine = self.engine
-        seq = await _off_loop(engine.prepare, req, param="prompt")  # BadRequest → 400 before anything is sent
+        seq = await off_loop(engine.prepare, req, param="prompt")  # BadRequest → 400 before anything is sent
+        seq.priority = priority
         shaper = Shaper(req.kind, self.served_name)
         output = engine.chat_output(req, seq.prompt, shaper)  # None: plain text, passed through as generated
         batcher = engine.batcher
@@ -234,7 +174,7 @@ class WorkerApp:
                 body = shaper.full(
                     (echo or "") + "".join(parts), finish, usage, message=message, logprobs=logprobs, stop_reason=seq.text.matched
                 )
-                await send({"type": "http.response.start", "status": 200, "headers": _JSON})
+                await send({"type": "http.response.start", "status": 200, "headers": JSON_HEADERS})
                 await send({"type": "http.response.body", "body": body})
         finally:
             watcher.cancel()
@@ -242,7 +182,7 @@ class WorkerApp:
                 batcher.cancel(seq)
 
     async def _stream(self, req: GenRequest, seq: Sequence, shaper: Shaper, send: Send, output: ChatOutput | None) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": _SSE})
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         body = "http.response.body"
         if req.kind == "chat":
             await send({"type": body, "body": shaper.role_chunk(), "more_body": True})
@@ -315,6 +255,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--spec-ngram", type=int, default=0, help="prompt-lookup speculative n-gram size (0 = off)")
     ap.add_argument("--embedding", action="store_true", help="serve /v1/embeddings only")
     ap.add_argument(
+        "--latency-targets",
+        type=parse_targets,
+        default=LatencyTargets(),
+        help="TTFT and TPOT p95 targets per class, e.g. interactive:2:0.15,batch:30:0.5 (see latency.py)",
+    )
+    ap.add_argument(
         "--split-mode",
         choices=SPLIT_MODES,
         default="layer",
@@ -358,58 +304,13 @@ def _fractions(text: str) -> tuple[float, ...]:
     return parts
 
 
-def _bind_unix(path: str) -> socket.socket:
-    if os.path.exists(path) or os.path.islink(path):
-        if not _is_socket(path):
-            raise SystemExit(f"llamacpp_worker: {path} exists and is not a socket")
-        os.unlink(path)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        sock.bind(path)
-    finally:
-        os.umask(old)
-    os.chmod(path, 0o600)
-    sock.listen(256)
-    sock.setblocking(False)
-    return sock
-
-
-def _is_socket(path: str) -> bool:
-    import stat
-
-    try:
-        return stat.S_ISSOCK(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
-def _server_class():
-    import uvicorn
-
-    class Server(uvicorn.Server):
-        """uvicorn re-raises SIGTERM after serving, killing the process before
-        cleanup; we own the signals instead and exit through ``request_exit``."""
-
-        @contextlib.contextmanager
-        def capture_signals(self):
-            yield
-
-        def request_exit(self) -> None:
-            if self.should_exit:
-                self.force_exit = True
-            self.should_exit = True
-
-    return Server
-
-
 async def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    _Server = _server_class()
+    _Server = server_class()
 
     app = WorkerApp(args.served_name)
-    sock = _bind_unix(args.socket)
+    sock = bind_unix(args.socket)
     config = uvicorn.Config(app, http="httptools", lifespan="off", access_log=False, log_level="warning", timeout_keep_alive=30)
     server = _Server(config)
     loop = asyncio.get_running_loop()
@@ -429,6 +330,7 @@ async def serve(args: argparse.Namespace) -> int:
         gpu=GpuPlacement(split_mode=args.split_mode, main_gpu=args.main_gpu, tensor_split=args.tensor_split),
         kv=KvSettings(kv_type=args.kv_type, flash_attn=args.flash_attn, swa_full=args.swa_full),
         even_outputs=args.even_outputs,
+        targets=args.latency_targets,
     )
     try:
         engine = await loop.run_in_executor(None, WorkerEngine, cfg)
@@ -441,20 +343,15 @@ async def serve(args: argparse.Namespace) -> int:
         print(f"llamacpp_worker: cannot load the model: {exc}", file=sys.stderr, flush=True)
         server.should_exit = True
         await serve_task
-        _unlink(args.socket)
+        unlink(args.socket)
         return 2
     app.engine = engine
     try:
         await serve_task
     finally:
         engine.close()
-        _unlink(args.socket)
+        unlink(args.socket)
     return 0
-
-
-def _unlink(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
 
 
 def main(argv: list[str] | None = None) -> int:
