@@ -178,6 +178,18 @@ class Settings(BaseSettings):
             "streams, reaches this many tokens/s (else the fastest that fits). 0 ranks by quality alone."
         ),
     )
+    latency_targets: dict[Literal["interactive", "batch"], dict[Literal["ttft_p95_s", "tpot_p95_s"], float]] = Field(
+        default_factory=lambda: {
+            "interactive": {"ttft_p95_s": 2.0, "tpot_p95_s": 0.15},
+            "batch": {"ttft_p95_s": 30.0, "tpot_p95_s": 0.5},
+        },
+        description=(
+            "Latency targets of the llama.cpp engine's step scheduler per key priority class, in seconds: time to first "
+            "token (`ttft_p95_s`) and time per output token (`tpot_p95_s`). Each step reads as much of the waiting prompts "
+            "as keeps every running stream on its TPOT target; a step nobody generates beside lasts an eighth of the TTFT "
+            "target. A class left out keeps its default."
+        ),
+    )
     backend: Literal["auto", "llamacpp", "vllm"] = Field(
         default="auto", description="Inference backend: `auto` lets the planner choose (vLLM on capable GPUs), or force one."
     )
@@ -423,6 +435,17 @@ class Settings(BaseSettings):
         if self.alert_webhook_url and not self.alert_webhook_url.startswith(("http://", "https://")):
             raise ValueError("alert_webhook_url must be an http:// or https:// URL")
         return self
+
+    @field_validator("latency_targets")
+    @classmethod
+    def _latency_targets(cls, value: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+        defaults = {"interactive": {"ttft_p95_s": 2.0, "tpot_p95_s": 0.15}, "batch": {"ttft_p95_s": 30.0, "tpot_p95_s": 0.5}}
+        merged = {c: {**defaults[c], **value.get(c, {})} for c in defaults}
+        for c, targets in merged.items():
+            for name, seconds in targets.items():
+                if not 0 < seconds < 86400:
+                    raise ValueError(f"latency_targets.{c}.{name} must be more than 0 and less than a day of seconds")
+        return merged
 
     @field_validator("hub_url")
     @classmethod

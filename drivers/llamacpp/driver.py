@@ -57,6 +57,14 @@ def worker_command(plan: EnginePlan, socket_path: str | Path, python: str = sys.
     return argv
 
 
+def latency_args(targets: dict[str, dict[str, float]] | None) -> list[str]:
+    """``--latency-targets`` for the settings' ``latency_targets`` (class → TTFT and TPOT p95 seconds); none when unset."""
+    if not targets:
+        return []
+    spec = ",".join(f"{c}:{t['ttft_p95_s']:g}:{t['tpot_p95_s']:g}" for c, t in targets.items())
+    return ["--latency-targets", spec]
+
+
 def placement(plan: EnginePlan) -> Placement:
     """The plan's devices, layer split, KV cache type and attention kernel, as environment and flags."""
     return placement_of(
@@ -83,8 +91,8 @@ class LlamaCppDriver:
     health_path = "/health"
 
     def command(self, plan: EnginePlan, socket_path: Path, settings: EngineSettings | None = None) -> list[str]:
-        """The worker runs on the daemon's own interpreter."""
-        return worker_command(plan, socket_path)
+        """The worker runs on the daemon's own interpreter; the settings' latency targets pace its steps."""
+        return worker_command(plan, socket_path) + latency_args(getattr(settings, "latency_targets", None))
 
     def environment(self, plan: EnginePlan, settings: EngineSettings | None = None) -> dict[str, str]:
         return worker_environment(plan)
