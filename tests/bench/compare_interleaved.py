@@ -59,6 +59,14 @@ PROMPTS = [
 MAX_TOKENS = 128
 
 
+class Refused(RuntimeError):
+    """The server answered with an HTTP status other than 200 (a 429 or 503 sheds load)."""
+
+    def __init__(self, status: int, head: bytes):
+        super().__init__(f"HTTP {status}: {head!r}")
+        self.status = status
+
+
 class Target:
     """Where one contender listens, and what it needs in each request."""
 
@@ -104,6 +112,9 @@ async def one(target: Target, prompt: str, max_tokens: int = MAX_TOKENS) -> tupl
             first = time.perf_counter() - started
         received += chunk
     writer.close()
+    status = received[9:12]
+    if not received.startswith(b"HTTP/1.1 200") and status.isdigit():
+        raise Refused(int(status), received[:300])
     events = received.count(b'"text"')
     if b"data: [DONE]" not in received or events < max_tokens // 2:
         raise RuntimeError(f"{target.name} answered badly: {received[:300]!r}")
