@@ -196,13 +196,11 @@ def _document_errors(app: Litestar) -> None:
 
 
 def wrap(app: Litestar, settings: Settings, *, local: bool = False) -> ApplianceASGI:
-    """The served ASGI app: the HTTP edge (Host, canonical path, body deadline) in front of Litestar."""
+    """The served ASGI app: the HTTP edge (Host, canonical path) in front of Litestar."""
 
     def observe_overhead(endpoint: str, seconds: float) -> None:
         services = getattr(app.state, "services", None)  # started by the lifespan; absent before it
         if services is not None:
             services.metrics.observe_overhead(endpoint, seconds)
 
-    return ApplianceASGI(
-        app, settings.allowed_hosts, local=local, body_timeout=settings.body_timeout_seconds, observe_overhead=observe_overhead
-    )
+    return ApplianceASGI(app, settings.allowed_hosts, local=local, observe_overhead=observe_overhead)

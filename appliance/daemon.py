@@ -22,7 +22,8 @@ from collections.abc import Coroutine, Iterator
 import uvicorn
 
 from appliance.allocator import use_jemalloc
-from appliance.api.http_protocol import header_deadline_protocol
+from appliance.api.http_protocol import EdgeLimits, edge_protocol
+from appliance.api.peer_guard import PeerGuard
 from appliance.app import create_app, wrap
 from appliance.db import engine as dbmod
 from appliance.errors import ApplianceError, ConfigError
@@ -71,13 +72,19 @@ async def serve(settings: Settings) -> None:
         timeout_graceful_shutdown=settings.drain_timeout_seconds,
         timeout_keep_alive=30,
         loop="uvloop",
-        http=header_deadline_protocol(settings.header_timeout_seconds),
+    )
+    limits = EdgeLimits(
+        header_timeout=settings.header_timeout_seconds,
+        body_timeout=settings.body_timeout_seconds,
+        max_header_bytes=settings.max_header_bytes,
+        max_header_count=settings.max_header_count,
     )
     # X-Forwarded-For is believed only from the configured reverse proxies (uvicorn would trust any local peer).
     edge = dict(
         proxy_headers=bool(settings.trusted_proxies),
         forwarded_allow_ips=settings.trusted_proxies or None,
         limit_concurrency=settings.max_connections,
+        http=edge_protocol(limits, PeerGuard(settings.anonymous_connections_per_address)),
     )
     public = _Server(
         uvicorn.Config(
@@ -90,7 +97,8 @@ async def serve(settings: Settings) -> None:
         )
     )
     settings.admin_socket.unlink(missing_ok=True)
-    admin = _Server(uvicorn.Config(wrap(app, settings, local=True), uds=str(settings.admin_socket), lifespan="off", **common))  # type: ignore[arg-type]
+    admin_app, admin_http = wrap(app, settings, local=True), edge_protocol(limits)
+    admin = _Server(uvicorn.Config(admin_app, uds=str(settings.admin_socket), lifespan="off", http=admin_http, **common))  # type: ignore[arg-type]
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

@@ -21,6 +21,7 @@ from litestar.handlers.base import BaseRouteHandler
 from litestar.types import ExceptionHandlersMap
 from sqlalchemy import Engine
 
+from appliance.api.peer_guard import mark_authenticated
 from appliance.db.engine import session
 from appliance.db.tables import User
 from appliance.errors import ApplianceError, PermissionDenied
@@ -79,6 +80,7 @@ async def gate(request: Request, handler: BaseRouteHandler) -> None:
     user = load_user(daemon_services(request.app.state).db, record.user_id, sid) if record and sid else None
     if user is not None:
         request.scope[SCOPE_USER] = user  # type: ignore[literal-required]
+        mark_authenticated(request.scope)  # type: ignore[arg-type]
         purpose, binding = "session", sid
     else:
         binding = request.cookies.get(csrf.PRE_COOKIE)

@@ -19,6 +19,7 @@ from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
 from appliance.accounts.keys import LOCAL_ADMIN, KeyRing, Principal, token_from_headers
+from appliance.api.peer_guard import mark_authenticated
 from appliance.errors import AuthenticationFailed, PermissionDenied
 
 ACCESS = "access"
@@ -84,6 +85,7 @@ class AccessGuard:
         principal = keyring.remembered(token)
         if principal is None:
             principal = await asyncio.to_thread(keyring.authenticate, token)
+        mark_authenticated(scope)  # a valid key: the connection leaves the per-address cap on anonymous ones
         if level in (Access.ADMIN, Access.METRICS) and not principal.is_admin:
             raise PermissionDenied("This route needs an admin key.")
         scope[PRINCIPAL] = principal  # type: ignore[literal-required]

@@ -10,8 +10,12 @@ match no route, and refuses what no route should ever see:
   a path can be routed one way and read another;
 - a query parameter given more than once (``?id=1&id=2``): no route takes a
   list, and the router would quietly keep one of the values;
-- a request body that stalls: each chunk must arrive within
-  ``body_timeout_seconds``.
+- an absolute-form request target (``GET http://evil.example/v1/models``)
+  whose authority is not the Host header's allowed value.
+
+Deadlines for headers and bodies and the caps on header size are the HTTP
+protocol's (:mod:`appliance.api.http_protocol`): they act before a request
+reaches any ASGI code.
 
 It also starts each request's clock (:mod:`appliance.serving.timing`): every
 response carries ``x-appliance-overhead-ms``, the daemon's own time up to the
@@ -26,7 +30,6 @@ and group can open that socket (mode 0660).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from collections.abc import Callable
@@ -35,7 +38,8 @@ from urllib.parse import parse_qsl
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from appliance.api.access import LOCAL_MARK
-from appliance.errors import ApplianceError, BadRequest, HostNotAllowed, RequestTimeout
+from appliance.api.http_protocol import TARGET_AUTHORITY
+from appliance.errors import ApplianceError, BadRequest, HostNotAllowed
 from appliance.serving.timing import HEADER, SCOPE_KEY, RequestTiming
 
 #: Called with (endpoint, seconds) for each request the gateway served, at its last byte.
@@ -73,7 +77,19 @@ def host_allowed(values: list[bytes], allowed: frozenset[str]) -> bool:
     match = _HOST.match(host)
     if match is None:
         return False
+    port = match["port"]
+    if port is not None and not 1 <= int(port) <= 65535:
+        return False
     return match["name"] in allowed or host in allowed
+
+
+def target_matches_host(authority: bytes | None, hosts: list[bytes]) -> bool:
+    """An absolute-form target's authority names the same host and port as the (one) Host header.
+
+    The Host check then covers both: a request cannot say one host on its request line and another in Host."""
+    if authority is None:
+        return True
+    return len(hosts) == 1 and bool(authority) and authority.lower() == hosts[0].lower()
 
 
 def canonical(raw_path: bytes) -> bool:
@@ -82,7 +98,7 @@ def canonical(raw_path: bytes) -> bool:
 
 
 class ApplianceASGI:
-    """Host check, canonical paths and body read deadlines in front of the Litestar app."""
+    """Host check and canonical paths in front of the Litestar app."""
 
     def __init__(
         self,
@@ -90,14 +106,12 @@ class ApplianceASGI:
         allowed_hosts: list[str],
         *,
         local: bool = False,
-        body_timeout: float = 30.0,
         observe_overhead: OverheadObserver | None = None,
     ):
         self.app = app
         self._observe = observe_overhead
         self._allowed = frozenset(h.lower() for h in allowed_hosts)
         self._local = local
-        self._body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -114,6 +128,15 @@ class ApplianceASGI:
             if not host_allowed(hosts, self._allowed):
                 shown = b", ".join(hosts).decode("latin-1")[:200]
                 await send_error(send, HostNotAllowed(f"Host {shown!r} is not allowed. Add it to APPLIANCE_ALLOWED_HOSTS."))
+                return
+            if not target_matches_host(scope.get(TARGET_AUTHORITY), hosts):  # type: ignore[call-overload]
+                await send_error(
+                    send,
+                    BadRequest(
+                        "The request target names a host other than the Host header; send the path alone.",
+                        code="target_host_mismatch",
+                    ),
+                )
                 return
         raw_path = scope.get("raw_path") or scope["path"].encode("utf-8", "surrogateescape")
         if not canonical(raw_path):
@@ -137,8 +160,6 @@ class ApplianceASGI:
                 ),
             )
             return
-        if scope["type"] == "http":
-            receive = _deadline_receive(receive, self._body_timeout)
         await self.app(scope, receive, send)
 
     def _timed_send(self, send: Send, timing: RequestTiming) -> Send:
@@ -168,24 +189,3 @@ def repeated_query_name(query_string: bytes) -> str | None:
             return name[:64]
         seen.add(name)
     return None
-
-
-def _deadline_receive(receive: Receive, seconds: float) -> Receive:
-    """``receive`` whose body chunks must each arrive within ``seconds`` (then 408)."""
-    body_done = False
-
-    async def timed() -> Message:
-        nonlocal body_done
-        if body_done:
-            return await receive()  # after the body: waits for a disconnect, as long as the response runs
-        try:
-            async with asyncio.timeout(seconds):
-                message = await receive()
-        except TimeoutError:
-            body_done = True
-            raise RequestTimeout(f"The request body did not arrive within {seconds:g} s.") from None
-        if message["type"] != "http.request" or not message.get("more_body"):
-            body_done = True
-        return message
-
-    return timed

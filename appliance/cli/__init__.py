@@ -10,11 +10,11 @@ import sys
 import click
 
 from appliance import __version__
-from appliance.cli import bench, cache, instances, keys, models, ops, planning, server, setup, usage, users
+from appliance.cli import batches, bench, cache, instances, keys, models, ops, planning, server, setup, tls, usage, users
 from appliance.errors import ConfigError
 from appliance.settings import load_settings
 
-SUBCOMMANDS = (server, setup, keys, users, models, instances, planning, usage, cache, bench, ops)
+SUBCOMMANDS = (server, setup, keys, users, models, instances, planning, usage, cache, batches, bench, ops, tls)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

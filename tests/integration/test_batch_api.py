@@ -12,6 +12,8 @@ import json
 import os
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 
 import openai
@@ -36,7 +38,9 @@ def box(tmp_path_factory):
     try:
         import_model(running, model, MODEL)
         with running.admin() as admin:
-            admin.put("/admin/prices/*", json={"input_per_m": 1000.0, "output_per_m": 3000.0, "cached_per_m": 1000.0}).raise_for_status()
+            admin.put(
+                "/admin/prices/*", json={"input_per_m": 1000.0, "output_per_m": 3000.0, "cached_per_m": 1000.0}
+            ).raise_for_status()
         yield running
     finally:
         running.stop()
@@ -85,6 +89,18 @@ def _ledger(box: RunningDaemon, batch_id: str) -> list[tuple[int, int, int, floa
         return db.execute(
             "SELECT status, prompt_tokens, completion_tokens, cost FROM usage WHERE batch_id = ?", (batch_id,)
         ).fetchall()
+
+
+def _ctl(box: RunningDaemon, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "appliance.cli", *args],
+        env={**box.env, "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def _jsonl(text: bytes | str) -> list[dict]:
@@ -164,6 +180,13 @@ def test_cancel_stops_new_lines(box):
     time.sleep(1.0)
     assert client.batches.retrieve(batch.id).request_counts.completed == done.request_counts.completed  # nothing more ran
     assert client.batches.cancel(batch.id).status == "cancelled"  # cancelling twice changes nothing
+    # the CLI, over the admin socket, sees every key's batches with their progress
+    progress = f"{done.request_counts.completed}/60"
+    listed = _ctl(box, "batches", "ls")
+    assert batch.id in listed and progress in listed
+    shown = _ctl(box, "batches", "show", batch.id)
+    assert "cancelled" in shown and progress in shown and done.output_file_id in shown
+    assert f"Batch {batch.id} is cancelled" in _ctl(box, "batches", "cancel", batch.id)
 
 
 def test_budget_running_out_fails_the_remaining_lines_with_the_quota_error(box):

@@ -75,6 +75,11 @@ def test_brackets_inside_strings_do_not_count(daemon, api_key):
         "evil.example#localhost",
         "[::1",
         "localhost:99999999",
+        "127.0.0.1:99999",
+        "127.0.0.1:65536",
+        "127.0.0.1:0",
+        "127.0.0.1:00000",
+        "127.0.0.1:+80",
     ],
 )
 def test_malformed_host_headers_are_refused(daemon, api_key, host):

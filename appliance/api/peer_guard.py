@@ -1,0 +1,93 @@
+"""A cap per client address on connections that have not shown a credential.
+
+Every connection from an address starts anonymous. Once a request on it has
+presented a valid API key or console session (the access guard and the console
+gate say so through :func:`mark_authenticated`), the connection is trusted and
+no longer counted. An address may hold at most ``per_address`` anonymous
+connections that are waiting for the client (opening, idle between requests,
+or part-way through its headers or body). When one more arrives, the address's
+oldest waiting anonymous connection is closed: the newcomer always gets its
+turn, so a probe or a person that sends a whole request at once is served
+however many stalled sockets the same address holds, while the stalled ones
+can never add up to the listener's connection limit.
+
+Connections being answered (request received, response not finished) are
+never closed for this: they cost the client nothing to hold, but they are
+real work the appliance accepted.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import MutableMapping
+from typing import Any, Protocol
+
+#: Scope key under which the public listener's protocol hands each request its :class:`Ticket`.
+CONNECTION_KEY = "appliance.connection"
+
+
+class Closable(Protocol):
+    def evict(self) -> None:
+        """Close the connection: its address holds too many anonymous ones."""
+
+
+class Ticket:
+    """One connection's standing: anonymous or authenticated, waiting for the client or being answered."""
+
+    __slots__ = ("_address", "_guard", "authenticated", "busy", "owner")
+
+    def __init__(self, owner: Closable, guard: PeerGuard | None, address: str):
+        self.owner = owner
+        self._guard = guard
+        self._address = address
+        self.authenticated = False
+        self.busy = False
+
+    def trust(self) -> None:
+        """The connection presented a valid credential: it leaves the anonymous count for good."""
+        if not self.authenticated:
+            self.authenticated = True
+            if self._guard is not None:
+                self._guard.closed(self._address, self)
+
+
+def mark_authenticated(scope: MutableMapping[str, Any]) -> None:
+    """Tell the listener that the connection carrying ``scope`` presented a valid credential."""
+    ticket = scope.get(CONNECTION_KEY)
+    if isinstance(ticket, Ticket):
+        ticket.trust()
+
+
+class PeerGuard:
+    """Anonymous connections per address, oldest first; the oldest waiting one is closed past the cap."""
+
+    def __init__(self, per_address: int):
+        self.per_address = per_address
+        self._by_address: dict[str, OrderedDict[Ticket, None]] = {}
+        self.evicted = 0
+
+    def opened(self, address: str, ticket: Ticket) -> None:
+        held = self._by_address.setdefault(address, OrderedDict())
+        held[ticket] = None
+        if len(held) <= self.per_address:
+            return
+        for other in list(held):
+            if len(held) <= self.per_address:
+                break
+            if other is ticket or other.busy:
+                continue
+            del held[other]
+            self.evicted += 1
+            other.owner.evict()
+
+    def closed(self, address: str, ticket: Ticket) -> None:
+        held = self._by_address.get(address)
+        if held is None:
+            return
+        held.pop(ticket, None)
+        if not held:
+            del self._by_address[address]
+
+    def anonymous(self, address: str) -> int:
+        """How many anonymous connections ``address`` holds now."""
+        return len(self._by_address.get(address, ()))
