@@ -6,7 +6,7 @@ once signed in, or a random pre-session cookie on the sign-in form. A token is
 token from one session is worthless in another. htmx sends it in the
 ``X-CSRF-Token`` header (``hx-headers`` on ``<body>``); plain forms send the
 ``csrf_token`` field. A browser's ``Sec-Fetch-Site: cross-site`` or a foreign
-``Origin`` is refused even with a token. SameSite=Strict cookies are the second
+``Origin`` (another scheme, host or port) is refused even with a token. SameSite=Strict cookies are the second
 line of defence, not the first.
 """
 
@@ -44,13 +44,32 @@ def valid(secret: bytes, purpose: str, binding: str | None, presented: str | Non
     return hmac.compare_digest(token(secret, purpose, binding).encode(), presented.encode("utf-8", "replace"))
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin_of(scheme: str, netloc: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of ``scheme://netloc``, the default port filled in; None when it does not parse."""
+    try:
+        parts = urlsplit(f"{scheme}://{netloc}")
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in _DEFAULT_PORTS or not parts.hostname or parts.username is not None or parts.password is not None:
+        return None
+    return parts.scheme, parts.hostname, port if port is not None else _DEFAULT_PORTS[parts.scheme]
+
+
 def same_origin(request: Request) -> bool:
-    """False when the browser says the request was made by another site."""
+    """False when the browser says the request was made by another site: ``Sec-Fetch-Site``, or an ``Origin``
+    whose scheme, host or port differs from this request's (``https://host`` is another origin than ``http://host``)."""
     if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
         return False
     origin = request.headers.get("origin")
     if origin and origin != "null":
-        return urlsplit(origin).netloc.lower() == request.headers.get("host", "").lower()
+        scheme, sep, netloc = origin.partition("://")
+        theirs = _origin_of(scheme.lower(), netloc) if sep and "/" not in netloc else None
+        ours = _origin_of(request.url.scheme, request.headers.get("host", ""))
+        return theirs is not None and theirs == ours
     return origin != "null"
 
 
