@@ -2,7 +2,9 @@
 
 Subjects are written ``key:<id or prefix>`` or ``team:<name>``. Changes take effect
 on the very next admission: the service drops the meter's cached limits and prices,
-and copies a new limit into the counters of the current windows.
+and writes each new limit into the counter of its current window, with ``spent`` taken
+from the ledger (:mod:`appliance.metering.window_spend`): a limit set or lowered
+mid-window counts what the window already spent, so a key already past it is refused.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from appliance.errors import BadRequest, Conflict, NotFound
 from appliance.jsontypes import JsonObject
 from appliance.metering.meter import Meter
 from appliance.metering.quotas import BY_NAME, DIMENSIONS, Windows
+from appliance.metering.window_spend import spent_sql, sync_sql, window_state
 
 TEAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 PRICE_FIELDS = ("input_per_m", "output_per_m", "cached_per_m")
@@ -80,10 +83,11 @@ class QuotaService:
                 "subject": sub.label,
                 "limits": limits,
                 "alert_percent": row.alert_percent if row else None,
-                "usage": self._usage(s, sub),
+                "usage": self._usage(s, sub, limits),
             }
 
-    def _usage(self, s: Session, sub: Subject) -> JsonObject:
+    def _usage(self, s: Session, sub: Subject, limits: dict[str, float | None]) -> JsonObject:
+        """Each counter of the current windows; a limit whose window has no counter yet shows the ledger's spend."""
         now = self._clock()
         windows = Windows()
         usage = {}
@@ -96,6 +100,10 @@ class QuotaService:
                 ),
                 {"t": sub.type, "i": sub.id, "d": d.name, "w": start},
             ).first()
+            if row is None and limits.get(d.name) is not None:
+                params = {"subject_id": sub.id, "start": start, "end": end}
+                spent_now = s.execute(text("SELECT " + spent_sql(sub.type, d, self._cache_counts())), params).scalar_one()
+                row = (float(limits[d.name] or 0), float(spent_now), 0.0)
             if row is not None:
                 limit, spent, reserved = row
                 usage[d.name] = {
@@ -105,6 +113,7 @@ class QuotaService:
                     "spent": spent,
                     "reserved": reserved,
                     "remaining": max(0.0, limit - spent - reserved),
+                    "state": window_state(limit, spent, reserved, d.window is None),
                 }
         return usage
 
@@ -143,6 +152,10 @@ class QuotaService:
                 row.alert_percent = None if alert is None else float(alert)
             s.add(row)
             for name, value in changes.items():
+                if value is not None and BY_NAME[name].window is not None:  # the running window: new limit, ledger's spend
+                    start, end = windows.bounds(BY_NAME[name].window, now)
+                    params = {"subject_type": sub.type, "subject_id": sub.id, "dimension": name, "start": start, "end": end}
+                    s.execute(text(sync_sql(sub.type, BY_NAME[name], self._cache_counts())), {**params, "limit": float(value)})
                 if value is not None:  # running windows take the new limit at once
                     start, _ = windows.bounds(BY_NAME[name].window, now)
                     s.execute(
@@ -165,6 +178,10 @@ class QuotaService:
             self._audit(s, actor, "quota.delete", sub.label, None)
             s.commit()
         self._changed_quotas()
+
+    def _cache_counts(self) -> bool:
+        """Whether cached tokens count against token quotas (the meter's setting; they do without a meter)."""
+        return self.meter is None or self.meter.settings.cache_counts_against_quota
 
     def _changed_quotas(self) -> None:
         if self.meter is not None:

@@ -14,7 +14,9 @@ counter::
 inside a savepoint, so no interleaving of admissions, in this process or another,
 can overspend, and a refusal undoes only its own partial reservation. The counters
 held and the amounts are written to ``reservations`` in the same transaction; that
-row, not memory, says what is still held.
+row, not memory, says what is still held. A counter made by an admission starts from
+what the ledger holds for its window (:mod:`appliance.metering.window_spend`), so a
+limit set mid-window counts what the window already spent.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from appliance.metering.quotas import (
     refusal_message,
     retry_after,
 )
+from appliance.metering.window_spend import create_sql, spent_sql
 from appliance.metrics import Metrics
 from appliance.settings import Settings
 
@@ -55,10 +58,6 @@ _RESERVE = (
     " WHERE subject_type = ?2 AND subject_id = ?3 AND dimension = ?4 AND window_start = ?5"
     " AND (?1 = 0 OR spent + reserved + ?1 <= limit_value)"
     " RETURNING id, limit_value, spent, reserved"
-)
-_CREATE = (
-    "INSERT OR IGNORE INTO quota_counters (subject_type, subject_id, dimension, window_start, limit_value, spent, reserved)"
-    " VALUES (?, ?, ?, ?, ?, 0, 0)"
 )
 _PEEK = (
     "SELECT limit_value, spent, reserved FROM quota_counters"
@@ -188,7 +187,8 @@ class Admissions:
         plans = self._plan(now, model, estimated_tokens, cached, (("key", key_id, key_limits), ("team", team_id, team_limits)))
         prompt = max(0, estimated_tokens) if cap and not cached else None
         per_cost_token = self._prices.highest_rate(model) / PER if prompt is not None else 0.0
-        return admission, Reservation(request_id, now, plans, prompt, max_tokens, per_cost_token)
+        cache_counts = self._settings.cache_counts_against_quota
+        return admission, Reservation(request_id, now, plans, prompt, max_tokens, per_cost_token, cache_counts)
 
     def conclude(self, admission: Admission, reservation: Reservation, outcome: Granted | Refusal | None) -> Admission:
         """The admission with what its reservation holds; raises 429 for a refusal, 409 for a request id in flight."""
@@ -270,6 +270,7 @@ class Reservation:
     prompt: int | None
     max_tokens: int | None
     per_cost_token: float
+    cache_counts: bool = True  # cached tokens count against token quotas (a counter made now starts from the ledger)
 
     def apply(self, conn: sqlite3.Connection) -> Granted | Refusal | None:
         """Reserve; None when the request id is already in flight."""
@@ -277,12 +278,12 @@ class Reservation:
         try:
             plans, capped = self.plans, None
             if self.prompt is not None:
-                plans, capped = _capped(conn, self.plans, self.prompt, self.max_tokens, self.per_cost_token)
-            holds, states = _reserve(conn, self.request_id, self.now, plans)
+                plans, capped = _capped(conn, self.plans, self.prompt, self.max_tokens, self.per_cost_token, self.cache_counts)
+            holds, states = _reserve(conn, self.request_id, self.now, plans, self.cache_counts)
         except Refused as refused:
             conn.execute("ROLLBACK TO admission")
             conn.execute("RELEASE admission")
-            states = [CounterState(p.dimension, p.subject, *_peek(conn, p), p.window_end) for p in self.plans]
+            states = [CounterState(p.dimension, p.subject, *_peek(conn, p, self.cache_counts), p.window_end) for p in self.plans]
             return Refusal(refused.plan, self.plans, states)
         except sqlite3.IntegrityError:
             conn.execute("ROLLBACK TO admission")
@@ -299,7 +300,12 @@ def busy(exc: sqlite3.OperationalError) -> EngineUnavailable:
 
 
 def _capped(
-    conn: sqlite3.Connection, plans: list[Plan], prompt: int, requested: int | None, per_cost_token: float
+    conn: sqlite3.Connection,
+    plans: list[Plan],
+    prompt: int,
+    requested: int | None,
+    per_cost_token: float,
+    cache_counts: bool = True,
 ) -> tuple[list[Plan], int | None]:
     """Cap the completion to what every token and cost counter has left.
 
@@ -309,7 +315,7 @@ def _capped(
     for p in plans:
         if p.dimension.unit not in ("tokens", "cost"):
             continue
-        limit, spent, reserved = _peek(conn, p)
+        limit, spent, reserved = _peek(conn, p, cache_counts)
         budgets.append(_Budget(p, limit - spent - reserved, 1.0 if p.dimension.unit == "tokens" else per_cost_token))
     cap = completion_cap(prompt, requested, [(b.remaining, b.per_token) for b in budgets])
     if cap is None:
@@ -331,13 +337,13 @@ def _capped(
 
 
 def _reserve(
-    conn: sqlite3.Connection, request_id: str, now: float, plans: list[Plan]
+    conn: sqlite3.Connection, request_id: str, now: float, plans: list[Plan], cache_counts: bool = True
 ) -> tuple[tuple[Hold, ...], list[CounterState]]:
     holds, states = [], []
     for p in plans:
         args = (p.amount, p.subject, p.subject_id, p.dimension.name, p.window_start)
         row = conn.execute(_RESERVE, args).fetchone()
-        if row is None and conn.execute(_CREATE, (p.subject, p.subject_id, p.dimension.name, p.window_start, p.limit)).rowcount:
+        if row is None and conn.execute(create_sql(p.subject, p.dimension, cache_counts), _window(p)).rowcount:
             row = conn.execute(_RESERVE, args).fetchone()
         if row is None:
             raise Refused(p)
@@ -348,10 +354,25 @@ def _reserve(
     return tuple(holds), states
 
 
-def _peek(conn: sqlite3.Connection, p: Plan) -> tuple[float, float, float]:
-    """(limit, spent, reserved) of a planned counter; a counter not made yet is empty."""
+def _window(p: Plan) -> dict[str, object]:
+    """The parameters of :func:`~appliance.metering.window_spend.create_sql` for a planned counter."""
+    return {
+        "subject_type": p.subject,
+        "subject_id": p.subject_id,
+        "dimension": p.dimension.name,
+        "start": p.window_start,
+        "end": p.window_end,
+        "limit": p.limit,
+    }
+
+
+def _peek(conn: sqlite3.Connection, p: Plan, cache_counts: bool = True) -> tuple[float, float, float]:
+    """(limit, spent, reserved) of a planned counter; a counter not made yet holds what the ledger has for its window."""
     row = conn.execute(_PEEK, (p.subject, p.subject_id, p.dimension.name, p.window_start)).fetchone()
-    return row if row is not None else (p.limit, 0.0, 0.0)
+    if row is not None:
+        return row
+    spent = conn.execute("SELECT " + spent_sql(p.subject, p.dimension, cache_counts), _window(p)).fetchone()[0]
+    return (p.limit, float(spent), 0.0)
 
 
 def release_reservations(conn: sqlite3.Connection, cutoff: float) -> int:

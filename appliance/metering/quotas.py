@@ -131,16 +131,33 @@ def retry_after(state: CounterState, now: float) -> str:
     return str(max(1, math.ceil(state.window_end - now)))
 
 
+def _use(state: CounterState) -> str:
+    """What a counter's window holds: used, and reserved by requests in flight where any is."""
+    used = f"{_number(state.spent)} used"
+    if state.reserved > 0:
+        used += f" and {_number(state.reserved)} reserved by requests in flight"
+    return used
+
+
 def refusal_message(state: CounterState, amount: float) -> str:
+    """Why a counter refused ``amount``: the limit, what the window used, what requests in flight reserve."""
     what = state.dimension.name.replace("_", " ")
     owner = "this key" if state.subject == "key" else "the key's team"
+    limit = _number(state.limit)
     if amount > state.limit:
-        return f"Request too large for the {what} limit of {owner}: needs {_number(amount)}, limit {_number(state.limit)}."
+        return f"Request too large for the {what} limit of {owner}: needs {_number(amount)}, limit {limit}."
     if state.dimension.window is None:
-        return f"Too many concurrent requests for {owner} (limit {_number(state.limit)})."
+        return f"Too many concurrent requests for {owner} (limit {limit}, {_number(state.reserved)} in flight)."
     if state.dimension.budget:
-        return f"The {what} budget of {owner} is spent ({_number(state.spent)} of {_number(state.limit)} used)."
-    return f"Rate limit reached for {owner}: {what} limit {_number(state.limit)}."
+        if state.spent > state.limit:
+            return f"The {what} budget of {owner} is over its limit: {_use(state)} of {limit}."
+        if state.spent >= state.limit:
+            return f"The {what} budget of {owner} is spent: {_use(state)} of {limit}."
+        return (
+            f"The {what} budget of {owner} cannot hold this request: {_use(state)} of {limit}, "
+            f"{_number(state.remaining)} left; it needs {_number(amount)}."
+        )
+    return f"Rate limit reached for {owner}: {what} limit {limit} ({_use(state)}); it needs {_number(amount)}."
 
 
 def completion_cap(prompt_tokens: int, requested: int | None, allowances: list[tuple[float, float]]) -> int | None:
