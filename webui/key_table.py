@@ -1,10 +1,14 @@
-"""The keys table's figures: each key's limits, its spend this month, and what its monthly limits leave.
+"""The keys and teams tables' figures: limits, what each limit's window has used, and spend this month.
 
 Spend comes from the usage ledger over the current calendar month (UTC), the
 same rows ``/admin/usage`` sums, so the two always agree; what is left of a
 monthly limit comes from the quota counters the admission check uses (spend plus
 reservations of requests still running), or the whole limit when no request has
-used the window yet.
+used the window yet. Each limit is shown with its window's use as
+``QuotaService.get_quota`` reports it (the counter's spend, which starts from the
+ledger when a limit is set mid-window) and its state: ``over`` when the window
+spent more than the limit (set or lowered after the spending), ``reached`` when
+nothing more fits.
 """
 
 from __future__ import annotations
@@ -30,6 +34,37 @@ class KeySpend:
     cost: float
     tokens_left: float | None
     cost_left: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class LimitView:
+    """One limit of a key or team, and its current window's use."""
+
+    name: str  # the dimension, e.g. tokens_per_day
+    limit: float
+    spent: float  # used in the current window (requests, tokens or cost; 0 for max_concurrent)
+    reserved: float  # held by requests in flight
+    state: str  # ok | reached | over
+
+
+def limit_views(quota: JsonObject) -> list[LimitView]:
+    """The limits set in a ``QuotaService.get_quota`` answer, in dimension order, each with its window's use."""
+    limits, counters = quota["limits"], quota["usage"]
+    views = []
+    for name, limit in limits.items():
+        if limit is None:
+            continue
+        counter = counters.get(name) or {}
+        views.append(
+            LimitView(
+                name,
+                float(limit),
+                float(counter.get("spent") or 0.0),
+                float(counter.get("reserved") or 0.0),
+                str(counter.get("state") or "ok"),
+            )
+        )
+    return views
 
 
 def month_start(now: float | None = None) -> float:

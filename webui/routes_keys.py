@@ -68,11 +68,14 @@ def keys_context(
                 "allowed": allowed,
                 "stale": [m for m in allowed if m not in models],
                 "limits": quota["limits"],
+                "windows": key_table.limit_views(quota),
                 "spend": key_table.key_spend(spend.get(key.id), quota),  # type: ignore[arg-type]
             }
         )
     for team in teams:
-        team["limits"] = quotas.get_quota(f"team:{team['name']}")["limits"]
+        team_quota = quotas.get_quota(f"team:{team['name']}")
+        team["limits"] = team_quota["limits"]
+        team["windows"] = key_table.limit_views(team_quota)  # type: ignore[assignment]
     return {
         "rows": rows,
         "teams": teams,

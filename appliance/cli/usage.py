@@ -61,8 +61,12 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
+# A limit's state in the current window (``get_quota``'s ``usage.<dimension>.state``).
+_STATES = {"ok": "ok", "reached": "limit reached", "over": "OVER LIMIT"}
+
+
 def _print_quota(body: dict) -> None:
-    table = Table("limit", "value", "spent", "reserved", "remaining", "resets", title=body["subject"])
+    table = Table("limit", "value", "spent", "reserved", "remaining", "state", "resets", title=body["subject"])
     usage = body.get("usage", {})
     for d in DIMENSIONS:
         u = usage.get(d.name, {})
@@ -72,6 +76,7 @@ def _print_quota(body: dict) -> None:
             _fmt(u.get("spent")),
             _fmt(u.get("reserved")),
             _fmt(u.get("remaining")),
+            _STATES.get(str(u.get("state")), "-"),
             _when(u.get("resets_at")),
         )
     alert = body.get("alert_percent")

@@ -368,7 +368,7 @@ def test_keys_table_shows_limits_and_spend_matching_admin_usage(signed_in, conso
     text = cell.inner_text()
     assert "USD" in text and "left" in text and f"{row['requests']} requests" in text
     limits = s.page.locator(f"tr[data-key='{prefix}'] [data-testid=limits]").inner_text()
-    assert "tokens per month 50.0k" in limits and "cost per month 3.00 USD" in limits
+    assert f"tokens per month 50,000 · {row['total_tokens']:,} used" in limits and "cost per month 3.00 USD" in limits
     s.shoot("keys-spend")
 
 

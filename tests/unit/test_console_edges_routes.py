@@ -195,4 +195,4 @@ def test_the_keys_table_shows_limits_and_this_months_spend_as_the_usage_report_d
     assert int(cell.group(1)) == report[key.id]["total_tokens"] == 165
     assert float(cell.group(2)) == pytest.approx(report[key.id]["cost"]) == pytest.approx(0.375)
     assert "0.3750 EUR" in cell.group(3) and "10.0k left" in cell.group(3) and "5.00 left" in cell.group(3)
-    assert "tokens per month 10.0k" in html and "cost per month 5.00 EUR" in html and "Costs are in EUR" in html
+    assert "tokens per month 10,000 · 0 used" in html and "cost per month 5.00 EUR" in html and "Costs are in EUR" in html
