@@ -33,6 +33,8 @@ MAX_HEADER_BYTES = 64 * 1024
 MAX_CHUNK_LINE = 1024
 STREAM_LIMIT = 1 << 20  # the reader's buffer; a bigger body or chunk is read in parts
 MAX_BODY_BYTES = 256 << 20  # an answer read whole (not streamed) is at most this
+#: The request header naming the priority class a llama.cpp worker schedules a request by (``interactive`` or ``batch``).
+PRIORITY_HEADER = "x-appliance-priority"
 
 
 class EngineConnectionError(ConnectionError):
@@ -279,8 +281,14 @@ class EngineClient:
         return len(self._idle)
 
     # -------------------------------------------------------------- requests
-    def _head(self, method: str, path: str, body: bytes, content_type: str | None) -> bytes:
+    def _head(
+        self, method: str, path: str, body: bytes, content_type: str | None, headers: Mapping[str, str] | None = None
+    ) -> bytes:
         head = f"{method} {path} HTTP/1.1\r\n".encode("latin-1") + self._fixed
+        for name, value in (headers or {}).items():
+            if "\r" in value or "\n" in value or "\r" in name or "\n" in name or ":" in name:
+                raise ValueError(f"not a header: {name!r}")
+            head += f"{name}: {value}\r\n".encode("latin-1")
         if body or method in ("POST", "PUT", "PATCH"):
             head += b"content-length: %d\r\n" % len(body)
             if content_type:
@@ -288,12 +296,21 @@ class EngineClient:
         return head + b"\r\n"
 
     async def request(
-        self, method: str, path: str, body: bytes = b"", *, content_type: str | None = "application/json"
+        self,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        *,
+        content_type: str | None = "application/json",
+        headers: Mapping[str, str] | None = None,
     ) -> EngineResponse:
-        """Send one request and read the answer's status and headers; the body is read from the response."""
+        """Send one request and read the answer's status and headers; the body is read from the response.
+
+        ``headers`` are added to this request only (the request's priority class, :data:`PRIORITY_HEADER`).
+        """
         if self._closed:
             raise EngineConnectionError("The engine client is closed.")
-        message = self._head(method, path, body, content_type)
+        message = self._head(method, path, body, content_type, headers)
         conn = self._take_idle()
         if conn is not None:
             try:

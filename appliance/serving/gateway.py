@@ -37,7 +37,7 @@ from appliance.openai_schema import (
     with_tool_choice_settled,
 )
 from appliance.serving.context import Body, RequestContext
-from appliance.serving.engine_client import EngineConnectionError, EngineResponse
+from appliance.serving.engine_client import PRIORITY_HEADER, EngineConnectionError, EngineResponse
 from appliance.serving.names import ModelNames
 from appliance.serving.prompt_tokens import PromptCounts, prompt_bound
 from appliance.serving.router import Instance, Router
@@ -49,6 +49,11 @@ log = logging.getLogger("appliance.serving.gateway")
 
 DONE = b"data: [DONE]\n\n"
 _encoder = msgspec.json.Encoder()
+
+
+def _priority(ctx: RequestContext) -> dict[str, str]:
+    """The header telling the engine which latency class the request is in (its key's priority; batch lines: ``batch``)."""
+    return {PRIORITY_HEADER: ctx.principal.priority}
 
 
 def _engine_stopped(name: str) -> EngineUnavailable:
@@ -290,7 +295,9 @@ class Gateway:
             async with asyncio.timeout_at(self._deadline(ctx)):
                 async with self._lease(ctx) as instance:
                     with ctx.waiting_for_engine():
-                        response = await instance.engine.client.request("POST", instance.engine.route(ctx.endpoint), payload)
+                        response = await instance.engine.client.request(
+                            "POST", instance.engine.route(ctx.endpoint), payload, headers=_priority(ctx)
+                        )
                         content = await response.read()
         except TimeoutError:  # the engine stops when its connection closes
             raise self._timed_out(ctx) from None
@@ -332,7 +339,9 @@ class Gateway:
         try:
             async with asyncio.timeout_at(deadline):
                 with ctx.waiting_for_engine():
-                    upstream = await instance.engine.client.request("POST", instance.engine.route(ctx.endpoint), payload)
+                    upstream = await instance.engine.client.request(
+                        "POST", instance.engine.route(ctx.endpoint), payload, headers=_priority(ctx)
+                    )
                     if upstream.status != 200:
                         raise EngineAnswerError(upstream.status, await upstream.read())
         except TimeoutError:
