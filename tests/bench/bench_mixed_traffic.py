@@ -107,6 +107,19 @@ async def capacity(target: Target, schedule: list[tuple[float, str, int]], in_fl
     return len(schedule) / (time.perf_counter() - start)
 
 
+def wait_ready(target: Target, timeout: float = 600.0) -> None:
+    """Until ``target`` answers a short completion (a worker answers 503 while its model loads)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            asyncio.run(one(target, "Hello", 4))
+            return
+        except (Refused, RuntimeError, OSError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
 def pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -170,6 +183,7 @@ def main() -> None:
                 ours = Target("appliance worker", socket=socket)
             targets = [ours, Target("llama-server", port=port)]
             for t in targets:  # loads the model on demand, warms up
+                wait_ready(t)
                 asyncio.run(play(t, workload(99, 2, 10.0)))
             probe = workload(7, args.capacity_requests, 1.0)
             caps = {t.name: asyncio.run(capacity(t, probe)) for t in targets}
