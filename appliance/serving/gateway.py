@@ -41,6 +41,7 @@ from appliance.serving.engine_client import PRIORITY_HEADER, EngineConnectionErr
 from appliance.serving.names import ModelNames
 from appliance.serving.prompt_tokens import PromptCounts, prompt_bound
 from appliance.serving.router import Instance, Router
+from appliance.serving.schema_limits import check_request
 from appliance.serving.timing import SCOPE_KEY, RequestTiming
 from appliance.settings import Settings
 from appliance.store.store import ResolvedVariant
@@ -163,6 +164,8 @@ class Gateway:
         """
         if isinstance(body, ChatCompletionRequest):
             body = with_tool_choice_settled(body)
+        if not isinstance(body, EmbeddingRequest):
+            check_request(body)  # schema and logit_bias limits, before any work, for every engine
         target = self._allowed(principal, body)
         ctx = RequestContext(
             principal=principal,
