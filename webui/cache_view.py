@@ -16,6 +16,7 @@ from appliance.db.engine import session
 from appliance.db.tables import Team
 from appliance.settings import Settings
 from appliance.webui import stats
+from appliance.webui.render import TemplateContext
 
 CACHE_SETTINGS = (
     "cache_enabled",
@@ -32,7 +33,7 @@ POLICY_FLAGS = (("enabled", "Cache"), ("cache_nondeterministic", "Sampled too"),
 def subject_policies(cache: ResponseCache, keyring: KeyRing, db: Engine) -> list[SubjectPolicy]:
     """The global policy, then each team's, then each live key's."""
     with session(db) as s:
-        teams = list(s.execute(select(Team).order_by(Team.name)).scalars())  # type: ignore[arg-type]
+        teams = list(s.execute(select(Team).order_by(Team.name)).scalars())
     return [global_policy(cache), *(team_policy(cache, t) for t in teams), *(key_policy(cache, k) for k in keyring.list())]
 
 
@@ -44,7 +45,7 @@ def cache_context(
     message: str | None = None,
     errors: dict[str, str] | None = None,
     policy_message: str | None = None,
-) -> dict[str, object]:
+) -> TemplateContext:
     """The cache page's context; ``errors`` and ``policy_message`` are shown beside the team and key override form."""
     raw = stats.cache_stats(cache) or {}
     base = cache.base_policy()

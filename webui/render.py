@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from pathlib import Path
+from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from litestar import MediaType, Request, Response
@@ -22,6 +23,9 @@ from appliance.webui import charts
 from appliance.webui.context import ROLE_RANK, console_user, csrf_for
 
 TEMPLATES = Path(__file__).parent / "templates"
+
+#: What a page or partial hands its template: names to values of any type, read by Jinja2 only.
+TemplateContext = dict[str, Any]
 
 NAV = (
     ("overview", "/", "Overview", "viewer"),
@@ -136,15 +140,13 @@ def page(
     active: str | None = None,
     status: int = 200,
     headers: dict[str, str] | None = None,
-    **context: object,
+    **context: Any,
 ) -> Response:
     """A full page (base layout), or only its content block when htmx asks for a fragment."""
     html = render(name, **_common(request, active), **context)
     return Response(content=html, media_type=MediaType.HTML, status_code=status, headers=headers)
 
 
-def partial(
-    request: Request, name: str, *, status: int = 200, headers: dict[str, str] | None = None, **context: object
-) -> Response:
+def partial(request: Request, name: str, *, status: int = 200, headers: dict[str, str] | None = None, **context: Any) -> Response:
     html = render(name, **_common(request, None), **context)
     return Response(content=html, media_type=MediaType.HTML, status_code=status, headers=headers)

@@ -11,7 +11,7 @@ from appliance.metering.alerts import MAX_ATTEMPTS, dismiss_alert, list_alerts
 from appliance.settings import Settings
 from appliance.webui.context import ConsoleUser
 from appliance.webui.gate import needs
-from appliance.webui.render import page, partial
+from appliance.webui.render import TemplateContext, page, partial
 
 
 @get("/alerts/banner", include_in_schema=False, sync_to_thread=True)
@@ -20,7 +20,7 @@ def alerts_banner(request: Request, db: Engine) -> Response:
     return partial(request, "_alerts_banner.html", alerts=list_alerts(db, include_dismissed=False, limit=5))
 
 
-def _alerts_context(db: Engine, settings: Settings, message: str | None = None) -> dict[str, object]:
+def _alerts_context(db: Engine, settings: Settings, message: str | None = None) -> TemplateContext:
     return {
         "alerts": list_alerts(db),
         "webhook": settings.alert_webhook_url,

@@ -9,10 +9,10 @@ from appliance.cache.responses import ResponseCache
 from appliance.metrics import Metrics
 from appliance.serving.router import Router
 from appliance.webui import stats
-from appliance.webui.render import page, partial
+from appliance.webui.render import TemplateContext, page, partial
 
 
-def overview_data(metrics: Metrics, db: Engine, router: Router, cache: ResponseCache) -> dict[str, object]:
+def overview_data(metrics: Metrics, db: Engine, router: Router, cache: ResponseCache) -> TemplateContext:
     samples = stats.telemetry(metrics)
     return {
         "host": stats.host_card(samples),

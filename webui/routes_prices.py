@@ -20,7 +20,7 @@ from appliance.webui import forms
 from appliance.webui.admin_forms import field_errors, numbers, validated
 from appliance.webui.context import ConsoleUser
 from appliance.webui.gate import needs
-from appliance.webui.render import page, partial
+from appliance.webui.render import TemplateContext, page, partial
 
 LABELS = {"input_per_m": "Input", "output_per_m": "Output", "cached_per_m": "Cached input"}
 
@@ -40,7 +40,7 @@ def _context(
     message: str | None = None,
     errors: dict[str, str] | None = None,
     entered: dict[str, str] | None = None,
-) -> dict[str, object]:
+) -> TemplateContext:
     return {
         "prices": quotas.list_prices(),
         "choices": _choices(names),

@@ -6,6 +6,7 @@ import anyio
 from litestar import Request, Response, get, post
 from sqlalchemy import or_, select
 from sqlalchemy.engine import Engine
+from sqlmodel import col
 
 from appliance.accounts import user_admin
 from appliance.accounts.keys import KeyRing
@@ -20,7 +21,7 @@ from appliance.settings import Settings
 from appliance.webui.cache_view import cache_context
 from appliance.webui.context import Console, ConsoleUser
 from appliance.webui.gate import needs
-from appliance.webui.render import page, partial
+from appliance.webui.render import TemplateContext, page, partial
 from appliance.webui.settings_view import settings_rows
 
 AUDIT_PAGE = 100
@@ -74,17 +75,17 @@ def settings_page(request: Request, settings: Settings) -> Response:
 # ------------------------------------------------------------------ audit
 @get("/audit", include_in_schema=False, sync_to_thread=True)
 def audit_page(request: Request, db: Engine) -> Response:
-    query = select(AuditLog).order_by(AuditLog.id.desc()).limit(AUDIT_PAGE + 1)  # type: ignore[union-attr]
+    query = select(AuditLog).order_by(col(AuditLog.id).desc()).limit(AUDIT_PAGE + 1)
     before = request.query_params.get("before", "")
     if before.isdigit():
-        query = query.where(AuditLog.id < int(before))  # type: ignore[arg-type,operator]
+        query = query.where(col(AuditLog.id) < int(before))
     q = (request.query_params.get("q") or "").strip()[:64]
     if q:
         # The text is matched as written: LIKE's wildcards (% and _) in it are escaped, so
         # `login_failed` or a key prefix finds exactly what it names.
         query = query.where(
-            or_(*(column.contains(q, autoescape=True) for column in (AuditLog.actor, AuditLog.action, AuditLog.target)))
-        )  # type: ignore[union-attr,attr-defined]
+            or_(*(col(column).contains(q, autoescape=True) for column in (AuditLog.actor, AuditLog.action, AuditLog.target)))
+        )
     with session(db) as s:
         rows = list(s.execute(query).scalars())
     more = len(rows) > AUDIT_PAGE
@@ -93,9 +94,9 @@ def audit_page(request: Request, db: Engine) -> Response:
 
 
 # ------------------------------------------------------------------ users
-def _users(db: Engine, message: str | None = None, one_time: dict[str, str] | None = None) -> dict[str, object]:
+def _users(db: Engine, message: str | None = None, one_time: dict[str, str] | None = None) -> TemplateContext:
     with session(db) as s:
-        users = list(s.execute(select(User).order_by(User.username)).scalars())  # type: ignore[arg-type]
+        users = list(s.execute(select(User).order_by(User.username)).scalars())
     return {"users": users, "roles": ROLES, "message": message, "one_time": one_time}
 
 
