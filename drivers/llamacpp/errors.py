@@ -22,10 +22,6 @@ class EmbeddingError(RuntimeError):
     """The embedding context could not be created or a decode failed."""
 
 
-class GrammarError(ValueError):
-    """libllama could not parse the grammar built for response_format."""
-
-
 class ContextLengthExceeded(BadRequest):
     """The prompt does not fit in one slot's context."""
 

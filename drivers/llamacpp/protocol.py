@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject, JsonValue
+from appliance.serving.schema_limits import check_logit_bias
 
 from .grammar import grammar_for
 from .logprobs import MAX_CHAT_TOP, MAX_COMPLETION_TOP
@@ -78,6 +79,7 @@ def _logit_bias(body: JsonObject, n_vocab: int) -> dict[int, float]:
         return {}
     if not isinstance(lb, dict):
         raise BadRequest("logit_bias must be an object of token id → bias", param="logit_bias")
+    check_logit_bias(lb)
     out: dict[int, float] = {}
     for k, v in lb.items():
         try:

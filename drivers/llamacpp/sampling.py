@@ -7,6 +7,9 @@ cross into Python. Temperature 0 means greedy.
 Defaults follow OpenAI (temperature 1, top_p 1) except top_k and min_p, which
 follow llama.cpp's server (40 and 0.05): sampling from the full distribution
 of a 262k-token vocabulary gains nothing and costs time per token.
+
+A grammar (``response_format``, a forced tool call) is not a link of the chain:
+llguidance masks the logits row before the chain samples (:mod:`.constraint`).
 """
 
 from __future__ import annotations
@@ -15,8 +18,6 @@ from dataclasses import dataclass, field
 
 import llama_cpp.llama_cpp as ll
 import numpy as np
-
-from .errors import GrammarError
 
 PENALTY_LAST_N = 64
 #: What the first-token ban subtracts from a banned token's logit.
@@ -34,7 +35,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     seed: int | None = None
     logit_bias: dict[int, float] = field(default_factory=dict)
-    grammar: str | None = None
+    grammar: str | None = None  # a Lark grammar for llguidance (see .grammar), compiled when the request is prepared
 
     @property
     def greedy(self) -> bool:
@@ -62,15 +63,7 @@ def has_penalties(p: SamplingParams) -> bool:
     return p.repeat_penalty != 1.0 or bool(p.presence_penalty) or bool(p.frequency_penalty)
 
 
-def build_grammar(vocab, grammar: str):
-    """A stand-alone grammar sampler (the batcher checks sampled tokens against it)."""
-    g = ll.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
-    if not g:
-        raise GrammarError("the grammar for response_format or tool_choice could not be parsed")
-    return g
-
-
-def build_chain(vocab, n_vocab: int, p: SamplingParams, *, ban_first: list[int] | None = None, with_grammar: bool = True):
+def build_chain(vocab, n_vocab: int, p: SamplingParams, *, ban_first: list[int] | None = None):
     """Return a new sampler chain (caller frees it with ``free_chain``).
 
     ``ban_first`` (token ids) are forbidden for the first sampled token only:
@@ -90,12 +83,6 @@ def build_chain(vocab, n_vocab: int, p: SamplingParams, *, ban_first: list[int] 
             chain,
             ll.llama_sampler_init_penalties(n_vocab, PENALTY_LAST_N, p.repeat_penalty, p.frequency_penalty, p.presence_penalty),
         )
-    if p.grammar is not None and with_grammar:
-        g = ll.llama_sampler_init_grammar(vocab, p.grammar.encode(), b"root")
-        if not g:
-            ll.llama_sampler_free(chain)
-            raise GrammarError("the grammar for response_format or tool_choice could not be parsed")
-        add(chain, g)
     if p.greedy:
         add(chain, ll.llama_sampler_init_greedy())
         return chain
@@ -119,7 +106,11 @@ def drop_first_link(chain) -> None:
 
 
 def free_chain(chain) -> None:
-    if chain:
+    """Free a sampler chain; a grammar constraint (anything with ``close``) is closed instead."""
+    close = getattr(chain, "close", None)
+    if close is not None:
+        close()
+    elif chain:
         ll.llama_sampler_free(chain)
 
 
@@ -128,7 +119,6 @@ __all__ = [
     "SamplingParams",
     "bias_arrays",
     "build_chain",
-    "build_grammar",
     "drop_first_link",
     "free_chain",
     "has_penalties",

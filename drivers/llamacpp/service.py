@@ -17,14 +17,15 @@ from appliance.jsontypes import JsonObject, JsonValue
 
 from .batcher import Batcher
 from .chat_output import ChatOutput
-from .errors import ContextLengthExceeded, GrammarError
+from .constraint import GrammarCompiler
+from .errors import ContextLengthExceeded
 from .latency import LatencyTargets
 from .logprobs import LogprobRecorder
 from .model import LoadedModel
 from .params import GpuPlacement, KvSettings
 from .prompts import PromptBuilder
 from .protocol import GenRequest, Shaper
-from .sampling import bias_arrays, build_chain, build_grammar, free_chain, has_penalties
+from .sampling import bias_arrays, build_chain, has_penalties
 from .sequence import Sequence
 from .tool_calls import THINK_CLOSE, THINK_OPEN, OutputParser, template_thinks, tool_format
 from .tool_choice import forced_call_grammar, tool_names
@@ -69,6 +70,7 @@ class WorkerEngine:
             for marker in [m for pair in self.tool_format.markers for m in pair if m] + [THINK_OPEN, THINK_CLOSE]:
                 self.model.render_as_text(marker)  # markers the output parser must see
             self._eog = self.model.eog_tokens() if not cfg.embedding else []
+            self.grammars = GrammarCompiler(self.model.vocab, self._eog, self.model.info.n_vocab)
             self.batcher = Batcher(
                 self.model,
                 ctx=cfg.ctx,
@@ -117,26 +119,18 @@ class WorkerEngine:
         max_new = room if req.max_tokens is None else min(req.max_tokens, room)
         ban = self._eog if req.kind == "chat" else None
         sp = req.sampling
+        param = "response_format"
         if req.kind == "chat" and req.tools and req.tool_choice.forced:
-            sp = replace(sp, grammar=forced_call_grammar(self.tool_format, req.tools, req.tool_choice))
+            sp = replace(sp, grammar=forced_call_grammar(self.tool_format, req.tools, req.tool_choice, self._special_token))
+            param = "tools"
         if req.ignore_eos:  # end-of-generation tokens can never be sampled, as llama-server and vLLM do it
             sp = replace(sp, logit_bias={**sp.logit_bias, **dict.fromkeys(self._eog, float("-inf"))})
-        # Grammar fast path: sample freely, check the one token against the grammar,
-        # and only filter the whole vocabulary when it was invalid. Needs a chain
-        # whose accept() has no state (no penalties), since a rejected token was
-        # already accepted by it.
-        split = sp.grammar is not None and not has_penalties(sp)
-        grammar = None
-        try:
-            if split:
-                grammar = build_grammar(self.model.vocab, sp.grammar)
-            chain = build_chain(self.model.vocab, self.model.info.n_vocab, sp, ban_first=ban, with_grammar=not split)
-        except GrammarError as exc:
-            free_chain(grammar)
-            raise BadRequest(str(exc), param="tool_choice" if req.tool_choice.forced else "response_format") from None
+        # The grammar is compiled here, off the decode thread, within llguidance's limits and a time budget.
+        constraint = self.grammars.compile(sp.grammar, param) if sp.grammar is not None else None
+        chain = build_chain(self.model.vocab, self.model.info.n_vocab, sp, ban_first=ban)
         plain_chat = req.kind == "chat" and bool(self.chat_stops)
         stops = req.stop + self.chat_stops if plain_chat else req.stop
-        # Speculative drafts are verified inline; grammar sequences may sample in a helper thread.
+        # Speculative drafts are verified inline; constrained sequences do not draft.
         seq = Sequence(
             tokens,
             max_new,
@@ -146,8 +140,7 @@ class WorkerEngine:
             spec=self.cfg.spec_ngram > 0 and sp.grammar is None,
             lstrip=plain_chat,
         )
-        seq.grammar = grammar
-        seq.chain_grammar = sp.grammar is not None and not split
+        seq.grammar = constraint
         if sp.greedy and sp.grammar is None and not has_penalties(sp):
             seq.argmax = True
             seq.bias = bias_arrays(sp.logit_bias)
@@ -165,6 +158,13 @@ class WorkerEngine:
             self.tool_format if req.tools else None, thinks=self.thinks, in_reasoning=opened, names=tool_names(req.tools)
         )
         return ChatOutput(parser, shaper, self._count_tokens, self.thinks)
+
+    def _special_token(self, text: str) -> int | None:
+        """The id of the one special token that renders as ``text`` (a tool-call marker), or None."""
+        ids = self.model.tokenize(text, add_special=False, parse_special=True)
+        if len(ids) == 1 and self.model.tokenize(text, add_special=False, parse_special=False) != ids:
+            return ids[0]
+        return None
 
     def _count_tokens(self, text: str) -> int:
         return len(self.model.tokenize(text, add_special=False, parse_special=True))

@@ -1,21 +1,23 @@
 """``tools`` and ``tool_choice`` of a chat request, and the grammar that enforces a call.
 
 ``tool_choice`` ``"required"`` or a named function is enforced, not hoped for: the
-sampler gets a GBNF grammar that admits exactly one call, in the family's own
-syntax (:mod:`.tool_calls`), whose arguments follow the tool's JSON schema
-(converted with the same size bounds as ``response_format``). Even a base model
-then answers with a call that parses and validates.
+sampler gets a grammar (Lark, for llguidance) that admits exactly one call, in the
+family's own syntax (:mod:`.tool_calls`): the family's literal prefix, the call as
+an embedded ``%json{...}`` schema whose arguments follow the tool's JSON schema
+(checked against the same limits as ``response_format``), the literal suffix.
+Even a base model then answers with a call that parses and validates.
 """
 
 from __future__ import annotations
 
-import re
+import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject, JsonValue
 
-from .grammar import schema_grammar
+from .grammar import schema_rule
 from .tool_calls import HERMES, MISTRAL, ToolFormat
 
 AUTO, NONE, REQUIRED, FUNCTION = "auto", "none", "required", "function"
@@ -88,21 +90,32 @@ def _call_schema(tools: list[JsonObject], choice: ToolChoice, fmt: ToolFormat) -
                 "type": "object",
                 "properties": {"name": {"const": fn["name"]}, fmt.arguments_key: params},
                 "required": ["name", fmt.arguments_key],
+                "additionalProperties": False,
             }
         )
     return {"anyOf": branches}
 
 
-_ROOT = re.compile(r"^root ::= ", re.MULTILINE)
+def _literal(text: str, special: Callable[[str], int | None] | None) -> str:
+    """A Lark literal for ``text``; where the vocabulary has it as one special token, that token is allowed too."""
+    lit = json.dumps(text)
+    token = special(text) if special is not None else None
+    return lit if token is None else f"({lit} | <[{token}]>)"
 
 
-def forced_call_grammar(fmt: ToolFormat, tools: list[JsonObject], choice: ToolChoice) -> str:
-    """GBNF for exactly one call to one of ``tools`` (or the named one) in ``fmt``'s syntax."""
-    gbnf = _ROOT.sub("toolcall ::= ", schema_grammar(_call_schema(tools, choice, fmt), "tools"), count=1)
+def forced_call_grammar(
+    fmt: ToolFormat, tools: list[JsonObject], choice: ToolChoice, special: Callable[[str], int | None] | None = None
+) -> str:
+    """A grammar for exactly one call to one of ``tools`` (or the named one) in ``fmt``'s syntax.
+
+    ``special(marker)`` gives the token id of a marker the vocabulary holds as one
+    special token (Hermes' ``<tool_call>`` in Qwen's vocabulary), else None.
+    """
+    call = "call: " + schema_rule(_call_schema(tools, choice, fmt), "tools")
     if fmt is HERMES:
-        root = r'root ::= "<tool_call>\n" toolcall "\n</tool_call>"'
+        start = f'start: {_literal("<tool_call>", special)} "\\n" call "\\n" {_literal("</tool_call>", special)}'
     elif fmt is MISTRAL:  # [TOOL_CALLS] is a control token; the call list alone is parsed as calls
-        root = 'root ::= "[" toolcall "]"'
+        start = 'start: "[" call "]"'
     else:
-        root = "root ::= toolcall"
-    return root + "\n" + gbnf
+        start = "start: call"
+    return start + "\n" + call

@@ -75,14 +75,22 @@ def test_chat_fields():
 
 def test_grammars():
     assert grammar_for(None) is None and grammar_for({"type": "text"}) is None
-    assert "root" in grammar_for({"type": "json_object"})
+    assert grammar_for({"type": "json_object"}).startswith('start: %json{"type":"object"')
     g = grammar_for(
         {
             "type": "json_schema",
             "json_schema": {"schema": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}},
         }
     )
-    assert '"\\"a\\""' in g
+    assert g.startswith("start: %json{") and '"required":["a"]' in g
+
+
+def test_logit_bias_is_capped():
+    with pytest.raises(BadRequest) as info:
+        parse_chat({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {str(i): 1 for i in range(1025)}}, 2000)
+    assert info.value.param == "logit_bias"
+    r = parse_chat({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {str(i): 1 for i in range(1024)}}, 2000)
+    assert len(r.sampling.logit_bias) == 1024
 
 
 def test_stream_chunks_are_valid_json():

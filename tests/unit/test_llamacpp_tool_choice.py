@@ -1,4 +1,4 @@
-"""tool_choice: validation, the grammar that forces a call, and the OpenAI shapes of a structured answer."""
+"""tool_choice: validation, the grammar that forces a call (llguidance), and the OpenAI shapes of a structured answer."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import json
 import pytest
 
 from appliance.drivers.llamacpp.chat_output import ChatOutput
+from appliance.drivers.llamacpp.constraint import GrammarCompiler
 from appliance.drivers.llamacpp.model import LoadedModel
 from appliance.drivers.llamacpp.protocol import Shaper, parse_chat
-from appliance.drivers.llamacpp.sampling import build_grammar, free_chain
+from appliance.drivers.llamacpp.sampling import free_chain
 from appliance.drivers.llamacpp.tool_calls import GENERIC, HERMES, LLAMA3, MISTRAL, OutputParser
 from appliance.drivers.llamacpp.tool_choice import REQUIRED, ToolChoice, forced_call_grammar
 from appliance.errors import BadRequest
@@ -68,17 +69,30 @@ def model(tiny_gguf):
     m.close()
 
 
+@pytest.fixture(scope="module")
+def compiler(model):
+    return GrammarCompiler(model.vocab, model.eog_tokens(), model.info.n_vocab)
+
+
 @pytest.mark.parametrize("fmt", [HERMES, LLAMA3, MISTRAL, GENERIC])
 @pytest.mark.parametrize("choice", [ToolChoice(REQUIRED), ToolChoice("function", "get_weather")])
-def test_forced_grammars_compile_in_libllama(model, fmt, choice):
-    gbnf = forced_call_grammar(fmt, TOOLS, choice)
-    assert gbnf.startswith("root ::= ")
-    assert ('"\\"ping\\""' in gbnf) == (choice.mode == REQUIRED)  # a named choice admits only that function
+def test_forced_grammars_compile_in_llguidance(compiler, fmt, choice):
+    grammar = forced_call_grammar(fmt, TOOLS, choice)
+    start, call = grammar.split("\n", 1)
+    assert call.startswith("call: %json{")
+    assert ('"ping"' in call) == (choice.mode == REQUIRED)  # a named choice admits only that function
     if fmt is LLAMA3:
-        assert '"\\"parameters\\""' in gbnf
-    sampler = build_grammar(model.vocab, gbnf)
-    assert sampler
-    free_chain(sampler)
+        assert '"parameters"' in call
+    if fmt is HERMES:
+        assert start == 'start: "<tool_call>" "\\n" call "\\n" "</tool_call>"'
+    constraint = compiler.compile(grammar, "tools")
+    assert not constraint.stopped and not constraint.error
+    free_chain(constraint)
+
+
+def test_a_marker_held_as_one_special_token_is_allowed_as_that_token():
+    grammar = forced_call_grammar(HERMES, TOOLS, ToolChoice(REQUIRED), {"<tool_call>": 7}.get)
+    assert grammar.startswith('start: ("<tool_call>" | <[7]>) "\\n" call "\\n" "</tool_call>"')
 
 
 def test_oversized_tool_schemas_are_refused_by_name():
