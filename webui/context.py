@@ -72,7 +72,7 @@ def daemon_services(state: State) -> Services:
     """The daemon's collaborators, for what runs before any handler and so cannot take DI parameters:
     the console's guard (``appliance.webui.gate``) and the one-time build of the :class:`Console`.
     Handlers name the collaborators they need as parameters instead."""
-    return state.services  # type: ignore[no-any-return]  # set by the app's lifespan, typed here
+    return state.services
 
 
 def provide_console(state: State) -> Console:

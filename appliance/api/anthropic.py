@@ -52,7 +52,7 @@ class AnthropicController(Controller):
             translator = StreamTranslator(data.model, data.stop_sequences)
             return Stream(
                 _events(response.iterator, translator),
-                media_type="text/event-stream",  # type: ignore[arg-type]
+                media_type="text/event-stream",
                 headers=dict(response.headers),
             )
         return Response(

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 
 def _services(state: State) -> Services:
-    return state.services  # type: ignore[no-any-return]  # set by the lifespan, typed here
+    return state.services
 
 
 def provide_settings(state: State) -> Settings:
@@ -125,11 +125,11 @@ def provide_after_restore(state: State) -> Callable[[], None]:
     return _services(state).after_restore
 
 
-def provide_principal(request: Request) -> Principal:  # type: ignore[type-arg]
+def provide_principal(request: Request) -> Principal:
     return principal_of(request)
 
 
-def provide_actor(request: Request) -> str:  # type: ignore[type-arg]
+def provide_actor(request: Request) -> str:
     return audit_actor(request)
 
 

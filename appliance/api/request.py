@@ -41,7 +41,7 @@ def json_too_deep(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
     return any(depth > limit for depth in accumulate(map(_STEP.__getitem__, brackets)))
 
 
-class ApplianceRequest(Request):  # type: ignore[type-arg]
+class ApplianceRequest(Request):
     """Litestar's request, with the JSON depth limit applied before decoding."""
 
     async def json(self) -> JsonValue:
@@ -56,7 +56,7 @@ class ApplianceRequest(Request):  # type: ignore[type-arg]
         return await super().json()
 
 
-def _body_type(request: Request) -> type | None:  # type: ignore[type-arg]
+def _body_type(request: Request) -> type | None:
     """The msgspec struct the route takes as its body, if it takes one."""
     handler = request.scope.get("route_handler")
     parameter = handler.parsed_fn_signature.parameters.get("data") if handler is not None else None
@@ -64,7 +64,7 @@ def _body_type(request: Request) -> type | None:  # type: ignore[type-arg]
     return annotation if isinstance(annotation, type) and issubclass(annotation, msgspec.Struct) else None
 
 
-def _check_types(request: Request, data: JsonValue) -> None:  # type: ignore[type-arg]
+def _check_types(request: Request, data: JsonValue) -> None:
     body_type = _body_type(request)
     if body_type is None:
         return

@@ -22,7 +22,7 @@ class ResponsesController(Controller):
         self,
         request: Request,
         data: ResponsesRequest,
-        responses: ResponsesService,  # type: ignore[type-arg]
+        responses: ResponsesService,
         principal: Principal,
     ) -> Response:
         return await responses.create(request, principal, data)

@@ -34,7 +34,7 @@ class UnlockRequest(msgspec.Struct, kw_only=True):
     address: str | None = None
 
 
-def _console(request: Request) -> Console:  # type: ignore[type-arg]
+def _console(request: Request) -> Console:
     """The console's sessions and sign-in throttle, which live in the daemon's memory."""
     return console(request)
 

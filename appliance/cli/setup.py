@@ -60,7 +60,7 @@ def unit_source(package_dir: Path | None = None, prefix: Path = SYSTEM_PREFIX) -
     raise click.ClickException(f"{UNIT_NAME} not found (looked in {', '.join(str(c.parent) for c in candidates)})")
 
 
-def prepare_data(settings, echo=click.echo) -> str | None:  # type: ignore[no-untyped-def]
+def prepare_data(settings, echo=click.echo) -> str | None:
     """Migrate the database, install and verify the default model, create the first admin."""
     from appliance.daemon import check_data_dir
     from appliance.store.default_model import seed_default_model
@@ -80,11 +80,11 @@ def prepare_data(settings, echo=click.echo) -> str | None:  # type: ignore[no-un
         engine.dispose()
 
 
-def password_file(settings) -> Path:  # type: ignore[no-untyped-def]
+def password_file(settings) -> Path:
     return Path(settings.data_dir) / INITIAL_PASSWORD_FILE
 
 
-def initial_admin_password(settings, engine) -> str | None:  # type: ignore[no-untyped-def]
+def initial_admin_password(settings, engine) -> str | None:
     """The first admin's one-time password while it is still the one to sign in with, else None.
 
     A new password is kept in ``<data dir>/initial-admin-password`` (mode 0600)
@@ -155,7 +155,7 @@ def _run(*argv: str) -> None:
     subprocess.run(list(argv), check=True)
 
 
-def write_system_config(path: Path, overrides: dict) -> None:  # type: ignore[type-arg]
+def write_system_config(path: Path, overrides: dict) -> None:
     """Create the service's config file, and record ``--host``/``--port`` in it.
 
     The service reads only this file, so a listen address given to
@@ -187,7 +187,7 @@ def write_system_config(path: Path, overrides: dict) -> None:  # type: ignore[ty
     path.chmod(0o640)
 
 
-def install_system(settings_overrides: dict) -> None:  # type: ignore[type-arg]
+def install_system(settings_overrides: dict) -> None:
     if os.geteuid() != 0:
         raise click.ClickException("--system needs root")
     if not systemd_is_init():

@@ -150,7 +150,7 @@ def _import_pynvml() -> NvmlModule:
         import pynvml
     except Exception as exc:  # noqa: BLE001 - any import failure means no NVML
         raise NvmlNotImportable(exc) from exc
-    return pynvml  # type: ignore[no-any-return]  # pynvml ships no type information
+    return pynvml
 
 
 SESSION = NvmlSession(_import_pynvml)

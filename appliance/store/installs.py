@@ -299,7 +299,8 @@ class Installer:
             with contextlib.suppress(ApplianceError, OSError):
                 remove_partial(self.layout.partial_file(fam.name, row.name))
                 shutil.rmtree(self.layout.staging_dir(fam.name, row.name), ignore_errors=True)
-            self._abandon(row.id)  # type: ignore[arg-type]
+            assert row.id is not None  # read from the database
+            self._abandon(row.id)
 
     def empty_trash(self) -> None:
         trash = self.layout.root / ".trash"

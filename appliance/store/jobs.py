@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine, update
+from sqlmodel import col
 
 from appliance.db import engine as dbmod
 from appliance.db.tables import Job as JobRow
@@ -348,7 +349,7 @@ class JobRegistry:
             with dbmod.session(self._db) as s:
                 s.execute(
                     update(JobRow)
-                    .where(JobRow.id == job.id)
+                    .where(col(JobRow.id) == job.id)
                     .values(
                         state=job.state,
                         progress=job.progress or 0.0,

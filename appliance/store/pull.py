@@ -113,7 +113,7 @@ def resolve_checked(host: str, port: int, allow: Iterable[str]) -> str:
         raise UpstreamError(f"cannot resolve host {host!r}") from None
     addresses = []
     for info in infos:
-        addr = ipaddress.ip_address(info[4][0].split("%", 1)[0])
+        addr = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
         if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
             addr = addr.ipv4_mapped
         addresses.append(addr)

@@ -12,12 +12,13 @@ on disk are the business of :mod:`appliance.store.installs` and
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 from collections.abc import Callable
 
 from sqlalchemy import Engine
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from appliance.catalog import Catalog
 from appliance.db import engine as dbmod
@@ -40,7 +41,9 @@ class VariantRegistry:
     # ------------------------------------------------------------ queries
     def list(self) -> list[VariantInfo]:
         with dbmod.session(self.db) as s:
-            rows = s.exec(select(ModelVariant, ModelFamily).join(ModelFamily, ModelVariant.family_id == ModelFamily.id)).all()
+            rows = s.exec(
+                select(ModelVariant, ModelFamily).join(ModelFamily, col(ModelVariant.family_id) == ModelFamily.id)
+            ).all()
             parents = _parent_names(s, [v for v, _ in rows])
         return sorted((_info(v, f, parents) for v, f in rows), key=lambda i: i.name)
 
@@ -67,25 +70,26 @@ class VariantRegistry:
                 code="model_exists",
             )
 
-    def unfinished(self) -> list[tuple[ModelVariant, ModelFamily]]:
+    def unfinished(self) -> builtins.list[tuple[ModelVariant, ModelFamily]]:
         """Rows still ``downloading``, with their family."""
         with dbmod.session(self.db) as s:
             return list(
                 s.exec(
                     select(ModelVariant, ModelFamily)
-                    .join(ModelFamily, ModelVariant.family_id == ModelFamily.id)
+                    .join(ModelFamily, col(ModelVariant.family_id) == ModelFamily.id)
                     .where(ModelVariant.status == "downloading")
                 ).all()
             )
 
     # ------------------------------------------------------------ installs
-    def offer(self, family: str, offers: list[AvailableVariant]) -> list[str]:
+    def offer(self, family: str, offers: builtins.list[AvailableVariant]) -> builtins.list[str]:
         """Record variants known on the hub as ``available``; names already taken keep their rows. The names added."""
         if not offers:
             return []
         added = []
         with dbmod.session(self.db) as s:
             fam = self._family_row(s, family)
+            assert fam.id is not None  # _family_row flushes a new row, which gives it its id
             for offer in offers:
                 if _variant_row(s, fam, offer.variant) is not None:
                     continue
@@ -93,7 +97,7 @@ class VariantRegistry:
                     ModelVariant(
                         family_id=fam.id,
                         name=offer.variant,
-                        format="gguf",  # type: ignore[arg-type]
+                        format="gguf",
                         quantization=offer.quantization,
                         path="",
                         size_bytes=offer.size_bytes,
@@ -214,7 +218,7 @@ class VariantRegistry:
             s.flush()
         return fam
 
-    def _pick_default(self, family: str, remaining: list[str]) -> str:
+    def _pick_default(self, family: str, remaining: builtins.list[str]) -> str:
         entry = self._catalog().family(family)
         if entry is not None and entry.default_variant in remaining:
             return entry.default_variant
@@ -234,10 +238,10 @@ def _parent_names(s: Session, rows: list[ModelVariant]) -> dict[int, str]:
         return {}
     found = s.exec(
         select(ModelVariant, ModelFamily)
-        .join(ModelFamily, ModelVariant.family_id == ModelFamily.id)
-        .where(ModelVariant.id.in_(ids))
-    ).all()  # type: ignore[union-attr]
-    return {v.id: full_name(f.name, v.name) for v, f in found}
+        .join(ModelFamily, col(ModelVariant.family_id) == ModelFamily.id)
+        .where(col(ModelVariant.id).in_(ids))
+    ).all()
+    return {v.id: full_name(f.name, v.name) for v, f in found if v.id is not None}
 
 
 def _info(row: ModelVariant, fam: ModelFamily, parents: dict[int, str]) -> VariantInfo:

@@ -20,6 +20,7 @@ in :mod:`appliance.store.imports`, the quantizer in :mod:`appliance.store.quanti
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import logging
 import os
@@ -223,7 +224,7 @@ class ModelStore:
                 self.registry.offer(pull.family, [o for o in offers_of(pull, with_pulled=True) if o.variant == pull.variant])
             raise
 
-    def register_found(self, *, ctx: JobContext | None = None) -> list[VariantInfo]:
+    def register_found(self, *, ctx: JobContext | None = None) -> builtins.list[VariantInfo]:
         """Read-only store: register the models found in its folder (new or changed ones are hashed)."""
         self.check_scannable()
         return readonly.register_found(self.layout, self.registry, ctx or NullContext())
@@ -280,10 +281,14 @@ class ModelStore:
             with open(source, "rb") as f:
                 if f.read(4) != b"GGUF":
                     raise RefusedImport("only GGUF files or Hugging Face safetensors folders can be imported", param="path")
-        family, variant = parse_name(name) if name is not None else (None, None)
-        if family is None or variant is None:
-            guessed = _names_from_filename(source.name) if fmt == "gguf" else (_slug(source.name), imp.guess_hf_variant(source))
-            family, variant = family or guessed[0], variant or guessed[1]
+        given_family, given_variant = parse_name(name) if name is not None else (None, None)
+        if given_family is not None and given_variant is not None:
+            guessed = (given_family, given_variant)
+        elif fmt == "gguf":
+            guessed = _names_from_filename(source.name)
+        else:
+            guessed = (_slug(source.name), imp.guess_hf_variant(source))
+        family, variant = given_family or guessed[0], given_variant or guessed[1]
         self.registry.refuse_installed(family, variant)
         return source, fmt, family, variant
 
@@ -337,7 +342,7 @@ class ModelStore:
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
-    def export_bundle(self, name: str, *, ctx: JobContext | None = None) -> tuple[JsonObject, list[tuple[str, Path]]]:
+    def export_bundle(self, name: str, *, ctx: JobContext | None = None) -> tuple[JsonObject, builtins.list[tuple[str, Path]]]:
         """An installed variant's bundle manifest and files, after hashing them again (refused if they changed)."""
         info = self.resolve(name)
         with self._busy.claim(info.family, info.variant):

@@ -31,7 +31,7 @@ class ResponsesService:
         self.gateway = gateway
         self.store = store
 
-    async def create(self, request: Request, principal: Principal, body: ResponsesRequest) -> Response:  # type: ignore[type-arg]
+    async def create(self, request: Request, principal: Principal, body: ResponsesRequest) -> Response:
         items = input_items(body.input)
         if body.previous_response_id is not None:
             previous = await self.store.load_async(principal, body.previous_response_id)

@@ -77,7 +77,7 @@ class ResponseStore:
                 delete(StoredResponse).where(
                     StoredResponse.id == response_id, _owned_by(principal), StoredResponse.expires_at > time.time()
                 )
-            )  # type: ignore[arg-type]
+            )
             s.commit()
         if not result.rowcount:  # type: ignore[attr-defined]
             raise not_found(response_id)
@@ -100,7 +100,7 @@ class ResponseStore:
                 select(StoredResponse).where(
                     StoredResponse.id == response_id, _owned_by(principal), StoredResponse.expires_at > time.time()
                 )
-            ).first()  # type: ignore[arg-type]
+            ).first()
         if row is None:
             raise not_found(response_id)
         return Conversation(items=json.loads(row.conversation), response=json.loads(row.response))
