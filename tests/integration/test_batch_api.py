@@ -157,6 +157,13 @@ def test_a_second_key_sees_nothing_of_the_first(box):
     assert batch.id not in [b.id for b in other.batches.list().data]
     assert file_id not in [f.id for f in other.files.list().data]
     assert admin.batches.retrieve(batch.id).id == batch.id  # admins see every batch
+    second = owner.batches.create(
+        input_file_id=_upload(owner, _lines(1)), endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    first_page = owner.batches.list(limit=1)
+    assert [b.id for b in first_page.data] == [second.id] and first_page.has_more
+    assert [b.id for b in owner.batches.list(limit=1, after=second.id).data] == [batch.id]
+    assert [b.id for b in owner.batches.list(limit=1)] == [second.id, batch.id]  # the SDK follows `after` page by page
     done = _wait(owner, batch.id)
     with pytest.raises(openai.NotFoundError):
         other.files.content(done.output_file_id)
