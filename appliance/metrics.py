@@ -124,6 +124,7 @@ class Metrics:
         self._refusals: dict[Labels, int] = defaultdict(int)  # (model, dimension)
         self._cache: dict[Labels, int] = defaultdict(int)  # (result,)
         self._energy: dict[Labels, float] = defaultdict(float)  # (model,)
+        self._prefix: dict[Labels, int] = defaultdict(int)  # (model, asked|reused): engine prompt tokens, and those its KV held
         self._ttft = _Histogram(TTFT_BUCKETS)
         self._latency = _Histogram(LATENCY_BUCKETS)
         self._overhead = _Histogram(OVERHEAD_BUCKETS)
@@ -142,7 +143,9 @@ class Metrics:
         completion_tokens: int,
         cache_tier: str = "miss",
         energy_joules: float | None = None,
+        cached_tokens: int = 0,
     ) -> None:
+        """Count one answered request; ``cached_tokens`` are the prompt tokens the engine's prefix cache reused."""
         with self._lock:
             self._requests[(model, str(status), cache_tier)] += 1
             if prompt_tokens:
@@ -160,6 +163,9 @@ class Metrics:
                 self._latency.observe((model, source), latency_ms / 1000.0)
             if energy_joules is not None:
                 self._energy[(model,)] += energy_joules
+            if cache_tier == "miss" and prompt_tokens:  # the engine read this prompt (a cache tier answered none)
+                self._prefix[(model, "asked")] += prompt_tokens
+                self._prefix[(model, "reused")] += min(cached_tokens, prompt_tokens)
 
     def observe_overhead(self, endpoint: str, seconds: float) -> None:
         """The daemon's own time for one served request: its latency less the time spent waiting for the engine."""
@@ -200,6 +206,7 @@ class Metrics:
             refusals = dict(self._refusals)
             cache = dict(self._cache)
             energy = dict(self._energy)
+            prefix = dict(self._prefix)
             lines = self._counter(
                 "appliance_requests_total",
                 "Requests answered, by model, HTTP status and cache tier.",
@@ -226,6 +233,13 @@ class Metrics:
             )
             lines += self._counter(
                 "appliance_energy_joules_total", "Energy attributed to requests, by model.", ("model",), energy
+            )
+            lines += self._counter(
+                "appliance_prefix_cache_tokens_total",
+                "Prompt tokens the engines were asked to read (kind=asked) and those whose KV a slot already held (kind=reused); "
+                "the prefix cache hit rate is reused / asked.",
+                ("model", "kind"),
+                prefix,
             )
             lines += self._ttft.render(
                 "appliance_ttft_seconds", "Time to first token (source: engine or cache).", ("model", "source")

@@ -268,7 +268,9 @@ class Gateway:
             energy_joules=energy,
         )
         if self.metrics is not None:
-            self.metrics.observe_request(ctx.model, 200, ttft_ms, latency_ms, prompt_tokens, completion_tokens, tier, energy)
+            self.metrics.observe_request(
+                ctx.model, 200, ttft_ms, latency_ms, prompt_tokens, completion_tokens, tier, energy, cached_tokens=cached_tokens
+            )
 
     async def _fail(self, ctx: RequestContext, status: int, completion_tokens: int, prompt_tokens: int = 0) -> None:
         """Record what a failed or abandoned request produced (charged), with its real status, and free the rest."""
