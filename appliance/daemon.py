@@ -31,6 +31,7 @@ from appliance.heap import freeze_startup_objects, map_large_blocks
 from appliance.lockfile import DataDirLock
 from appliance.logs import setup_logging
 from appliance.planner.service import cluster_view
+from appliance.private_files import private_dir
 from appliance.sdnotify import notify, watchdog_interval, watchdog_loop
 from appliance.settings import Settings, load_settings
 
@@ -55,6 +56,7 @@ def check_data_dir(settings: Settings) -> None:
             *(() if settings.store_read_only else (settings.store_dir,)),
         ):
             path.mkdir(parents=True, exist_ok=True)
+        private_dir(settings.data_dir)  # key hashes, stored answers and logs: the daemon's user alone
         probe = settings.data_dir / ".write-test"
         probe.write_text("ok")
         probe.unlink()

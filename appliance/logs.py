@@ -14,6 +14,9 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import TextIO
+
+from appliance.private_files import open_private, private_dir, private_file
 
 # API keys (ak_...), bearer tokens, key=value secrets (JSON, Python repr, query strings) and --secret flags.
 _SECRET_PATTERNS = [
@@ -83,6 +86,13 @@ class TextFormatter(logging.Formatter):
         return redact(super().formatException(ei))
 
 
+class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """A rotated log file readable by the daemon's user alone (0600), whatever the umask."""
+
+    def _open(self) -> TextIO:
+        return open_private(self.baseFilename, self.mode, encoding=self.encoding, errors=self.errors)
+
+
 def setup_logging(level: str = "info", fmt: str = "json", log_dir: Path | None = None) -> None:
     """Configure the root logger: stderr (journald under systemd) and a rotated file."""
     root = logging.getLogger()
@@ -93,8 +103,11 @@ def setup_logging(level: str = "info", fmt: str = "json", log_dir: Path | None =
     )
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_dir is not None:
-        log_dir.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.handlers.RotatingFileHandler(log_dir / "appliance.log", maxBytes=20 * 1024 * 1024, backupCount=5))
+        log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dir(log_dir)
+        for old in log_dir.glob("appliance.log*"):  # rotated files of an earlier start, perhaps written 0644
+            private_file(old)
+        handlers.append(PrivateRotatingFileHandler(log_dir / "appliance.log", maxBytes=20 * 1024 * 1024, backupCount=5))
     for handler in handlers:
         handler.setFormatter(formatter)
         handler.addFilter(RedactingFilter())
