@@ -15,6 +15,7 @@ from appliance.db.audit import AuditTrail
 from appliance.errors import BadRequest, ModelNotFound
 from appliance.serving import aliases
 from appliance.serving.names import ModelNames
+from appliance.store.store import ModelStore
 from appliance.webui import forms
 from appliance.webui.context import ConsoleUser
 from appliance.webui.gate import needs
@@ -40,12 +41,14 @@ def aliases_page(request: Request, names: ModelNames) -> Response:
 
 
 @post("/aliases/set", guards=[needs("admin")], include_in_schema=False)
-async def set_alias(request: Request, names: ModelNames, db: Engine, audit: AuditTrail, user: ConsoleUser) -> Response:
+async def set_alias(
+    request: Request, names: ModelNames, store: ModelStore, db: Engine, audit: AuditTrail, user: ConsoleUser
+) -> Response:
     form = await request.form()
     entered = {f: str(form.get(f) or "") for f in ("name", "target")}
     try:
         name, target = forms.required(form, "name", 64), forms.required(form, "target", 200)
-        resolved = aliases.set_alias(names, db, audit, user.actor, name, target)
+        resolved = aliases.set_alias(names, db, audit, user.actor, name, target, store.catalog.families)
     except (BadRequest, ModelNotFound) as exc:
         param = "target" if isinstance(exc, ModelNotFound) else exc.param or "name"
         message = f"`{entered['target']}` is not an installed model." if isinstance(exc, ModelNotFound) else exc.message

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import secrets
 import threading
 import time
@@ -154,6 +155,7 @@ class KeyRing:
             raise BadRequest(f"priority must be one of {', '.join(PRIORITIES)}", param="priority")
         if not name or len(name) > 128:
             raise BadRequest("name must be 1 to 128 characters", param="name")
+        self._check_expiry(expires_at)
         self._check_team(team_id)
         token = new_token()
         row = ApiKey(
@@ -171,6 +173,16 @@ class KeyRing:
             s.commit()
             s.refresh(row)
         return row, token
+
+    @staticmethod
+    def _check_expiry(expires_at: float | None) -> None:
+        """A key's expiry, when it has one, is a real moment in the future: a key born expired is a mistake."""
+        if expires_at is None:
+            return
+        if not math.isfinite(expires_at):
+            raise BadRequest("the expiry must be a finite number of days", param="expires_in_days")
+        if expires_at <= time.time():
+            raise BadRequest("the expiry must be in the future (a positive number of days)", param="expires_in_days")
 
     def _check_team(self, team_id: int | None) -> None:
         """A key joins only a team that exists and is not deleted."""
@@ -217,6 +229,7 @@ class KeyRing:
             values["allowed_models"] = json.dumps(sorted(models)) if models else None  # type: ignore[arg-type]
         if "cache_policy" in changes:
             values["cache_policy"] = json.dumps(changes["cache_policy"]) if changes["cache_policy"] else None
+        self._check_expiry(values.get("expires_at"))  # type: ignore[arg-type]
         self._check_team(values.get("team_id"))  # type: ignore[arg-type]
         if values.get("priority", "interactive") not in PRIORITIES:
             raise BadRequest(f"priority must be one of {', '.join(PRIORITIES)}", param="priority")

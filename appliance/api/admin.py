@@ -21,6 +21,7 @@ from appliance.serving import aliases
 from appliance.serving.names import ModelNames
 from appliance.serving.router import Router
 from appliance.settings import Settings
+from appliance.store.store import ModelStore
 
 
 class KeyCreate(msgspec.Struct, kw_only=True):
@@ -143,9 +144,10 @@ class AliasesController(Controller):
 
     @put("/{name:str}", status_code=200)
     async def set_alias(
-        self, name: str, data: AliasSet, names: ModelNames, db: Engine, audit: AuditTrail, actor: str
+        self, name: str, data: AliasSet, names: ModelNames, store: ModelStore, db: Engine, audit: AuditTrail, actor: str
     ) -> dict[str, str]:
-        return {"name": name, "target": aliases.set_alias(names, db, audit, actor, name, data.target)}
+        target = aliases.set_alias(names, db, audit, actor, name, data.target, store.catalog.families)
+        return {"name": name, "target": target}
 
     @delete("/{name:str}", status_code=200)
     async def delete_alias(self, name: str, names: ModelNames, db: Engine, audit: AuditTrail, actor: str) -> dict[str, str]:

@@ -26,7 +26,11 @@ def register(group: click.Group) -> None:
     @click.option("--priority", type=click.Choice(["interactive", "batch"]), default="interactive", show_default=True)
     @click.option("--model", "models", multiple=True, help="Allow only this model (repeatable). Default: all.")
     @click.option("--team-id", type=int)
-    @click.option("--expires-in-days", type=float)
+    @click.option(
+        "--expires-in-days",
+        type=click.FloatRange(min=0, min_open=True, clamp=False),
+        help="Days until the key stops working (more than 0). Default: never.",
+    )
     @click.pass_context
     def create(
         ctx: click.Context,
