@@ -42,7 +42,16 @@ def _form(client: httpx.Client, query: str = "") -> tuple[str, str]:
 
 
 # What a browser's address bar would turn into another origin, as the query string carries it.
-SPELLINGS = ["/%09/evil.com", "/%5C/evil", "/%E3%80%82/x", "/%0a/evil.com", "%0a", "//evil.com", "https://evil.com", "/%20/evil.com"]
+SPELLINGS = [
+    "/%09/evil.com",
+    "/%5C/evil",
+    "/%E3%80%82/x",
+    "/%0a/evil.com",
+    "%0a",
+    "//evil.com",
+    "https://evil.com",
+    "/%20/evil.com",
+]
 
 
 @pytest.mark.parametrize("spelling", SPELLINGS)
