@@ -3,8 +3,8 @@
 Values come, highest priority first, from ``APPLIANCE_*`` environment variables,
 then from the TOML file named by ``APPLIANCE_CONFIG`` (system installs use
 ``/etc/appliance/appliance.toml``), then from the defaults below. Every field is
-documented here; the README's configuration reference is generated from this
-class (``appliancectl config reference``) and a test keeps the two in step.
+documented here; the manual's configuration reference is generated from this
+class (``appliance.manual.config_reference``) and a test keeps the two in step.
 
 Settings are read once, by :func:`load_settings`, and passed to whatever needs
 them. Nothing reads them at import time. Each settings object remembers where
@@ -205,7 +205,7 @@ class Settings(BaseSettings):
             "is made, reusing a read for 60 s: each node's GPU count, its GPU model (Ray's accelerator_type, through a table of "
             "known GPUs) and CPU/memory. A model that does not fit this box's GPUs is then planned tensor parallel within a "
             "node x pipeline stages across nodes. An unreachable cluster is a warning in the log, doctor and plan, and plans "
-            "use this box's GPUs only (see Ray in the README)."
+            "use this box's GPUs only (see vLLM and Ray in the manual)."
         ),
     )
     currency: str = Field(
@@ -598,17 +598,3 @@ def load_settings(**overrides: object) -> Settings:
             problems.append(f"{field} ({env}): {err['msg']}; got {err.get('input')!r}")
         raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
 
-
-def reference_markdown() -> str:
-    """The README's configuration reference, generated from the Settings class."""
-    lines = [
-        "| Setting | Environment variable | Default | Meaning |",
-        "|---|---|---|---|",
-    ]
-    for name, field in Settings.model_fields.items():
-        if field.default_factory is not None:
-            default = "data dir: `./appliance-data`" if name == "data_dir" else f"`{field.default_factory()}`"
-        else:
-            default = f"`{field.default}`"
-        lines.append(f"| `{name}` | `APPLIANCE_{name.upper()}` | {default} | {field.description} |")
-    return "\n".join(lines)

@@ -7,7 +7,8 @@ import sys
 import click
 
 from appliance.errors import ConfigError
-from appliance.settings import SECRET_SETTINGS, load_settings, reference_markdown
+from appliance.manual.config_reference import reference_markdown
+from appliance.settings import SECRET_SETTINGS, load_settings
 
 
 def register(group: click.Group) -> None:
@@ -41,5 +42,5 @@ def register(group: click.Group) -> None:
 
     @config.command("reference")
     def config_reference() -> None:
-        """Print the configuration reference as Markdown (the README's table)."""
+        """Print the configuration reference as Markdown (the table of the manual's reference page)."""
         click.echo(reference_markdown())

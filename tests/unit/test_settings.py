@@ -1,12 +1,7 @@
-import re
-from pathlib import Path
-
 import pytest
 
 from appliance.errors import ConfigError
-from appliance.settings import Settings, load_settings, reference_markdown
-
-README = Path(__file__).resolve().parents[2] / "README.md"
+from appliance.settings import Settings, load_settings
 
 
 def test_env_moves_data_dir(monkeypatch, tmp_path):
@@ -53,13 +48,3 @@ def test_toml_file_is_read_and_env_wins(monkeypatch, tmp_path):
 def test_every_field_is_documented():
     for name, field in Settings.model_fields.items():
         assert field.description and len(field.description) > 15, name
-
-
-def test_readme_reference_matches_settings():
-    """The README's configuration table is the generated one, byte for byte."""
-    text = README.read_text()
-    match = re.search(r"<!-- config-reference:start -->\n(.*?)\n<!-- config-reference:end -->", text, re.S)
-    assert match, "README lacks the generated configuration reference markers"
-    assert match.group(1).strip() == reference_markdown().strip(), (
-        "run `appliancectl config reference` and paste it into the README"
-    )
