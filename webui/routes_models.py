@@ -30,13 +30,13 @@ from appliance.webui.context import ConsoleUser
 from appliance.webui.gate import needs
 from appliance.webui.jobs_view import console_jobs, job_handlers, submit
 from appliance.webui.load_view import event_name, load_handlers
-from appliance.webui.render import page, partial
+from appliance.webui.render import TemplateContext, page, partial
 
 
 def installed_rows(
     store: ModelStore, router: Router, names: ModelNames, load_planner: LoadPlanner, load_events: LoadEvents
-) -> list[dict[str, object]]:
-    rows: list[dict[str, object]] = []
+) -> list[TemplateContext]:
+    rows: list[TemplateContext] = []
     infos = store.list()
     available = fit.available_fits(store, infos)  # listed on the hub, not downloaded: planned from a ready sibling
     for info in infos:
@@ -64,15 +64,15 @@ def _catalog(store: ModelStore) -> Catalog:
         raise EngineUnavailable(f"The model catalog could not be read: {exc}") from None
 
 
-def catalog_rows(store: ModelStore, settings: Settings, wanted: CatalogFilter | None = None) -> list[dict[str, object]]:
+def catalog_rows(store: ModelStore, settings: Settings, wanted: CatalogFilter | None = None) -> list[TemplateContext]:
     """The catalog's families with each variant's fit on this box, narrowed to what ``wanted`` asks for."""
     catalog = _catalog(store)
     installed = {i.name for i in store.list()}
     table = fit.catalog_fits(settings, catalog)
     wanted = wanted or CatalogFilter()
-    families: list[dict[str, object]] = []
+    families: list[TemplateContext] = []
     for family in sorted(catalog.families.values(), key=lambda f: f.name):
-        variants = []
+        variants: list[TemplateContext] = []
         fits = table.get(family.name, {})
         for variant in family.variants:
             name = f"{family.name}:{variant.name}"

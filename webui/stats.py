@@ -124,7 +124,7 @@ def serving(db: Engine, now: float | None = None) -> JsonObject:
                 {"since": now - 3600},
             )
         ]
-        per_minute = dict(
+        per_minute: dict[int, int] = dict(
             conn.execute(
                 text(
                     "SELECT CAST((:now - created_at) / 60 AS INTEGER) AS ago, sum(completion_tokens) FROM usage"

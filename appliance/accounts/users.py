@@ -7,6 +7,7 @@ import secrets
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import Engine, select
+from sqlmodel import col
 
 from appliance.accounts.common_passwords import COMMON_PASSWORDS
 from appliance.db.engine import session
@@ -18,7 +19,7 @@ MIN_PASSWORD = 12
 _hasher = PasswordHasher()
 
 # Keyboard rows, columns and sequences, forwards; walks are looked up in these and their reverses.
-_WALKS = (
+_WALKS: tuple[str, ...] = (
     "qwertyuiop",
     "asdfghjkl",
     "zxcvbnm",
@@ -125,7 +126,7 @@ def create_user(db: Engine, username: str, password: str, role: str = "viewer", 
         raise BadRequest("user names are 1-64 letters, digits, '.', '-' and '_'", param="username")
     check_password(password, username)
     with session(db) as s:
-        if s.execute(select(User).where(User.username == username)).scalars().first():
+        if s.execute(select(User).where(col(User.username) == username)).scalars().first():
             raise Conflict(f"user {username} already exists")
         user = User(
             username=username, password_hash=hash_password(password), role=role, must_change_password=must_change_password
@@ -139,7 +140,7 @@ def create_user(db: Engine, username: str, password: str, role: str = "viewer", 
 def ensure_initial_admin(db: Engine) -> str | None:
     """Create the `admin` user with a one-time password if no admin exists; return that password."""
     with session(db) as s:
-        if s.execute(select(User).where(User.role == "admin")).scalars().first():
+        if s.execute(select(User).where(col(User.role) == "admin")).scalars().first():
             return None
     password = generate_password("admin")
     create_user(db, "admin", password, role="admin", must_change_password=True)
@@ -150,7 +151,7 @@ def set_password(db: Engine, username: str, password: str, must_change_password:
     """Set a user's password (policy-checked); ``NotFound`` if there is no such user."""
     check_password(password, username)
     with session(db) as s:
-        user = s.execute(select(User).where(User.username == username)).scalars().first()
+        user = s.execute(select(User).where(col(User.username) == username)).scalars().first()
         if user is None:
             raise NotFound(f"no console user {username}")
         user.password_hash = hash_password(password)

@@ -20,6 +20,7 @@ from appliance.accounts.keys import Principal
 from appliance.anthropic_schema import CountTokensRequest, MessagesRequest
 from appliance.api.access import Access, requires
 from appliance.api.errors import anthropic_errors
+from appliance.api.request import stream_source
 from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject
 from appliance.serving.anthropic.request import chat_request
@@ -51,7 +52,7 @@ class AnthropicController(Controller):
         if isinstance(response, Stream):
             translator = StreamTranslator(data.model, data.stop_sequences)
             return Stream(
-                _events(response.iterator, translator),
+                _events(stream_source(response), translator),
                 media_type="text/event-stream",
                 headers=dict(response.headers),
             )

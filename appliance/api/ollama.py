@@ -23,6 +23,7 @@ from appliance.accounts.keys import Principal
 from appliance.api.access import Access, requires
 from appliance.api.errors import ollama_errors
 from appliance.api.models import CHANGES, StoreChanges
+from appliance.api.request import stream_source
 from appliance.errors import ApplianceError, BadRequest, PermissionDenied
 from appliance.jsontypes import JsonObject
 from appliance.serving.gateway import Gateway
@@ -188,7 +189,9 @@ class OllamaController(Controller):
     @staticmethod
     def _stream(response: Stream, translator: translate.StreamTranslator) -> Stream:
         headers = {k: v for k, v in _passed_headers(response).items() if k.lower() != "cache-control"}
-        return Stream(ndjson(response.iterator, translator), media_type=NDJSON, headers={**headers, "cache-control": "no-cache"})
+        return Stream(
+            ndjson(stream_source(response), translator), media_type=NDJSON, headers={**headers, "cache-control": "no-cache"}
+        )
 
     @staticmethod
     def _loaded(model: str, principal: Principal, names: ModelNames, started: int, *, chat: bool) -> Response:

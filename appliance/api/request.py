@@ -16,11 +16,15 @@ the wrong JSON type is a 400 naming its place in the body.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import re
+from collections.abc import AsyncGenerator
 from itertools import accumulate
+from typing import cast
 
 import msgspec
 from litestar import Request
+from litestar.response import Stream
 from litestar.types import Empty
 
 from appliance.errors import BadRequest
@@ -76,3 +80,15 @@ def _check_types(request: Request, data: JsonValue) -> None:
         param = where.lstrip(".") or None
         if message.startswith("Expected `") and "`, got `" in message:  # a wrong JSON type; the lenient pass answers the rest
             raise BadRequest(f"Invalid request body: {message}", param=param) from None
+
+
+def stream_source(response: Stream) -> AsyncGenerator[bytes | str, None]:
+    """The async generator behind one of the gateway's streamed answers, for an API that re-encodes it.
+
+    Litestar types ``Stream.iterator`` as any iterable; the gateway always streams from an async
+    generator, which the translators close to settle the request.
+    """
+    source = response.iterator
+    if not inspect.isasyncgen(source):
+        raise TypeError(f"expected the gateway's async generator, got {type(source).__name__}")
+    return cast("AsyncGenerator[bytes | str, None]", source)  # checked above; its items are the gateway's bytes

@@ -55,6 +55,7 @@ class UsersController(Controller):
         self, request: Request, username: str, data: PasswordSet, db: Engine, audit: AuditTrail, actor: str
     ) -> JsonObject:
         user = set_password(db, username, data.password, must_change_password=data.must_change_password)
+        assert user.id is not None  # set_password read the row from the database
         ended = _console(request).sessions.delete_for_user(user.id)
         audit.record(actor, "user.password_reset", user.username, f"sessions_ended={ended}")
         return {"username": user.username, "sessions_ended": ended}

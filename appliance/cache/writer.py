@@ -201,26 +201,26 @@ class CacheWriter:
         running = True
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for item in work:
-                if isinstance(item, _Row):
+            for task in work:
+                if isinstance(task, _Row):
                     try:
-                        self._insert(conn, item)
+                        self._insert(conn, task)
                     except Exception:
                         log.exception("caching a response failed")
-                        self._hot.drop([item.prep.key])
-                elif item.kind == "expire":
+                        self._hot.drop([task.prep.key])
+                elif task.kind == "expire":
                     count = self._expire(conn)
-                    if item.done is not None:
-                        waiters.append((item.done, count))
-                elif item.kind == "purge":
+                    if task.done is not None:
+                        waiters.append((task.done, count))
+                elif task.kind == "purge":
                     entries.add_hits(conn, hits)
                     hits = {}
-                    purged = self._purge(conn, item.model, item.key_id)
-                    if item.done is not None:
-                        waiters.append((item.done, purged))
-                elif item.kind == "flush" and item.done is not None:
-                    waiters.append((item.done, 0))
-                elif item.kind == "stop":
+                    purged = self._purge(conn, task.model, task.key_id)
+                    if task.done is not None:
+                        waiters.append((task.done, purged))
+                elif task.kind == "flush" and task.done is not None:
+                    waiters.append((task.done, 0))
+                elif task.kind == "stop":
                     running = False
             entries.add_hits(conn, hits)
             if self._count > self._settings.cache_max_entries:

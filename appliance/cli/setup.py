@@ -93,6 +93,7 @@ def initial_admin_password(settings, engine) -> str | None:
     the admin no longer must change it, the file is removed.
     """
     from sqlalchemy import select
+    from sqlmodel import col
 
     from appliance.accounts.users import ensure_initial_admin, verify_password
     from appliance.db.engine import session
@@ -111,7 +112,7 @@ def initial_admin_password(settings, engine) -> str | None:
         return None
     kept = path.read_text().strip()
     with session(engine) as s:
-        admin = s.execute(select(User).where(User.username == "admin")).scalars().first()
+        admin = s.execute(select(User).where(col(User.username) == "admin")).scalars().first()
         still_valid = admin is not None and admin.must_change_password and verify_password(admin.password_hash, kept)
     if still_valid:
         return kept

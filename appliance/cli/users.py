@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from appliance.accounts.users import ROLES, password_problem
@@ -10,7 +12,7 @@ from appliance.cli.client import request
 
 def _read_password(username: str, from_stdin: bool) -> str:
     if from_stdin:
-        password = click.get_text_stream("stdin").readline().rstrip("\r\n")
+        password = sys.stdin.readline().rstrip("\r\n")
     else:
         password = click.prompt("New password", hide_input=True, confirmation_prompt=True)
     problem = password_problem(password, username)  # the daemon checks again; this saves a round trip

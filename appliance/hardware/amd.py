@@ -140,7 +140,7 @@ def amdsmi_gpus(amdsmi: AmdSmi, rocm: bool) -> list[GpuInfo]:
         temp = None
         sensors = getattr(amdsmi, "AmdSmiTemperatureType", None)
         if sensors is not None:
-            metrics = amdsmi.AmdSmiTemperatureMetric
+            metrics = getattr(amdsmi, "AmdSmiTemperatureMetric")  # noqa: B009 - an enum the AmdSmi protocol does not declare
             temp = _call(amdsmi.amdsmi_get_temp_metric, h, sensors.HOTSPOT, metrics.CURRENT)
         draw = power.get("current_socket_power") or power.get("average_socket_power")
         target = asic.get("target_graphics_version")

@@ -10,6 +10,7 @@ it) and the local sign-in refuses them.
 from __future__ import annotations
 
 from sqlalchemy import Engine, select
+from sqlmodel import col
 
 from appliance.db.engine import session
 from appliance.db.tables import User
@@ -20,8 +21,8 @@ NO_PASSWORD = "!sso"
 
 def user_from_sign_on(db: Engine, subject: str, username: str, role: str) -> User:
     with session(db) as s:
-        row = s.execute(select(User).where(User.sso_subject == subject)).scalars().first()
-        named = s.execute(select(User).where(User.username == username)).scalars().first()
+        row = s.execute(select(User).where(col(User.sso_subject) == subject)).scalars().first()
+        named = s.execute(select(User).where(col(User.username) == username)).scalars().first()
         if named is not None and (row is None or named.id != row.id):
             raise SignOnForbidden(
                 f"user name {username} taken by another console user",

@@ -11,6 +11,8 @@ target_metadata = SQLModel.metadata
 
 def run_migrations_online() -> None:
     url = context.config.get_main_option("sqlalchemy.url")
+    if url is None:
+        raise RuntimeError("alembic was started without sqlalchemy.url")
     engine = create_engine(url)
     with engine.connect() as connection:
         connection.exec_driver_sql("PRAGMA journal_mode=WAL")

@@ -34,6 +34,7 @@ def error_body(type_: str, message: str) -> JsonObject:
 
 def from_openai(envelope: JsonObject) -> JsonObject:
     """An OpenAI error envelope (an engine's error event mid-stream) as Anthropic's error body."""
-    error = envelope.get("error") if isinstance(envelope.get("error"), dict) else {}
+    found = envelope.get("error")
+    error = found if isinstance(found, dict) else {}
     type_ = error.get("type")
     return error_body(type_ if type_ in _SAME else "api_error", str(error.get("message") or "The engine failed."))

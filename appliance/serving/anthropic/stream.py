@@ -97,7 +97,7 @@ class StreamTranslator:
             return b""
         self._started = True
         self._model = chunk.get("model") or self._model
-        start = {
+        start: JsonObject = {
             "id": message_id(chunk.get("id")),
             "type": "message",
             "role": "assistant",

@@ -318,7 +318,7 @@ def embed_answer(result: JsonObject, model: str, timings: Timings) -> JsonObject
 
 def embeddings_answer(result: JsonObject) -> JsonObject:
     """An OpenAI embedding list as the older ``/api/embeddings`` answer (one vector)."""
-    first = next((item for item in result.get("data") or [] if item.get("index", 0) == 0), {})
+    first: JsonObject = next((item for item in result.get("data") or [] if item.get("index", 0) == 0), {})
     return {"embedding": first.get("embedding") or []}
 
 

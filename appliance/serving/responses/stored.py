@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import ColumnElement, delete
 from sqlalchemy.engine import Engine
-from sqlmodel import select
+from sqlmodel import col, select
 
 from appliance.accounts.keys import Principal
 from appliance.db.engine import session
@@ -75,7 +75,7 @@ class ResponseStore:
         with session(self._db) as s:
             result = s.execute(
                 delete(StoredResponse).where(
-                    StoredResponse.id == response_id, _owned_by(principal), StoredResponse.expires_at > time.time()
+                    col(StoredResponse.id) == response_id, _owned_by(principal), col(StoredResponse.expires_at) > time.time()
                 )
             )
             s.commit()
