@@ -29,7 +29,7 @@ def test_missing_or_absurd_values_are_refused():
 
 
 def _request(**headers: str) -> SimpleNamespace:
-    return SimpleNamespace(headers={"host": "appliance.local:8080", **headers})
+    return SimpleNamespace(headers={"host": "appliance.local:8080", **headers}, url=SimpleNamespace(scheme="http"))
 
 
 def test_same_origin_checks_fetch_metadata_and_origin():
@@ -40,3 +40,4 @@ def test_same_origin_checks_fetch_metadata_and_origin():
     assert not csrf.same_origin(_request(origin="http://evil.example"))
     assert not csrf.same_origin(_request(origin="http://appliance.local:9999"))
     assert not csrf.same_origin(_request(origin="null"))
+    assert not csrf.same_origin(_request(origin="https://appliance.local:8080"))  # another scheme is another origin
