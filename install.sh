@@ -116,6 +116,8 @@ say "Preparing $venv with $("$python" --version)"
 "$venv/bin/python" -m pip install -q --upgrade pip
 say "Building llama.cpp (about 5 minutes on the CPU the first time, longer for a GPU)"
 "$here/tools/engine_build.sh" --python "$venv/bin/python"
+say "Building the manual (served by the daemon at /docs)"
+"$here/tools/build_manual.sh" "$venv/bin/python"
 say "Installing the appliance"
 if [[ $mode == system ]]; then
   mkdir -p /opt/appliance

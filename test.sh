@@ -36,6 +36,8 @@ fi
 [[ -x .venv/bin/python ]] || "$python" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}"
+echo "==> building the manual (mkdocs --strict into webui/manual, served at /docs)"
+tools/build_manual.sh .venv/bin/python
 echo "==> pip install -e .[test] (llama-cpp-python builds once per machine, then comes from pip's cache)"
 .venv/bin/python -m pip install -q -e ".[test]"
 
