@@ -23,6 +23,7 @@ from appliance.api.edge import ApplianceASGI
 from appliance.api.errors import EXCEPTION_HANDLERS
 from appliance.api.files import FilesController
 from appliance.api.health import healthz, readyz
+from appliance.api.manual import manual_router
 from appliance.api.metrics import MetricsController
 from appliance.api.models import JobsController, ModelsController
 from appliance.api.ollama import OllamaAdminController, OllamaController
@@ -97,6 +98,7 @@ def _route_handlers() -> list[ControllerRouterHandler]:
         OllamaController,
         OllamaAdminController,
         *console_handlers(),
+        manual_router(),
     ]
 
 

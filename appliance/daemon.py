@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 from collections.abc import Coroutine, Iterator
+from typing import Any
 
 import uvicorn
 
@@ -34,6 +35,10 @@ from appliance.planner.service import cluster_view
 from appliance.private_files import private_dir
 from appliance.sdnotify import notify, watchdog_interval, watchdog_loop
 from appliance.settings import Settings, load_settings
+from appliance.tls.context import TlsContext
+from appliance.tls.expiry import CHECK_EVERY_SECONDS, ExpiryWatch
+from appliance.tls.hsts import StrictTransport
+from appliance.tls.mode import tls_mode
 
 log = logging.getLogger("appliance.daemon")
 
@@ -66,7 +71,28 @@ def check_data_dir(settings: Settings) -> None:
         ) from None
 
 
+def _tls_listener(settings: Settings) -> TlsContext | None:
+    """The listener's TLS context with its certificate loaded (made or checked first), or None with TLS off."""
+    if tls_mode(settings) == "off":
+        return None
+    tls = TlsContext(settings)
+    cert = tls.load()
+    fields = {"fingerprint_sha256": cert.fingerprint, "not_after": cert.not_after.isoformat()}
+    log.info("TLS %s", tls_mode(settings), extra={"fields": fields})
+    return tls
+
+
+async def _watch_expiry(watch: ExpiryWatch, tls: TlsContext) -> None:
+    while True:
+        try:
+            await watch.check(tls.current)
+        except Exception:  # a locked database or a bad webhook must not end the watch
+            log.exception("TLS expiry check failed")
+        await asyncio.sleep(CHECK_EVERY_SECONDS)
+
+
 async def serve(settings: Settings) -> None:
+    tls = _tls_listener(settings)
     app = create_app(settings)
     common = dict(
         log_config=None,
@@ -88,9 +114,12 @@ async def serve(settings: Settings) -> None:
         limit_concurrency=settings.max_connections,
         http=edge_protocol(limits, PeerGuard(settings.anonymous_connections_per_address)),
     )
+    public_app: Any = wrap(app, settings)
+    if tls is not None and settings.tls_hsts_seconds:
+        public_app = StrictTransport(public_app, settings.tls_hsts_seconds)
     public = _Server(
         uvicorn.Config(
-            wrap(app, settings),
+            public_app,
             host=settings.host,
             port=settings.port,
             lifespan="on",  # type: ignore[arg-type]
@@ -98,6 +127,9 @@ async def serve(settings: Settings) -> None:
             **common,
         )
     )
+    if tls is not None:
+        # One SSLContext for the listener's life: a reload loads new files into it (see appliance.tls.context).
+        public.config.ssl_context_factory = lambda _config, _default: tls.context
     settings.admin_socket.unlink(missing_ok=True)
     admin_app, admin_http = wrap(app, settings, local=True), edge_protocol(limits)
     admin = _Server(uvicorn.Config(admin_app, uds=str(settings.admin_socket), lifespan="off", http=admin_http, **common))  # type: ignore[arg-type]
@@ -112,6 +144,16 @@ async def serve(settings: Settings) -> None:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, request_stop, signum)
+    expiry: asyncio.Task | None = None
+    watch: ExpiryWatch | None = None
+
+    def reload_tls() -> None:
+        if tls is None:
+            log.info("received SIGHUP: TLS is off, nothing to reload")
+        elif tls.reload() is not None and watch is not None:
+            loop.create_task(watch.check(tls.current))
+
+    loop.add_signal_handler(signal.SIGHUP, reload_tls)
 
     public_task = asyncio.create_task(public.serve(), name="public-server")
     while not public.started:
@@ -134,11 +176,15 @@ async def serve(settings: Settings) -> None:
     if interval:
         services = app.state.services
         watchdog = asyncio.create_task(watchdog_loop(interval, lambda: dbmod.ping(services.db)), name="watchdog")
+    if tls is not None:
+        watch = ExpiryWatch(settings, app.state.services.db)
+        expiry = asyncio.create_task(_watch_expiry(watch, tls), name="tls-expiry")
     freeze_startup_objects()
     notify("READY=1")
+    scheme = "https" if tls is not None else "http"
     log.info(
         "appliance ready",
-        extra={"fields": {"url": f"http://{settings.host}:{settings.port}/", "data_dir": str(settings.data_dir)}},
+        extra={"fields": {"url": f"{scheme}://{settings.host}:{settings.port}/", "data_dir": str(settings.data_dir)}},
     )
     cluster_view(settings)  # with ray_address: the Ray cluster is read in a thread; the log says what it found
 
@@ -148,6 +194,8 @@ async def serve(settings: Settings) -> None:
     await asyncio.gather(public_task, admin_task, return_exceptions=True)
     if watchdog:
         watchdog.cancel()
+    if expiry:
+        expiry.cancel()
     settings.admin_socket.unlink(missing_ok=True)
     for task in done:
         if task in (public_task, admin_task) and task.exception():
