@@ -5,6 +5,8 @@ API and console on ``host:port``, and the admin Unix socket in the data dir
 (mode 0660), which is how ``appliancectl`` on the box reaches the daemon
 without a token. SIGTERM stops accepting, lets in-flight requests drain for
 ``drain_timeout_seconds``, stops the engines and flushes the ledger.
+With TLS on (the ``tls`` setting) the public listener speaks HTTPS only, and
+SIGHUP loads the certificate files again without a restart.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@
 - :mod:`appliance.tls.hsts`: the Strict-Transport-Security header on every https response.
 - :mod:`appliance.tls.expiry`: the alert raised when the served certificate nears its expiry.
 
-May import :mod:`appliance.settings`, :mod:`appliance.errors` and ``cryptography``; nothing
-from the API, serving or console packages.
+May import :mod:`appliance.settings`, :mod:`appliance.errors`, ``cryptography``, and (for the expiry
+alert) :mod:`appliance.db` and the webhook signing of :mod:`appliance.metering.alerts`; nothing from
+the API, serving or console packages.
 """
