@@ -6,6 +6,12 @@ else is a 400. The schema's own limits (size, depth, repetition counts,
 alternatives, pattern length: :mod:`appliance.serving.schema_limits`) are checked
 here, at parse time, before any grammar work; building the grammar text is a
 ``json.dumps``.
+
+Object schemas that list ``properties`` and say nothing about other keys are
+closed (``additionalProperties: false``), as llama.cpp's converter and OpenAI's
+strict mode treat them: a model writes the declared keys and the object ends,
+instead of inventing keys until ``max_tokens``. A schema that wants other keys
+says so (``additionalProperties``, ``patternProperties``).
 """
 
 from __future__ import annotations
@@ -22,9 +28,43 @@ from .constraint import JSON_OPTIONS
 ANY_OBJECT: JsonObject = {"type": "object"}
 
 
+#: Keywords whose value is one schema, and those whose value is a list or an object of schemas.
+_ONE_SCHEMA = ("items", "additionalItems", "contains", "not", "if", "then", "else", "propertyNames", "additionalProperties")
+_MANY_SCHEMAS = ("anyOf", "oneOf", "allOf", "prefixItems", "properties", "$defs", "definitions", "patternProperties")
+_OPEN_KEYS = ("additionalProperties", "patternProperties", "unevaluatedProperties")
+
+
+def closed_objects(schema: JsonObject) -> JsonObject:
+    """A copy of ``schema`` whose object schemas with ``properties`` and no word on other keys admit no other keys.
+
+    ``allOf`` members are left open (closing each would forbid the keys of the
+    others). Iterative; only schema positions are visited (``enum``, ``const`` and
+    ``default`` are data).
+    """
+    root = dict(schema)
+    stack: list[tuple[JsonObject, bool]] = [(root, True)]
+    while stack:
+        node, close = stack.pop()
+        if close and isinstance(node.get("properties"), dict) and not any(k in node for k in _OPEN_KEYS):
+            node["additionalProperties"] = False
+        for key in _ONE_SCHEMA:
+            if isinstance(node.get(key), dict):
+                node[key] = dict(node[key])
+                stack.append((node[key], True))
+        for key in _MANY_SCHEMAS:
+            value, members_close = node.get(key), key != "allOf"
+            if isinstance(value, list):
+                node[key] = [dict(v) if isinstance(v, dict) else v for v in value]
+                stack.extend((v, members_close) for v in node[key] if isinstance(v, dict))
+            elif isinstance(value, dict):
+                node[key] = {k: dict(v) if isinstance(v, dict) else v for k, v in value.items()}
+                stack.extend((v, members_close) for v in node[key].values() if isinstance(v, dict))
+    return root
+
+
 def json_rule(schema: JsonObject) -> str:
     """The Lark expression that admits the JSON documents ``schema`` describes (with this module's JSON options)."""
-    return "%json" + json.dumps({**schema, "x-guidance": JSON_OPTIONS}, separators=(",", ":"))
+    return "%json" + json.dumps({**closed_objects(schema), "x-guidance": JSON_OPTIONS}, separators=(",", ":"))
 
 
 def grammar_for(response_format: JsonValue) -> str | None:

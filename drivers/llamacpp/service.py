@@ -86,11 +86,15 @@ class WorkerEngine:
         except BaseException:
             self.model.close()
             raise
+        # llguidance's view of the vocabulary, built in the background once the engine is whole
+        self._grammar_warm_up = None if cfg.embedding else self.grammars.warm_up()
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self.batcher.start(loop)
 
     def close(self) -> None:
+        if self._grammar_warm_up is not None:
+            self._grammar_warm_up.join()  # it reads the vocabulary: finish before the model is freed
         self.batcher.close()
         self.model.close()
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from appliance.drivers.llamacpp.constraint import GrammarCompiler
-from appliance.drivers.llamacpp.grammar import grammar_for
+from appliance.drivers.llamacpp.grammar import closed_objects, grammar_for
 from appliance.drivers.llamacpp.model import LoadedModel
 from appliance.drivers.llamacpp.sampling import free_chain
 from appliance.drivers.llamacpp.tool_calls import HERMES
@@ -121,3 +121,29 @@ def test_free_chain_closes_a_constraint(compiler):
     free_chain(c)
     with pytest.raises(AttributeError):
         c.consume(5)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_objects_that_declare_properties_admit_no_other_keys(model, compiler, seed):
+    schema = {k: v for k, v in PICK.items() if k != "additionalProperties"}
+    schema["properties"] = {**PICK["properties"], "inner": {"type": "object", "properties": {"x": {"type": "boolean"}}}}
+    c = compiler.compile(grammar_for({"type": "json_schema", "json_schema": {"schema": schema}}), "response_format")
+    text, complete = walk(model, c, seed)
+    assert complete, text
+    value = json.loads(text)
+    assert set(value) <= {"colour", "n", "ok", "inner"} and set(value.get("inner", {})) <= {"x"}
+
+
+def test_closed_objects_leaves_open_schemas_and_allof_members_open():
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "object", "properties": {"x": {}}, "additionalProperties": True}},
+        "allOf": [{"properties": {"b": {}}}, {"properties": {"c": {}}}],
+        "items": {"properties": {"y": {}}},
+        "enum": [{"properties": {}}],
+    }
+    closed = closed_objects(schema)
+    assert closed["additionalProperties"] is False and closed["items"]["additionalProperties"] is False
+    assert closed["properties"]["a"]["additionalProperties"] is True
+    assert all("additionalProperties" not in m for m in closed["allOf"])
+    assert closed["enum"] == [{"properties": {}}] and "additionalProperties" not in schema  # data untouched, input not mutated
