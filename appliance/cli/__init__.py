@@ -21,11 +21,18 @@ SUBCOMMANDS = (server, setup, keys, users, models, instances, planning, usage, c
 @click.version_option(__version__, prog_name="appliancectl")
 @click.option("--url", envvar="APPLIANCE_URL", help="Remote appliance URL (default: the local daemon's admin socket).")
 @click.option("--api-key", envvar="APPLIANCE_API_KEY", help="Admin API key for --url.")
+@click.option(
+    "--ca-file",
+    envvar="APPLIANCE_CA_FILE",
+    type=click.Path(dir_okay=False),
+    help="CA certificate(s) that an https --url's certificate must chain to (default: the data dir's tls/ca.crt when present, "
+    "else the system's).",
+)
 @click.pass_context
-def cli(ctx: click.Context, url: str | None, api_key: str | None) -> None:
+def cli(ctx: click.Context, url: str | None, api_key: str | None, ca_file: str | None) -> None:
     """Administer the LLM appliance."""
     ctx.ensure_object(dict)
-    ctx.obj.update(url=url, api_key=api_key)
+    ctx.obj.update(url=url, api_key=api_key, ca_file=ca_file)
     try:
         ctx.obj["settings"] = load_settings()
     except ConfigError as exc:

@@ -2,16 +2,39 @@
 
 On the box: the admin Unix socket in the data dir (no token; the socket's
 owner and group are the appliance's). Remotely: ``--url`` and an admin API key
-(``--api-key`` or ``APPLIANCE_API_KEY``).
+(``--api-key`` or ``APPLIANCE_API_KEY``), over https verified against ``--ca-file``
+(``APPLIANCE_CA_FILE``) alone, else the system's trusted CAs plus the data dir's own CA
+(``tls/ca.crt``) when there is one.
 """
 
 from __future__ import annotations
+
+import ssl
+from pathlib import Path
 
 import click
 import httpx
 
 from appliance.jsontypes import JsonValue
-from appliance.settings import load_settings
+from appliance.settings import Settings, load_settings
+from appliance.tls.generate import TlsFiles
+
+
+def trusted_cas(ca_file: str | None, settings: Settings | None) -> ssl.SSLContext:
+    """What a remote daemon's certificate is checked against: the named CA file alone, else the system's CAs
+    plus this box's own CA when its data dir has one."""
+    box_ca = TlsFiles.of(settings.data_dir).ca_cert if settings is not None else None
+    chosen = Path(ca_file) if ca_file else None
+    try:
+        if chosen is not None:
+            return ssl.create_default_context(cafile=str(chosen))
+        context = ssl.create_default_context()
+        if box_ca is not None and box_ca.is_file():
+            chosen = box_ca
+            context.load_verify_locations(cafile=str(box_ca))
+        return context
+    except (OSError, ssl.SSLError) as exc:
+        raise click.ClickException(f"cannot use {chosen} as the CA file: {exc}") from None
 
 
 def admin_client(ctx: click.Context, timeout: float = 600.0) -> httpx.Client:
@@ -20,7 +43,12 @@ def admin_client(ctx: click.Context, timeout: float = 600.0) -> httpx.Client:
     if url:
         if not api_key:
             raise click.UsageError("--url needs an admin key: pass --api-key or set APPLIANCE_API_KEY")
-        return httpx.Client(base_url=url.rstrip("/"), headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout)
+        return httpx.Client(
+            base_url=url.rstrip("/"),
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=timeout,
+            verify=trusted_cas(obj.get("ca_file"), obj.get("settings")),
+        )
     settings = obj.get("settings") or load_settings()
     sock = settings.admin_socket
     if not sock.exists():

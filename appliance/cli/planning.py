@@ -165,7 +165,7 @@ def register(group: click.Group) -> None:
     @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
     @click.pass_context
     def doctor(ctx: click.Context, as_json: bool) -> None:
-        """Report the hardware and inference software, and what is missing with its fix.
+        """Report the hardware and inference software, what is missing with its fix, and the HTTPS certificate.
 
         Exits 1 when a finding is an error (hardware present that cannot be used).
         """
@@ -178,10 +178,14 @@ def register(group: click.Group) -> None:
             from appliance.planner.service import hardware_report
 
             report = hardware_report(obj["settings"])
+        from appliance.cli.tls import certificate_lines, certificate_report
+
+        report["tls"] = certificate_report(obj["settings"], obj.get("url"))
         if as_json:
             click.echo(json.dumps(report, indent=2))
         else:
             _print_doctor(report)
+            click.echo("\n".join(certificate_lines(report["tls"])))
         if not report["ok"]:
             ctx.exit(1)
 
