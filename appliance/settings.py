@@ -145,6 +145,12 @@ class Settings(BaseSettings):
     request_timeout_seconds: float = Field(
         default=600.0, gt=0, description="Longest a request may wait and run before it is answered with a timeout."
     )
+    embedding_inputs_in_flight_per_key: int = Field(
+        default=256,
+        ge=1,
+        description="Most embedding inputs one API key may have in flight across its embeddings requests; a request that "
+        "would pass it gets 429 (split large groups, or wait for the key's other requests to answer).",
+    )
     queue_size: int = Field(
         default=64, ge=1, description="Requests that may wait for an engine slot per instance before new ones get 429."
     )

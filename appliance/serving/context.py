@@ -51,6 +51,8 @@ class RequestContext:
     admission: Admission | None = None  # set once the meter has admitted it
     energy: EnergyMark | None = None
     timing: RequestTiming = field(default_factory=RequestTiming)  # the edge's, when the request came through it
+    prompt_charge: int = 0  # the prompt tokens charged if the request ends before the engine reports usage
+    engine_took: bool = False  # the request was handed to the engine: from here on its prompt is charged
 
     @property
     def model(self) -> str:

@@ -5,6 +5,9 @@ engine's SSE bytes; the only per-token work is finding event boundaries and
 counting events, and only the final usage event is parsed. The usage row and
 the quota settle are committed before the final ``data: [DONE]`` (or the last
 byte of a plain response) is sent.
+
+Whatever the engine processed is charged, whether the client stayed or not
+(:mod:`appliance.serving.early_end` says what a request that ends early is charged).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from typing import TypeVar
 
 import msgspec
@@ -37,6 +40,8 @@ from appliance.openai_schema import (
     with_tool_choice_settled,
 )
 from appliance.serving.context import Body, RequestContext
+from appliance.serving.early_end import prompt_read, role_only, unless_client_leaves
+from appliance.serving.embedding_inputs import EmbeddingInputs
 from appliance.serving.engine_client import PRIORITY_HEADER, EngineConnectionError, EngineResponse
 from appliance.serving.names import ModelNames
 from appliance.serving.prompt_tokens import PromptCounts, prompt_bound
@@ -101,36 +106,6 @@ class EngineAnswerError(ApplianceError):
         self.type = type_
 
 
-class ClientDisconnected(ApplianceError):
-    """The client hung up before its answer was ready; the generation was cancelled."""
-
-    status = 499  # nginx's "client closed request": only ever seen in the ledger
-    type = "invalid_request_error"
-    code = "client_disconnected"
-
-
-async def _hang_up(request: Request) -> None:
-    """Return when the client closes the connection (its body has been read already)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-async def _unless_client_leaves(request: Request, work: Awaitable[Response]) -> Response:
-    """Await ``work``; if the client hangs up first, cancel it so the engine stops generating for nobody."""
-    task = asyncio.ensure_future(work)
-    gone = asyncio.ensure_future(_hang_up(request))
-    try:
-        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        gone.cancel()
-        if not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)  # frees the lease and the engine connection
-    if task.cancelled():
-        raise ClientDisconnected("The client closed the connection before the answer was ready.")
-    return task.result()
-
-
 class Gateway:
     def __init__(
         self,
@@ -143,6 +118,7 @@ class Gateway:
         metrics: Metrics | None = None,
         energy: EnergyMeter | None = None,
         prompts: PromptCounts | None = None,
+        embedding_inputs: EmbeddingInputs | None = None,
     ):
         self.settings = settings
         self.names = names
@@ -152,6 +128,9 @@ class Gateway:
         self.metrics = metrics
         self.energy = energy
         self.prompts = prompts
+        self.embedding_inputs = (
+            embedding_inputs if embedding_inputs is not None else EmbeddingInputs(settings.embedding_inputs_in_flight_per_key)
+        )
 
     # ------------------------------------------------------------------ entry
     async def handle(
@@ -160,8 +139,19 @@ class Gateway:
         """Serve one OpenAI-compatible request for ``principal`` (authenticated by the access guard).
 
         ``ledger_endpoint`` names the endpoint in the usage ledger when the client spoke
-        another API than the engine serves (``messages``, served as ``chat``).
+        another API than the engine serves (``messages``, served as ``chat``). An
+        embeddings request holds its inputs against the key's cap on embedding inputs
+        in flight until it is answered (429 past it, before any other work).
         """
+        if isinstance(body, EmbeddingRequest):
+            inputs = len(body.input) if isinstance(body.input, list) else 1
+            with self.embedding_inputs.hold(f"{principal.kind}:{principal.id}", inputs):
+                return await self._handle(request, principal, endpoint, body, ledger_endpoint)
+        return await self._handle(request, principal, endpoint, body, ledger_endpoint)
+
+    async def _handle(
+        self, request: Request, principal: Principal, endpoint: str, body: Body, ledger_endpoint: str | None
+    ) -> Response:
         if isinstance(body, ChatCompletionRequest):
             body = with_tool_choice_settled(body)
         if not isinstance(body, EmbeddingRequest):
@@ -188,6 +178,7 @@ class Gateway:
 
         counted = await self.prompts.count(target, endpoint, body) if self.prompts is not None else None
         prompt = counted if counted is not None else prompt_bound(body)
+        ctx.prompt_charge = prompt  # exact for GGUF models; elsewhere the bound the reservation holds
         if isinstance(body, EmbeddingRequest):
             ctx.admission = await self.meter.admit(
                 principal, request_id=ctx.request_id, endpoint=ctx.ledger_endpoint, model=ctx.model, estimated_tokens=prompt
@@ -212,9 +203,11 @@ class Gateway:
         try:
             if ctx.stream:
                 return await self._stream(ctx, payload)
-            return await _unless_client_leaves(request, self._plain(ctx, payload))
+            return await unless_client_leaves(request, self._plain(ctx, payload))
         except BaseException as exc:
-            await self._fail(ctx, exc.status if isinstance(exc, ApplianceError) else 499, 0)
+            status = exc.status if isinstance(exc, ApplianceError) else 499
+            # the client left or the deadline passed after the engine took the request: it read the prompt
+            await self._fail(ctx, status, 0, ctx.prompt_charge if ctx.engine_took and status in (499, 504) else 0)
             raise
 
     def _allowed(self, principal: Principal, body: Body) -> ResolvedVariant:
@@ -300,6 +293,7 @@ class Gateway:
             async with asyncio.timeout_at(self._deadline(ctx)):
                 async with self._lease(ctx) as instance:
                     with ctx.waiting_for_engine():
+                        ctx.engine_took = True
                         response = await instance.engine.client.request(
                             "POST", instance.engine.route(ctx.endpoint), payload, headers=_priority(ctx)
                         )
@@ -349,6 +343,7 @@ class Gateway:
                     )
                     if upstream.status != 200:
                         raise EngineAnswerError(upstream.status, await upstream.read())
+                    ctx.engine_took = True  # the engine has the prompt and started its answer
         except TimeoutError:
             await lease.__aexit__(None, None, None)
             raise self._timed_out(ctx) from None
@@ -372,14 +367,17 @@ class Gateway:
         """Pass the engine's SSE events through; settle before the final [DONE].
 
         The ledger row carries the real outcome: 200 with the engine's usage; the
-        engine's own error event mid-stream, a stopped engine or the request
-        deadline → a 5xx row charging the tokens streamed so far (and the prompt,
-        when the engine reported it); a client that left → 499.
+        engine's own error event mid-stream or a stopped engine → a 5xx row; the
+        request deadline → 504; a client that left → 499. Each charges the tokens
+        streamed so far and the prompt (see the module's docstring for when). A chat
+        stream's opening role event carries no token: it is neither counted nor
+        taken as the first token.
         """
         want_usage = _wants_usage(ctx.body)
         usage: JsonObject | None = None
         ttft_ms: float | None = None
         events = 0
+        opening = ctx.endpoint == "chat"  # the next event may be the chat stream's role-only opening
         buffer = b""
         settled = False
         engine_failed = False
@@ -412,9 +410,13 @@ class Gateway:
                         out.append(event + b"\n\n")
                         continue
                     else:
-                        events += 1
-                        if ttft_ms is None:
-                            ttft_ms = ctx.elapsed_ms()
+                        if opening and role_only(event):  # opens the turn: no token yet
+                            opening = False
+                        else:
+                            opening = False
+                            events += 1
+                            if ttft_ms is None:
+                                ttft_ms = ctx.elapsed_ms()
                         if collected is not None:
                             collected.append(event)
                     out.append(event + b"\n\n")
@@ -423,7 +425,7 @@ class Gateway:
             usage = usage or {}
             if engine_failed:
                 settled = True
-                await self._fail(ctx, 500, events, int(usage.get("prompt_tokens") or 0))
+                await self._fail(ctx, 500, events, prompt_read(ctx, usage, prefilled=events > 0))
                 yield DONE
                 return
             await self._settle(ctx, instance.backend, usage, events, ttft_ms)
@@ -433,20 +435,20 @@ class Gateway:
             yield DONE
         except TimeoutError:
             settled = True
-            await self._fail(ctx, 504, events, int((usage or {}).get("prompt_tokens") or 0))
+            await self._fail(ctx, 504, events, prompt_read(ctx, usage, prefilled=True))
             yield b"data: " + json.dumps(self._timed_out(ctx).envelope()).encode() + b"\n\n" + DONE
         except EngineConnectionError:
             error = error_envelope(
                 f"The engine serving `{ctx.model}` stopped mid-stream.", "server_error", None, "engine_unavailable"
             )
             settled = True
-            await self._fail(ctx, 503, events)
+            await self._fail(ctx, 503, events, prompt_read(ctx, usage, prefilled=events > 0))
             yield b"data: " + json.dumps(error).encode() + b"\n\n" + DONE
         finally:
             await upstream.aclose()
             await lease.__aexit__(None, None, None)
-            if not settled:  # client went away: record what was produced, free the reservation
-                await self._fail(ctx, 499, events)
+            if not settled:  # client went away: charge the prompt and what was produced, free the rest
+                await self._fail(ctx, 499, events, prompt_read(ctx, usage, prefilled=True))
 
     # ------------------------------------------------------------------ cache
     async def _serve_cached(self, ctx: RequestContext, hit: Hit) -> Response:

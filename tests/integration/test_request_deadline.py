@@ -44,6 +44,17 @@ def _row(daemon: RunningDaemon, request_id: str) -> tuple[int, int, int]:
     return rows[0]
 
 
+def _prompt_tokens(daemon: RunningDaemon) -> int:
+    """What LONG's prompt costs: the ledger row of the key fixture's request that ran to its end."""
+    conn = sqlite3.connect(daemon.data_dir / "appliance.db")
+    try:
+        (prompt,) = conn.execute("SELECT prompt_tokens FROM usage WHERE status = 200 ORDER BY rowid LIMIT 1").fetchone()
+    finally:
+        conn.close()
+    assert prompt > 0
+    return prompt
+
+
 def _reserved(daemon: RunningDaemon, secret: str) -> float:
     with daemon.admin() as admin:
         usage = admin.get(f"/admin/quotas/key:{secret[:12]}").json()["usage"]
@@ -71,10 +82,13 @@ def test_a_plain_request_past_the_deadline_is_answered_504_and_metered(daemon: R
     assert DEADLINE_S - 0.5 <= took <= DEADLINE_S + 5, took
     conn = sqlite3.connect(daemon.data_dir / "appliance.db")  # an error answer carries no request id: take the newest row
     try:
-        (status,) = conn.execute("SELECT status FROM usage ORDER BY created_at DESC, rowid DESC LIMIT 1").fetchone()
+        (status, prompt) = conn.execute(
+            "SELECT status, prompt_tokens FROM usage ORDER BY created_at DESC, rowid DESC LIMIT 1"
+        ).fetchone()
     finally:
         conn.close()
     assert status == 504
+    assert prompt == _prompt_tokens(daemon)  # the engine read the prompt: it is charged
     assert _reserved(daemon, key) == 0
 
 
@@ -97,7 +111,8 @@ def test_a_stream_past_the_deadline_ends_with_a_timeout_event_and_is_metered(dae
     text_events = [e for e in events[:-2] if '"choices"' in e]
     assert len(text_events) > 5, events[:5]  # it streamed for a while before the deadline
     assert DEADLINE_S - 0.5 <= took <= DEADLINE_S + 5, took
-    status, _prompt, completion = _row(daemon, request_id)
+    status, prompt, completion = _row(daemon, request_id)
     assert status == 504
+    assert prompt == _prompt_tokens(daemon)  # the engine read the prompt: it is charged
     assert completion == len(text_events)  # what was streamed is charged
     assert _reserved(daemon, key) == 0
