@@ -26,7 +26,7 @@ def setup(tmp_path: Path) -> Iterator[tuple[TestClient, ModelNames, object]]:
     store = make_store(tmp_path / "data")
     store.import_path(str(make_tiny_gguf(tmp_path / "tiny.gguf")), name="tiny:f32")
     names = ModelNames(store.settings, store.db, store)
-    services = SimpleNamespace(names=names, db=store.db, audit=AuditTrail(store.db))
+    services = SimpleNamespace(names=names, store=store, db=store.db, audit=AuditTrail(store.db))
     with TestClient(local_admin_app([AliasesController], services, exception_handlers=EXCEPTION_HANDLERS)) as client:
         yield client, names, store.db
 
