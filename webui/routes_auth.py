@@ -133,7 +133,9 @@ async def login(request: Request, console: Console, db: Engine, audit: AuditTrai
     target = "/password" if row.must_change_password else next_url
     response = Response(content="", status_code=303, headers={"Location": target})
     response.set_cookie(session_cookie(sid, is_https(request)))
-    response.set_cookie(Cookie(key=csrf.PRE_COOKIE, value="", path="/", max_age=0, httponly=True, samesite="strict"))
+    response.set_cookie(
+        Cookie(key=csrf.PRE_COOKIE, value="", path="/", max_age=0, httponly=True, samesite="strict", secure=is_https(request))
+    )
     return response
 
 

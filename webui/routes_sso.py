@@ -83,7 +83,9 @@ async def sso_callback(request: Request, sso: SingleSignOn, console: Console, db
     secure = is_https(request)
     response.set_cookie(session_cookie(sid, secure))
     _clear_binding(response, secure)
-    response.set_cookie(Cookie(key=csrf.PRE_COOKIE, value="", path="/", max_age=0, httponly=True, samesite="strict"))
+    response.set_cookie(
+        Cookie(key=csrf.PRE_COOKIE, value="", path="/", max_age=0, httponly=True, samesite="strict", secure=secure)
+    )
     return response
 
 
