@@ -3,7 +3,8 @@
 #
 #   ./install.sh                 system mode when run as root on a systemd host, else local mode
 #   ./install.sh --local         ./.venv, ./appliance-data, daemon in the foreground on 127.0.0.1:8080
-#   ./install.sh --system        /opt/appliance, /var/lib/appliance, /etc/appliance, systemd service
+#   ./install.sh --system        /opt/appliance, /var/lib/appliance, /etc/appliance, systemd service, HTTPS on
+#                                all addresses with the box's own CA (its certificate's SHA-256 fingerprint is printed)
 #   ./install.sh --with-vllm     also prepare a separate vLLM environment (NVIDIA GPU hosts)
 #   ./install.sh --rebuild-engine  build llama.cpp again for this host's GPU (after adding a GPU or driver)
 #   ./install.sh --uninstall [--purge]

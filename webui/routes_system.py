@@ -18,6 +18,7 @@ from appliance.db.engine import session
 from appliance.db.tables import AuditLog, User
 from appliance.errors import BadRequest
 from appliance.settings import Settings
+from appliance.tls.context import served_certificate
 from appliance.webui.cache_view import cache_context
 from appliance.webui.context import Console, ConsoleUser
 from appliance.webui.gate import needs
@@ -69,7 +70,7 @@ async def cache_policy(
 # ------------------------------------------------------------------ settings
 @get("/settings", include_in_schema=False, sync_to_thread=True)
 def settings_page(request: Request, settings: Settings) -> Response:
-    return page(request, "settings.html", active="settings", rows=settings_rows(settings))
+    return page(request, "settings.html", active="settings", rows=settings_rows(settings), tls=served_certificate(settings))
 
 
 # ------------------------------------------------------------------ audit

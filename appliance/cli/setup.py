@@ -22,7 +22,11 @@ import click
 import httpx
 
 from appliance.db import engine as dbmod
-from appliance.settings import SYSTEM_CONFIG_PATH, load_settings
+from appliance.errors import ConfigError
+from appliance.settings import SYSTEM_CONFIG_PATH, Settings, load_settings
+from appliance.tls.certinfo import CertInfo
+from appliance.tls.context import cert_source, prepare
+from appliance.tls.mode import tls_mode
 
 SYSTEM_DATA_DIR = Path("/var/lib/appliance")
 SYSTEM_PREFIX = Path("/opt/appliance")
@@ -128,11 +132,11 @@ def _write_private(path: Path, text: str) -> None:
     os.chmod(path, 0o600)
 
 
-def wait_ready(url: str, timeout: float = 180.0) -> bool:
+def wait_ready(url: str, timeout: float = 180.0, verify: str | bool = True) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            if httpx.get(url + "/readyz", timeout=2.0).status_code == 200:
+            if httpx.get(url + "/readyz", timeout=2.0, verify=verify).status_code == 200:
                 return True
         except httpx.HTTPError:
             pass
@@ -140,10 +144,34 @@ def wait_ready(url: str, timeout: float = 180.0) -> bool:
     return False
 
 
-def announce(url: str, password: str | None, saved: Path | None = None) -> None:
+def prepare_tls(settings: Settings) -> CertInfo | None:
+    """Make (self-signed) or check (admin's files) the HTTPS certificate before the daemon starts; None with TLS off."""
+    if tls_mode(settings) == "off":
+        return None
+    try:
+        return prepare(settings)[1]
+    except ConfigError as exc:
+        raise click.ClickException(exc.message) from None
+
+
+def listener_url(settings: Settings, local: bool = False) -> str:
+    """The URL to print or probe: https with TLS on; 127.0.0.1 when it listens on every address (or with ``local``)."""
+    scheme = "http" if tls_mode(settings) == "off" else "https"
+    host = "127.0.0.1" if local or settings.host in ("0.0.0.0", "::", "") else settings.host
+    return f"{scheme}://{'[' + host + ']' if ':' in host else host}:{settings.port}"
+
+
+def announce(
+    url: str, password: str | None, saved: Path | None = None, cert: CertInfo | None = None, ca: Path | None = None
+) -> None:
     click.echo("")
     click.echo(f"Console: {url}/")
     click.echo(f"API:     {url}/v1  (OpenAI-compatible; create a key with `appliancectl keys create NAME`)")
+    if cert is not None:
+        click.echo(f"HTTPS certificate SHA-256 fingerprint: {cert.fingerprint}")
+        click.echo(f"         valid until {cert.not_after:%Y-%m-%d}; names: {', '.join(cert.names)}")
+        if ca is not None:
+            click.echo(f"         clients trust it through the box's CA: {ca} (copy it to them; compare the fingerprint)")
     if password:
         click.echo(f"First sign-in: user `admin`, one-time password `{password}` (you will be asked to change it).")
         if saved is not None:
@@ -202,6 +230,7 @@ def install_system(settings_overrides: dict) -> None:
     os.environ["APPLIANCE_CONFIG"] = str(SYSTEM_CONFIG_PATH)
     settings = load_settings(**settings_overrides)
     password = prepare_data(settings)
+    cert = prepare_tls(settings)
     _run("chown", "-R", f"{SERVICE_USER}:{SERVICE_USER}", str(settings.data_dir))
     if password_file(settings).is_file():
         os.chown(password_file(settings), 0, 0)  # root's alone, not the service's
@@ -210,12 +239,16 @@ def install_system(settings_overrides: dict) -> None:
     _run("systemctl", "daemon-reload")
     _run("systemctl", "enable", UNIT_NAME)
     _run("systemctl", "restart", UNIT_NAME)
-    url = f"http://127.0.0.1:{settings.port}"
+    local_url = listener_url(settings, local=True)
+    source = cert_source(settings)
+    verify: str | bool = True
+    if source is not None:  # the box's own certificate names 127.0.0.1; an admin's may not, and the probe sends no secret
+        verify = str(source.ca) if source.ca is not None else False
     click.echo("Waiting for the appliance to become ready ...")
-    if not wait_ready(url):
+    if not wait_ready(local_url, verify=verify):
         hint = f"; the first admin's one-time password is kept in {password_file(settings)}" if password else ""
         raise click.ClickException(f"the service did not become ready; see `journalctl -u {UNIT_NAME}`{hint}")
-    announce(url, password, password_file(settings) if password else None)
+    announce(listener_url(settings), password, password_file(settings) if password else None, cert, source.ca if source else None)
 
 
 def register(group: click.Group) -> None:
@@ -235,8 +268,10 @@ def register(group: click.Group) -> None:
             return
         settings = load_settings(**overrides)
         password = prepare_data(settings)
-        url = f"http://{settings.host}:{settings.port}"
-        announce(url, password, password_file(settings) if password else None)
+        cert, source = prepare_tls(settings), cert_source(settings)
+        announce(
+            listener_url(settings), password, password_file(settings) if password else None, cert, source.ca if source else None
+        )
         if no_serve:
             return
         from appliance.daemon import run
