@@ -114,7 +114,7 @@ async def serve(settings: Settings) -> None:
         proxy_headers=bool(settings.trusted_proxies),
         forwarded_allow_ips=settings.trusted_proxies or None,
         limit_concurrency=settings.max_connections,
-        http=edge_protocol(limits, PeerGuard(settings.anonymous_connections_per_address)),
+        http=edge_protocol(limits, PeerGuard(settings.anonymous_connections_per_address, settings.trusted_proxies)),
     )
     public_app: Any = wrap(app, settings)
     if tls is not None and settings.tls_hsts_seconds:

@@ -13,11 +13,14 @@ can never add up to the listener's connection limit.
 
 Connections being answered (request received, response not finished) are
 never closed for this: they cost the client nothing to hold, but they are
-real work the appliance accepted.
+real work the appliance accepted. Connections from the configured reverse
+proxies (``trusted_proxies``) are not counted: every client behind a proxy
+shares its address, and the proxy applies its own limits per client.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections import OrderedDict
 from collections.abc import MutableMapping
 from typing import Any, Protocol
@@ -58,15 +61,42 @@ def mark_authenticated(scope: MutableMapping[str, Any]) -> None:
         ticket.trust()
 
 
+def _networks(entries: list[str]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network] | None:
+    """The networks of ``entries`` (addresses or CIDR ranges); None when one is ``*`` (every peer exempt)."""
+    networks = []
+    for entry in entries:
+        if entry.strip() == "*":
+            return None
+        try:
+            networks.append(ipaddress.ip_network(entry.strip(), strict=False))
+        except ValueError:
+            continue  # a name: uvicorn matches those for X-Forwarded-For; a peer here is always an address
+    return networks
+
+
 class PeerGuard:
     """Anonymous connections per address, oldest first; the oldest waiting one is closed past the cap."""
 
-    def __init__(self, per_address: int):
+    def __init__(self, per_address: int, exempt: list[str] | None = None):
         self.per_address = per_address
         self._by_address: dict[str, OrderedDict[Ticket, None]] = {}
+        self._exempt = _networks(exempt or [])
         self.evicted = 0
 
+    def _is_exempt(self, address: str) -> bool:
+        if self._exempt is None:
+            return True
+        if not self._exempt:
+            return False
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return False
+        return any(ip in network for network in self._exempt)
+
     def opened(self, address: str, ticket: Ticket) -> None:
+        if self._is_exempt(address):
+            return
         held = self._by_address.setdefault(address, OrderedDict())
         held[ticket] = None
         if len(held) <= self.per_address:

@@ -210,3 +210,21 @@ def test_an_absolute_form_target_for_this_host_is_served(daemon, api_key):
             f"Authorization: Bearer {api_key}\r\nConnection: close\r\n\r\n".encode()
         )
         assert _status(_read_head(sock)) == 200
+
+
+def test_a_trusted_proxy_is_not_capped_as_one_anonymous_client(tmp_path):
+    """Behind a reverse proxy every client shares the proxy's address: its connections are not evicted."""
+    running = start_daemon(tmp_path, APPLIANCE_ANONYMOUS_CONNECTIONS_PER_ADDRESS="4", APPLIANCE_TRUSTED_PROXIES='["127.0.0.1"]')
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(12):
+            sock = socket.create_connection(("127.0.0.1", running.port), timeout=30)
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            socks.append(sock)
+        assert httpx.get(running.url + "/healthz", timeout=10).status_code == 200
+        time.sleep(1.0)
+        assert sum(_closed_by_server(sock) for sock in socks) == 0
+    finally:
+        for sock in socks:
+            sock.close()
+        running.stop()
