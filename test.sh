@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
 # Create the test environment and run the whole suite (slow integration,
 # browser and vLLM tests included). Extra arguments go to pytest.
+#
+#   ./test.sh --quick   static checks and the unit tests only: no daemon, no engine
+#                       process, no browser, no vLLM environment (a minute or two)
 set -euo pipefail
+quick=0
+if [[ "${1:-}" == "--quick" ]]; then
+  quick=1
+  shift
+fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
 started=$(date +%s)
@@ -18,12 +26,14 @@ done
 # a Debian root booted with systemd-nspawn for the system-mode install, and
 # jemalloc, the daemon's allocator.
 missing=()
+command -v cmake >/dev/null || missing+=(cmake)  # llama-cpp-python builds llama.cpp from source
+((quick)) || {
 command -v systemd-analyze >/dev/null || missing+=(systemd)
 command -v systemd-nspawn >/dev/null || missing+=(systemd-container)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
 command -v chromium >/dev/null || missing+=(chromium)
-command -v cmake >/dev/null || missing+=(cmake)
 compgen -G "/usr/lib/*/libjemalloc.so.2" >/dev/null || [[ -e /usr/lib64/libjemalloc.so.2 ]] || missing+=(libjemalloc2)
+}
 if ((${#missing[@]})); then
   if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
     echo "==> apt-get install ${missing[*]}"
@@ -48,6 +58,18 @@ if ! .venv/bin/ruff check . || ! .venv/bin/ruff format --check .; then
   exit 1
 fi
 
+if ((quick)); then
+  echo "==> unit tests (quick tier)"
+  set +e
+  export APPLIANCE_STRICT_SKIPS=1
+  .venv/bin/python -m pytest -p no:cacheprovider -q tests/unit -m "not slow and not browser and not vllm" --durations=10 "$@"
+  rc=$?
+  set -e
+  echo "==> test.sh --quick finished in $(( $(date +%s) - started )) s (pytest exit $rc)"
+  [[ $rc -eq 5 ]] && { echo "test.sh: no tests ran" >&2; exit 1; }
+  exit $rc
+fi
+
 if [[ -x tests/vllm_env.sh ]]; then
   echo "==> preparing the vLLM CPU environment (cached in .venv-vllm)"
   tests/vllm_env.sh "$here/.venv-vllm" || echo "test.sh: the vLLM environment could not be prepared; the vLLM tests will fail and say why" >&2
@@ -57,7 +79,8 @@ echo "==> setup took $(( $(date +%s) - started )) s"
 set +e
 # Strict mode: a skip fails the run unless the test says why it cannot run on this machine.
 export APPLIANCE_STRICT_SKIPS=1
-.venv/bin/python -m pytest -p no:cacheprovider "$@"
+# --durations=25: the slowest tests, so the run shows where its time goes.
+.venv/bin/python -m pytest -p no:cacheprovider --durations=25 "$@"
 rc=$?
 set -e
 echo "==> test.sh finished in $(( $(date +%s) - started )) s (pytest exit $rc)"
