@@ -35,6 +35,7 @@ log = logging.getLogger("appliance.batch.runner")
 
 BUSY_POLL_S = 0.05  # how often a batch with lines waiting for capacity looks again
 IDLE_POLL_S = 5.0
+DRAIN_S = 15.0  # how long a stopping daemon lets the lines in flight finish (then they are cancelled and run again)
 
 
 @dataclass
@@ -77,9 +78,12 @@ class BatchRunner:
         self._loop_task = asyncio.get_running_loop().create_task(self._loop(), name="batch-runner")
 
     async def stop(self) -> None:
+        """Start no more lines; let those in flight finish for up to :data:`DRAIN_S`, then cancel the rest."""
         if self._loop_task is not None:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=DRAIN_S)
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

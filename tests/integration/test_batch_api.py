@@ -280,13 +280,17 @@ def test_oversize_and_over_quota_uploads_are_refused(box):
 
 
 def test_sigkill_mid_batch_resumes_without_losing_or_repeating_a_line(box):
-    """Runs last in the module: it kills and restarts the shared daemon."""
+    """Runs last in the module: it kills (then stops) and restarts the shared daemon."""
     _, client = _key(box, "batch-crash")
-    file_id = _upload(client, _lines(50, max_tokens=24, prefix="k"))
+    file_id = _upload(client, _lines(50, max_tokens=300, prefix="k"))
     batch = client.batches.create(input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h")
     before = _wait(client, batch.id, until=lambda b: b.request_counts.completed >= 8 or b.status in TERMINAL)
     assert before.status == "in_progress", "the batch finished before the kill: make its lines longer"
     _sigkill_all_at_once(box)
+    box.start()
+    again = _wait(client, batch.id, until=lambda b: b.request_counts.completed >= before.request_counts.completed + 8)
+    assert again.status == "in_progress", "the batch finished before the stop: make its lines longer"
+    box.stop()  # and a plain stop (SIGTERM) mid-batch: the lines in flight finish first
     box.start()
     done = _wait(client, batch.id)
     assert done.status == "completed" and (done.request_counts.completed, done.request_counts.failed) == (50, 0)
