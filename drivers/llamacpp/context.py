@@ -95,6 +95,10 @@ class DecodeContext:
         if rc != 0:
             raise DecodeFailure(f"llama_decode failed ({rc}): the KV cache is full or the batch was rejected")
 
+    def set_threads(self, n: int) -> None:
+        """Compute with ``n`` threads from the next decode on (see :mod:`.contention`)."""
+        ll.llama_set_n_threads(self.ctx, n, n)
+
     def drop(self, sid: int, start: int = -1) -> bool:
         """Forget ``sid``'s KV from position ``start`` on (all of it for -1); False if libllama cannot cut there."""
         return ll.llama_memory_seq_rm(self.mem, sid, start, -1)

@@ -4,10 +4,12 @@ The context is created on first use with ``embeddings=True``; pooling comes
 from the model's metadata (``llama_pooling_type``), and models that declare
 none (decoder LMs) are mean-pooled. Inputs are packed several sequences per
 ``llama_decode``. Runs on the batcher's decode thread: one group between two
-decode steps, sized by :class:`.scheduling.StepPacer` to last about
+decode steps, sized from the embedding rate learned at the current compute
+thread count (:class:`.contention.ThreadPacer`) to last about
 :data:`.scheduling.BUSY_STEP_S` while sequences generate (or one longer input
 alone, since a pooled sequence must fit one decode), so a request with
-hundreds of inputs does not stop generation while it is embedded.
+hundreds of inputs does not stop generation while it is embedded, and a group
+stays that short when the worker gives up a thread to a busy box.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from typing import TypeAlias
 
 import llama_cpp.llama_cpp as ll
 
+from .contention import ThreadPacer
 from .errors import EmbeddingError
 from .model import LoadedModel
-from .scheduling import BUSY_STEP_S, LONE_STEP_S, StepPacer
+from .scheduling import BUSY_STEP_S, LONE_STEP_S
 
 #: Fewest tokens a group may hold (an input longer than the group's limit goes alone).
 MIN_EMBED_TOKENS = 16
@@ -67,6 +70,10 @@ class Embedder:
         self.ctx = ectx
         self.batch = ll.llama_batch_init(ctx, 0, 1)
         self.n_embd = ll.llama_model_n_embd_out(model.ptr)
+
+    def set_threads(self, n: int) -> None:
+        """Compute with ``n`` threads from the next group on (see :mod:`.contention`)."""
+        ll.llama_set_n_threads(self.ctx, n, n)
 
     def embed(self, inputs: list[list[int]]) -> list[list[float]]:
         """All of ``inputs`` at once (groups as large as the context allows)."""
@@ -136,12 +143,18 @@ class EmbedQueue:
         self._waiting: collections.deque[tuple[list[list[int]], EmbedDone]] = collections.deque()
         self._current: tuple[EmbedJob, EmbedDone] | None = None
         self._embedder: Embedder | None = None  # created on first use
-        self._pacer = StepPacer(MIN_EMBED_TOKENS)
+        self._pacer = ThreadPacer(MIN_EMBED_TOKENS, lambda: self._threads)  # a rate per thread count
         self.debt = 0.0
 
     @property
     def idle(self) -> bool:
         return self._current is None and not self._waiting
+
+    def set_threads(self, n: int) -> None:
+        """The worker's compute threads changed (decode thread only): the embedding context follows."""
+        self._threads = n
+        if self._embedder is not None:
+            self._embedder.set_threads(n)
 
     def add(self, inputs: list[list[int]], done: EmbedDone) -> None:
         """Queue a request (the caller holds the batcher's lock)."""
