@@ -39,6 +39,7 @@ import threading
 import time
 from concurrent.futures import Future
 
+from .contention import ComputeThreads, ContentionPolicy
 from .context import DecodeContext
 from .embed import EmbedQueue
 from .latency import LatencyTargets
@@ -50,7 +51,7 @@ from .scheduling import PrefixCache
 from .sequence import FINISH_CANCELLED, FINISH_ERROR, Event, Sequence, Slot
 from .slot_results import SlotResults
 from .speculation import SPEC_MAX_SEQS, draft
-from .step_planner import StepPlanner, write_chunks
+from .step_planner import MIN_PREFILL_TOKENS, StepPlanner, write_chunks
 from .token_sampler import TokenSampler
 
 
@@ -70,6 +71,7 @@ class Batcher:
         embedding_only: bool = False,
         kv: KvSettings = KvSettings(),
         even_outputs: str = "auto",
+        contention: ContentionPolicy = ContentionPolicy(),
         targets: LatencyTargets | None = None,
     ) -> None:
         self.model = model
@@ -107,8 +109,11 @@ class Batcher:
             self.context = DecodeContext(model, ctx_per_slot=ctx, parallel=parallel, threads=threads, n_batch=self.n_batch, kv=kv)
             self._sampler = TokenSampler(self.context.ctx, model.info.n_vocab, self._sampled_ready)
             self._prefix = PrefixCache(self.context, self.slots, model.info.n_swa)
+        # fewer compute threads while other work takes the cores; step sizes learned per thread count (.contention)
+        self.compute = ComputeThreads(threads, [t for t in (self.context, self._embeds) if t is not None], contention)
         # how much prompt reading each step carries, and whose: from the latency targets (.step_planner)
-        self._planner = StepPlanner(targets or LatencyTargets(), self.n_batch)
+        pacer = self.compute.pacer(MIN_PREFILL_TOKENS)
+        self._planner = StepPlanner(targets or LatencyTargets(), self.n_batch, pacer=pacer, regime=lambda: self.compute.threads)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the decode thread; returns once it has warmed the context up (blocks: call it off the loop)."""
@@ -176,6 +181,7 @@ class Batcher:
             "even_outputs_odd_rows_us": self.parity_us[0],
             "even_outputs_even_rows_us": self.parity_us[1],
             "even_outputs_padded_steps_total": self.context.padded_steps if self.context is not None else 0,
+            **self.compute.snapshot(),
         }
 
     # -- decode thread ----------------------------------------------------------
@@ -245,6 +251,7 @@ class Batcher:
                 self._decode_only["stream_seconds"] += dt * streams
             self._planner.observe(rows, read, dt)
             embeds.decoded(dt)
+            self.compute.tick()
         if self._sampler is not None:
             self._sampler.close()
         for slot in active:
