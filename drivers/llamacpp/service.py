@@ -18,6 +18,7 @@ from appliance.jsontypes import JsonObject, JsonValue
 from .batcher import Batcher
 from .chat_output import ChatOutput
 from .constraint import GrammarCompiler
+from .contention import ContentionPolicy
 from .errors import ContextLengthExceeded
 from .latency import LatencyTargets
 from .logprobs import LogprobRecorder
@@ -51,6 +52,7 @@ class WorkerConfig:
     gpu: GpuPlacement = GpuPlacement()
     kv: KvSettings = KvSettings()
     even_outputs: str = "auto"
+    contention: ContentionPolicy = ContentionPolicy()
     targets: LatencyTargets = LatencyTargets()  # TTFT and TPOT targets per priority class (see .latency)
 
 
@@ -81,6 +83,7 @@ class WorkerEngine:
                 embedding_only=cfg.embedding,
                 kv=cfg.kv,
                 even_outputs=cfg.even_outputs,
+                contention=cfg.contention,
                 targets=cfg.targets,
             )
         except BaseException:

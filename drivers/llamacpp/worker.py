@@ -29,6 +29,7 @@ from appliance.errors import ApplianceError, BadRequest, EngineUnavailable, NotF
 from appliance.jsontypes import JsonObject
 
 from .chat_output import ChatOutput
+from .contention import ContentionPolicy
 from .errors import DecodeFailure, EmbeddingError, MethodNotAllowed, ModelLoadError, WorkerError
 from .http_io import JSON_HEADERS, SSE_HEADERS, Receive, Send, off_loop, read_json, send_json
 from .latency import LatencyTargets, parse_targets, priority_of
@@ -281,12 +282,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="auto",
         help="pad decodes keeping an odd number (3+) of logits rows to even: auto measures at load",
     )
+    ap.add_argument(
+        "--adapt-threads",
+        choices=("on", "off"),
+        default="on",
+        help="compute with fewer threads while other processes take the cores (see contention.py)",
+    )
+    ap.add_argument("--adapt-probe-s", type=float, default=5.0, help="seconds at fewer threads before one more is tried")
+    ap.add_argument(
+        "--adapt-max-probe-s", type=float, default=60.0, help="longest wait between tries after tries that met contention"
+    )
     args = ap.parse_args(argv)
     for name in ("ctx", "parallel", "threads", "batch_size"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.spec_ngram < 0:
         ap.error("--spec-ngram must be 0 or more")
+    if args.adapt_probe_s <= 0 or args.adapt_max_probe_s <= 0:
+        ap.error("--adapt-probe-s and --adapt-max-probe-s must be more than 0")
     if args.main_gpu < 0:
         ap.error("--main-gpu must be 0 or more")
     if is_quantized_kv(args.kv_type) and args.flash_attn == "off":
@@ -331,6 +344,9 @@ async def serve(args: argparse.Namespace) -> int:
         kv=KvSettings(kv_type=args.kv_type, flash_attn=args.flash_attn, swa_full=args.swa_full),
         even_outputs=args.even_outputs,
         targets=args.latency_targets,
+        contention=ContentionPolicy(
+            enabled=args.adapt_threads == "on", probe_s=args.adapt_probe_s, max_probe_s=args.adapt_max_probe_s
+        ),
     )
     try:
         engine = await loop.run_in_executor(None, WorkerEngine, cfg)
