@@ -196,6 +196,24 @@ def test_cancel_stops_new_lines(box):
     assert f"Batch {batch.id} is cancelled" in _ctl(box, "batches", "cancel", batch.id)
 
 
+def test_a_batch_past_its_window_expires_its_remaining_lines(box):
+    _, client = _key(box, "batch-expiry")
+    file_id = _upload(client, _lines(60, max_tokens=300, prefix="e"))
+    batch = client.batches.create(input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h")
+    _wait(client, batch.id, until=lambda b: b.request_counts.completed >= 2)
+    with sqlite3.connect(box.data_dir / "appliance.db") as db:  # the 24 hours pass
+        db.execute("UPDATE batches SET expires_at = 0 WHERE id = ?", (batch.id,))
+    done = _wait(client, batch.id)
+    assert done.status == "expired" and done.expired_at is not None
+    counts = done.request_counts
+    assert counts.completed >= 2 and counts.failed >= 1 and counts.completed + counts.failed == 60
+    expired = _jsonl(client.files.content(done.error_file_id).text)
+    assert len(expired) == counts.failed
+    assert all(line["response"] is None and line["error"]["code"] == "batch_expired" for line in expired)
+    assert len(_jsonl(client.files.content(done.output_file_id).text)) == counts.completed
+    assert len(_ledger(box, batch.id)) == counts.completed  # expired lines never ran
+
+
 def test_budget_running_out_fails_the_remaining_lines_with_the_quota_error(box):
     secret, client = _key(box, "batch-budget")
     with box.admin() as admin:
