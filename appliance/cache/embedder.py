@@ -25,6 +25,8 @@ from appliance.settings import Settings
 if TYPE_CHECKING:
     import llama_cpp
 
+    from appliance.drivers.llamacpp.contention import ComputeThreads
+
 MODELS_DIR = Path(__file__).parent / "embedding_models"
 DEFAULT_MODEL = MODELS_DIR / "all-MiniLM-L6-v2.Q8_0.gguf"
 DEFAULT_MODEL_SHA256 = "e2b1264561f667cc8259f5a92d915a5cc7bbec62443096878fcb7d2b60feb80f"
@@ -63,6 +65,11 @@ class LlamaCppEmbedder:
     thread makes every graph's threads sleep at its barriers; see
     ``appliance.drivers.llamacpp.context``). The model is small enough that one
     compute thread is the right size on a box whose cores belong to the LLM engines.
+
+    With ``threads`` > 1 the embedder gives threads up while other processes take
+    the cores, as the engine worker does (``appliance.drivers.llamacpp.contention``):
+    its OpenMP team would otherwise spin at each barrier for a descheduled member.
+    :attr:`compute` holds the decision and its counters (None with one thread).
     """
 
     def __init__(self, path: Path = DEFAULT_MODEL, *, threads: int = 1, context: int = 512, name: str | None = None):
@@ -79,6 +86,11 @@ class LlamaCppEmbedder:
             self._thread.shutdown()
             raise
         self.dim = int(self._model.n_embd())
+        self.compute: ComputeThreads | None = None
+        if threads > 1:
+            from appliance.drivers.llamacpp.contention import ComputeThreads
+
+            self.compute = ComputeThreads(threads, [_ContextThreads(self._model)])
 
     def _load(self, threads: int) -> llama_cpp.Llama:
         import llama_cpp
@@ -108,7 +120,10 @@ class LlamaCppEmbedder:
     def _embed(self, texts: list[str]) -> list[list[float]]:
         if self._model is None:
             raise RuntimeError("the embedding model is closed")
-        return [self._model.embed(t, truncate=True) for t in texts]
+        rows = [self._model.embed(t, truncate=True) for t in texts]
+        if self.compute is not None:
+            self.compute.tick()  # on the embedder's thread, the one whose run-queue waits it reads
+        return rows
 
     def close(self) -> None:
         try:
@@ -121,6 +136,16 @@ class LlamaCppEmbedder:
         model, self._model = self._model, None
         if model is not None:
             model.close()
+
+
+class _ContextThreads:
+    """The loaded model's context as a thread-count target (llama-cpp-python 0.3's context wrapper)."""
+
+    def __init__(self, model: llama_cpp.Llama) -> None:
+        self._model = model
+
+    def set_threads(self, n: int) -> None:
+        self._model._ctx.set_n_threads(n, n)
 
 
 def make_embedder(settings: Settings) -> Embedder | None:
