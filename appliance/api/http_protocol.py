@@ -160,8 +160,8 @@ def edge_protocol(limits: EdgeLimits, guard: PeerGuard | None = None) -> type[as
 
         def on_message_complete(self) -> None:
             self._disarm()
-            if self._ticket is not None:
-                self._ticket.busy = True
+            if self._ticket is not None and self.cycle is not None and not self.cycle.response_complete:
+                self._ticket.busy = True  # being answered: not closed for its address's count until the response ends
             super().on_message_complete()
 
         def on_response_complete(self) -> None:
