@@ -41,6 +41,7 @@ from appliance.tls.context import TlsContext
 from appliance.tls.expiry import CHECK_EVERY_SECONDS, ExpiryWatch
 from appliance.tls.hsts import StrictTransport
 from appliance.tls.mode import tls_mode
+from appliance.tls.redirect import RedirectToHttps
 
 log = logging.getLogger("appliance.daemon")
 
@@ -91,6 +92,27 @@ async def _watch_expiry(watch: ExpiryWatch, tls: TlsContext) -> None:
         except Exception:  # a locked database or a bad webhook must not end the watch
             log.exception("TLS expiry check failed")
         await asyncio.sleep(CHECK_EVERY_SECONDS)
+
+
+async def _start_redirect(settings: Settings, limits: EdgeLimits, common: dict[str, Any]) -> tuple[_Server, asyncio.Task]:
+    """The plain-HTTP port that only redirects to https (``tls_redirect_port``), listening."""
+    config = uvicorn.Config(
+        RedirectToHttps(settings.allowed_hosts, settings.port),
+        host=settings.host,
+        port=settings.tls_redirect_port or 0,
+        lifespan="off",
+        http=edge_protocol(limits),
+        limit_concurrency=settings.max_connections,
+        **common,
+    )
+    server = _Server(config)
+    task = asyncio.create_task(server.serve(), name="redirect-server")
+    while not server.started:
+        if task.done():
+            task.result()
+            raise ConfigError(f"could not listen on {settings.host}:{settings.tls_redirect_port} (tls_redirect_port)")
+        await asyncio.sleep(0.05)
+    return server, task
 
 
 async def serve(settings: Settings) -> None:
@@ -172,6 +194,7 @@ async def serve(settings: Settings) -> None:
         os.umask(old_umask)
     if settings.admin_socket.exists():
         os.chmod(settings.admin_socket, 0o660)
+    redirect = await _start_redirect(settings, limits, common) if tls is not None and settings.tls_redirect_port else None
 
     watchdog: asyncio.Task | None = None
     interval = watchdog_interval()
@@ -193,7 +216,9 @@ async def serve(settings: Settings) -> None:
     done, _ = await asyncio.wait({public_task, admin_task, asyncio.create_task(stop.wait())}, return_when=asyncio.FIRST_COMPLETED)
     admin.should_exit = True
     public.should_exit = True
-    await asyncio.gather(public_task, admin_task, return_exceptions=True)
+    if redirect is not None:
+        redirect[0].should_exit = True
+    await asyncio.gather(public_task, admin_task, *(redirect[1:] if redirect else ()), return_exceptions=True)
     if watchdog:
         watchdog.cancel()
     if expiry:
@@ -226,6 +251,7 @@ def run(settings: Settings) -> int:
         setup_logging(settings.log_level, settings.log_format, settings.log_dir)
         lock.acquire()
         dbmod.migrate(settings.db_path)
+        _first_admin(settings)
         if allocator == "system":
             map_large_blocks()
         log.info("C allocator: %s", allocator)
@@ -236,6 +262,17 @@ def run(settings: Settings) -> int:
     finally:
         lock.release()
     return 0
+
+
+def _first_admin(settings: Settings) -> None:
+    """A data dir with no admin gets `admin` and a one-time password file, as the installer makes (see appliance.first_admin)."""
+    from appliance.first_admin import ensure_first_admin
+
+    engine = dbmod.make_engine(settings.db_path)
+    try:
+        ensure_first_admin(settings, engine)
+    finally:
+        engine.dispose()
 
 
 def given_settings(settings: Settings) -> dict[str, str]:

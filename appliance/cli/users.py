@@ -1,4 +1,4 @@
-"""`appliancectl users create|passwd|unlock`: console users, through the daemon's admin API."""
+"""`appliancectl users create|passwd|unlock|initial-password`: console users, through the daemon's admin API."""
 
 from __future__ import annotations
 
@@ -51,6 +51,29 @@ def register(group: click.Group) -> None:
             ctx, "PUT", f"/admin/users/{username}/password", json={"password": password, "must_change_password": must_change}
         )
         click.echo(f"Password set for {done['username']}; {done['sessions_ended']} session(s) ended.")
+
+    @users.command("initial-password")
+    @click.pass_context
+    def initial_password(ctx: click.Context) -> None:
+        """Print the first admin's one-time password while it is still the one to sign in with.
+
+        It is kept in <data dir>/initial-admin-password (mode 0600; root's after a system
+        install, so run this with sudo there) until `admin` has chosen their own.
+        """
+        from appliance.cli.setup import password_file
+
+        path = password_file(ctx.find_root().obj["settings"])
+        try:
+            password = path.read_text().strip()
+        except FileNotFoundError:
+            raise click.ClickException(
+                f"no one-time password is pending ({path} does not exist): `admin` has chosen their own;"
+                " `appliancectl users passwd admin` sets a new one"
+            ) from None
+        except PermissionError:
+            raise click.ClickException(f"{path} is not readable by this user; run this command with sudo") from None
+        click.echo(f"User `admin`, one-time password: {password}")
+        click.echo("(It signs in until `admin` chooses their own password; the next daemon start then removes the file.)")
 
     @users.command("unlock")
     @click.argument("username")

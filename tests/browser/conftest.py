@@ -43,12 +43,13 @@ playwright_sync = pytest.importorskip("playwright.sync_api", reason="playwright 
 
 @pytest.fixture(scope="session")
 def console_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
-    from appliance.accounts.users import create_user, ensure_initial_admin
+    from appliance.accounts.users import create_user
     from appliance.db.engine import make_engine
 
     running = start_daemon(tmp_path_factory.mktemp("console"), APPLIANCE_ALLOW_PRIVATE_PULL_HOSTS='["127.0.0.1"]')
     engine = make_engine(running.data_dir / "appliance.db")
-    running.initial_password = ensure_initial_admin(engine)  # what the installer prints: user `admin`
+    # The daemon made `admin` on its empty data dir, as the installer would: its one-time password is in this file.
+    running.initial_password = (running.data_dir / "initial-admin-password").read_text().strip()
     for name, (role, password) in USERS.items():
         create_user(engine, name, password, role=role)
     engine.dispose()
