@@ -163,6 +163,12 @@ class Settings(BaseSettings):
     engine_threads: int | None = Field(
         default=None, ge=1, description="CPU threads per llama.cpp engine. Unset: the planner chooses from the core count."
     )
+    engine_adapt_threads: bool = Field(
+        default=True,
+        description="llama.cpp engines compute with fewer threads while other processes take the box's cores (their "
+        "compute threads would spin at every graph barrier for a descheduled one), and try their full count again "
+        "every few seconds to a minute. Off: always engine_threads.",
+    )
     engine_parallel: int = Field(default=8, ge=1, le=256, description="Concurrent sequences (slots) per llama.cpp engine.")
     engine_context: int = Field(
         default=4096,

@@ -213,3 +213,17 @@ def test_thread_pacer_learns_one_rate_per_thread_count():
     assert p.tokens(0.2, 256) == 40  # the two-thread rate was kept
     n[0] = 4
     assert p.rate == pytest.approx(200.0)  # more threads are not assumed faster until measured
+
+
+def test_engine_adapt_threads_setting_reaches_the_worker_argv(tmp_path):
+    from types import SimpleNamespace
+
+    from appliance.drivers.llamacpp.driver import LlamaCppDriver
+    from appliance.drivers.llamacpp.worker import parse_args
+    from appliance.settings import Settings
+
+    plan = SimpleNamespace(model_path="/m.gguf", context=512, parallel=2, threads=2, n_gpu_layers=0, model="m")
+    for value, flag in ((True, "on"), (False, "off")):
+        settings = Settings(data_dir=tmp_path, engine_adapt_threads=value)
+        args = parse_args(LlamaCppDriver().command(plan, tmp_path / "s.sock", settings)[3:])
+        assert args.adapt_threads == flag
