@@ -16,7 +16,7 @@ from appliance.db.tables import User
 from appliance.webui import csrf
 from appliance.webui.context import Console, ConsoleUser, console_user, is_https
 from appliance.webui.gate import SCOPE_PRE_NEW
-from appliance.webui.render import page
+from appliance.webui.render import page, partial
 from appliance.webui.sessions import clear_cookie, session_cookie
 
 _DUMMY_HASH: list[str] = []
@@ -180,7 +180,10 @@ async def change_password(request: Request, user: ConsoleUser, console: Console,
         error = "The two new passwords differ."
     elif new == current:
         error = "Choose a password different from the current one."
-    if error:
+    htmx = request.headers.get("HX-Request") == "true"
+    if error:  # htmx: only the message; the browser keeps the fields as typed, and no password is ever sent back
+        if htmx:
+            return partial(request, "_alert.html", status=400, kind="error", message=error)
         return page(request, "password.html", status=400, error=error, done=False)
     with session(db) as s:
         s.execute(update(User).where(User.id == user.id).values(password_hash=hash_password(new), must_change_password=False))  # type: ignore[arg-type]
@@ -188,7 +191,11 @@ async def change_password(request: Request, user: ConsoleUser, console: Console,
     ended = console.sessions.delete_for_user(user.id, keep=user.sid)
     audit.record(user.actor, "user.password_change", user.username, f"other_sessions_ended={ended}")
     if user.must_change_password:
+        if htmx:
+            return Response(content="", status_code=200, headers={"HX-Redirect": "/"})
         return Response(content="", status_code=303, headers={"Location": "/"})
+    if htmx:
+        return partial(request, "_password_done.html")
     return page(request, "password.html", error=None, done=True)
 
 

@@ -189,7 +189,14 @@
     xhr.consoleSettled = true;
     var origin = xhr.consoleOrigin;
     var placed = null;
-    if (origin && xhr.status >= 400 && origin.placedError && origin.placedError.isConnected) reveal(origin.placedError);
+    if (origin && xhr.status >= 400 && origin.placedError && origin.placedError.isConnected) {
+      // a refusal takes the focus, so it is read out and the fields the user typed stay as they were
+      reveal(origin.placedError);
+      var refusal = origin.placedError.querySelector("[role=alert]") || origin.placedError;
+      refusal.setAttribute("tabindex", "-1");
+      refusal.focus({preventScroll: true});
+      return;
+    }
     if (origin && xhr.status < 400) {
       var found = origin.control.isConnected ? {anchor: null, control: origin.control} : relocate(origin.where);
       document.querySelectorAll("[data-feedback]:not([data-placed])").forEach(function (message) {
@@ -272,10 +279,12 @@
     if (range) range.value = "custom";
   }, true);
 
-  // Reset a form after htmx posted it successfully, when it asks for that.
+  // Reset a form after htmx posted it successfully, when it asks for that. An error answer is swapped in
+  // beside the form (see above), which htmx then counts as successful: the status says it was not.
   document.addEventListener("htmx:afterRequest", function (event) {
     var elt = event.detail && event.detail.elt;
-    if (!elt || !elt.matches || !event.detail.successful) return;
+    var xhr = event.detail && event.detail.xhr;
+    if (!elt || !elt.matches || !event.detail.successful || !xhr || xhr.status >= 400) return;
     if (elt.matches("form[data-reset]")) elt.reset();
     if (elt.matches("form[data-clear-prompt]")) {
       var prompt = elt.querySelector("textarea[name=prompt]");
