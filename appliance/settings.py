@@ -402,6 +402,16 @@ class Settings(BaseSettings):
         ge=0,
         description="max-age of the Strict-Transport-Security header sent on every HTTPS response. 0 sends none.",
     )
+    tls_redirect_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description=(
+            "With TLS on, a plain-HTTP port on the same address that only answers 301 to the same path on https (e.g. 80; "
+            "ports below 1024 need the service's CAP_NET_BIND_SERVICE). Nothing is served and no credential accepted there. "
+            "Unset: no plain port."
+        ),
+    )
     allow_private_pull_hosts: list[str] = Field(
         default_factory=list,
         description="Hosts on loopback or private networks that model pulls may reach (SSRF defence). Empty: none.",

@@ -8,6 +8,7 @@
 - :mod:`appliance.tls.validate`: checks of an admin's certificate and key files before use.
 - :mod:`appliance.tls.context`: the one ``ssl.SSLContext`` of the listener and its reload.
 - :mod:`appliance.tls.hsts`: the Strict-Transport-Security header on every https response.
+- :mod:`appliance.tls.redirect`: the optional plain-HTTP port that only answers 301 to https.
 - :mod:`appliance.tls.expiry`: the alert raised when the served certificate nears its expiry.
 
 May import :mod:`appliance.settings`, :mod:`appliance.errors`, ``cryptography``, and (for the expiry

@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives import serialization
 
 from appliance.tls.certinfo import fingerprint, pem
 from appliance.tls.generate import issue_server
+from tests.daemon import free_port
 from tests.tlskit import TINY, TlsDaemon, negotiated, openssl_fingerprint, s_client, start_tls_daemon, tls_daemon_env
 
 pytestmark = pytest.mark.slow
@@ -34,7 +35,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def box(tmp_path_factory: pytest.TempPathFactory):
-    running = start_tls_daemon(tmp_path_factory.mktemp("tls"))
+    running = start_tls_daemon(tmp_path_factory.mktemp("tls"), APPLIANCE_TLS_REDIRECT_PORT=str(free_port()))
     try:
         yield running
     finally:
@@ -91,6 +92,36 @@ def test_tls_before_1_2_is_refused(box: TlsDaemon, version: str) -> None:
 def test_plain_http_on_the_tls_port_gets_no_page(box: TlsDaemon) -> None:
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"http://127.0.0.1:{box.port}/healthz", timeout=5)
+
+
+def _usage_rows(box: TlsDaemon) -> int:
+    import sqlite3
+
+    with sqlite3.connect(box.data_dir / "appliance.db") as conn:
+        return conn.execute("SELECT count(*) FROM usage").fetchone()[0]
+
+
+def test_the_plain_port_only_redirects_and_accepts_no_credential(box: TlsDaemon) -> None:
+    plain = f"http://127.0.0.1:{box.env['APPLIANCE_TLS_REDIRECT_PORT']}"
+    key = box.create_key("tls-plain")
+    before = _usage_rows(box)
+    with httpx.Client(base_url=plain, headers={"Authorization": f"Bearer {key}"}, timeout=30) as web:
+        r = web.get("/v1/models?limit=5&x=%2F")
+        assert r.status_code == 301 and r.content == b""
+        assert r.headers["location"] == f"{box.url}/v1/models?limit=5&x=%2F"
+        assert r.headers.get("connection") == "close"
+        body = {"model": TINY, "messages": [{"role": "user", "content": "on the plain port"}], "max_tokens": 3}
+        chat = web.post("/v1/chat/completions", json=body)
+        assert chat.status_code == 301 and chat.content == b""
+        assert chat.headers["location"] == f"{box.url}/v1/chat/completions"
+        for path in ("/admin/keys/", "/login", "/metrics"):
+            assert web.get(path).status_code == 301
+        assert web.get("/", headers={"Host": "evil.example"}).status_code == 403
+        assert "location" not in web.get("/", headers={"Host": "evil.example:80"}).headers
+    assert _usage_rows(box) == before  # nothing ran: no request was served or metered there
+    with httpx.Client(verify=str(box.ca), follow_redirects=True, timeout=30) as browser_like:
+        landed = browser_like.get(plain + "/healthz")
+        assert landed.status_code == 200 and str(landed.url) == box.url + "/healthz"
 
 
 def test_openai_sdk_chats_over_https_trusting_the_box_ca(box: TlsDaemon) -> None:
