@@ -48,6 +48,13 @@ LINGER_S = 15.0
 MAX_PROMPT = 32_000
 
 
+def duration(seconds: float) -> str:
+    """A duration for people: milliseconds below a second, else seconds with one decimal ("840 ms", "13.9 s")."""
+    if seconds < 0.9995:
+        return f"{max(seconds, 0.0) * 1000:.0f} ms"
+    return f"{seconds:.1f} s"
+
+
 def _is_base(entry: JsonObject | None) -> bool:
     caps = entry.get("capabilities") if entry else None
     return isinstance(caps, list) and "completion" in caps and "chat" not in caps
@@ -135,16 +142,22 @@ def _as_api_call(request: Request) -> Request:
 
 async def _next_chunk(chunks: AsyncIterator[bytes | str], stop: asyncio.Event) -> bytes | str | None:
     """The stream's next chunk; None when it ended, or when Stop came first (the pending read is then cancelled,
-    which closes the gateway's stream: the engine connection is closed and the request settled as abandoned)."""
+    which closes the gateway's stream: the engine connection is closed and the request settled as abandoned).
+
+    The read runs as its own task; whatever ends this wait (Stop, or the browser leaving, which cancels
+    the relay here) ends that task first, so nothing is left running inside the gateway's stream when
+    the caller closes it (``aclose()`` of a generator another task is still running raises RuntimeError).
+    """
     read = asyncio.ensure_future(anext(chunks))
     stopped = asyncio.ensure_future(stop.wait())
     try:
         await asyncio.wait({read, stopped}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         stopped.cancel()
-    if not read.done():
-        read.cancel()
-        await asyncio.gather(read, return_exceptions=True)
+        if not read.done():
+            read.cancel()
+            await asyncio.gather(read, return_exceptions=True)
+    if read.cancelled():
         return None
     try:
         return read.result()
@@ -212,9 +225,11 @@ async def _relay(
         "tier": tier,
         "prompt_tokens": usage.get("prompt_tokens"),
         "completion_tokens": completion,
-        "ttft_ms": (first - started) * 1000 if first else None,
+        "ttft": duration(first - started) if first else None,
+        # a cache replay generated nothing: its speed would be the replay's, not the model's
+        "cached": tier != "miss",
         "tokens_per_s": completion / (elapsed - (first - started)) if first and elapsed > (first - started) else None,
-        "seconds": elapsed,
+        "seconds": duration(elapsed),
         "empty": not text and not stop.is_set(),
         "stopped": stop.is_set(),
         "at_max_tokens": finish_reason == "length" and not stop.is_set(),

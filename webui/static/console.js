@@ -292,13 +292,54 @@
     }
   });
 
+  // Playground: Send waits while a prompt is being sent or an answer streams (a turn marked
+  // data-streaming until its stream closes: done, failure, Stop, or the turn removed), so answers do
+  // not pile up; it comes back when the stream ends, or at once when the send itself was refused.
+  function playgroundForm(elt) { return elt && elt.matches && elt.matches("form.play") ? elt : null; }
+
+  function playgroundBusy() {
+    var form = document.querySelector("form.play");
+    if (!form) return false;
+    return form.hasAttribute("data-sending") || document.querySelector("#chat-log [data-streaming]") !== null;
+  }
+
+  function updateSend() {
+    var send = document.querySelector("form.play [data-testid=send]");
+    if (!send) return;
+    var busy = playgroundBusy();
+    send.disabled = busy;
+    send.textContent = busy ? "Answering…" : "Send";
+  }
+
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var form = playgroundForm(event.detail && event.detail.elt);
+    if (!form) return;
+    if (playgroundBusy()) { event.preventDefault(); return; }
+    form.setAttribute("data-sending", "");
+    updateSend();
+  });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    var form = playgroundForm(event.detail && event.detail.elt);
+    if (!form) return;
+    form.removeAttribute("data-sending");
+    updateSend();
+  });
+  ["htmx:sseClose", "htmx:sseError"].forEach(function (name) {
+    document.addEventListener(name, function (event) {
+      var turn = event.target instanceof Element ? event.target.closest("[data-streaming]") : null;
+      if (turn) turn.removeAttribute("data-streaming");
+      updateSend();
+    });
+  });
+  document.addEventListener("htmx:afterSettle", updateSend);
+
   // Playground: Enter sends the prompt, Shift+Enter inserts a newline.
   document.addEventListener("keydown", function (event) {
     var area = event.target;
     if (!(area instanceof HTMLTextAreaElement) || !area.hasAttribute("data-enter-sends")) return;
     if (event.key !== "Enter" || event.shiftKey || event.isComposing) return;
     event.preventDefault();
-    if (area.form && area.value.trim()) area.form.requestSubmit();
+    if (area.form && area.value.trim() && !playgroundBusy()) area.form.requestSubmit();
   });
 
   // Playground: a base model defaults to text completion, a chat model to chat.
