@@ -140,6 +140,7 @@ class QuotaService:
                 raise BadRequest(f"{name} must be a whole number.", param=name)
         now = self._clock()
         windows = Windows()
+        spent = self._window_spend(sub, [name for name, value in changes.items() if value is not None], now)
         with session(self.db) as s:
             row = s.execute(select(Quota).where(Quota.subject_type == sub.type, Quota.subject_id == sub.id)).scalars().first()
             if row is None:
@@ -152,10 +153,9 @@ class QuotaService:
                 row.alert_percent = None if alert is None else float(alert)
             s.add(row)
             for name, value in changes.items():
-                if value is not None and BY_NAME[name].window is not None:  # the running window: new limit, ledger's spend
-                    start, end = windows.bounds(BY_NAME[name].window, now)
-                    params = {"subject_type": sub.type, "subject_id": sub.id, "dimension": name, "start": start, "end": end}
-                    s.execute(text(sync_sql(sub.type, BY_NAME[name], self._cache_counts())), {**params, "limit": float(value)})
+                if name in spent:  # the running window: the new limit, and the ledger's spend
+                    params = {"subject_type": sub.type, "subject_id": sub.id, "dimension": name, "limit": float(value or 0)}
+                    s.execute(text(sync_sql(sub.type, BY_NAME[name], self._cache_counts())), {**params, **spent[name]})
                 if value is not None:  # running windows take the new limit at once
                     start, _ = windows.bounds(BY_NAME[name].window, now)
                     s.execute(
@@ -178,6 +178,23 @@ class QuotaService:
             self._audit(s, actor, "quota.delete", sub.label, None)
             s.commit()
         self._changed_quotas()
+
+    def _window_spend(self, sub: Subject, names: list[str], now: float) -> dict[str, dict[str, float]]:
+        """For each windowed dimension in ``names``: its window, the largest ledger id now committed (``upto``)
+        and what the ledger holds for the window up to it (``base``): read before set_quota's write transaction."""
+        windows = Windows()
+        out: dict[str, dict[str, float]] = {}
+        with session(self.db) as s:
+            upto = s.execute(text("SELECT coalesce(max(id), 0) FROM usage")).scalar_one()
+            for name in names:
+                dimension = BY_NAME[name]
+                if dimension.window is None:
+                    continue
+                start, end = windows.bounds(dimension.window, now)
+                window = {"subject_id": sub.id, "start": start, "end": end, "upto": upto}
+                base = s.execute(text("SELECT " + spent_sql(sub.type, dimension, self._cache_counts(), "upto")), window)
+                out[name] = {"start": start, "end": end, "upto": upto, "base": float(base.scalar_one())}
+        return out
 
     def _cache_counts(self) -> bool:
         """Whether cached tokens count against token quotas (the meter's setting; they do without a meter)."""

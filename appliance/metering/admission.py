@@ -315,7 +315,7 @@ def _capped(
     for p in plans:
         if p.dimension.unit not in ("tokens", "cost"):
             continue
-        limit, spent, reserved = _peek(conn, p, cache_counts)
+        limit, spent, reserved = _made(conn, p, cache_counts)
         budgets.append(_Budget(p, limit - spent - reserved, 1.0 if p.dimension.unit == "tokens" else per_cost_token))
     cap = completion_cap(prompt, requested, [(b.remaining, b.per_token) for b in budgets])
     if cap is None:
@@ -364,6 +364,15 @@ def _window(p: Plan) -> dict[str, object]:
         "end": p.window_end,
         "limit": p.limit,
     }
+
+
+def _made(conn: sqlite3.Connection, p: Plan, cache_counts: bool) -> tuple[float, float, float]:
+    """(limit, spent, reserved) of a planned counter, made first if missing (its spend read from the ledger once)."""
+    row = conn.execute(_PEEK, (p.subject, p.subject_id, p.dimension.name, p.window_start)).fetchone()
+    if row is not None:
+        return row
+    conn.execute(create_sql(p.subject, p.dimension, cache_counts), _window(p))
+    return conn.execute(_PEEK, (p.subject, p.subject_id, p.dimension.name, p.window_start)).fetchone()
 
 
 def _peek(conn: sqlite3.Connection, p: Plan, cache_counts: bool = True) -> tuple[float, float, float]:

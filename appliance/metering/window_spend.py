@@ -34,9 +34,10 @@ _SUMS = {
 }
 
 
-def spent_sql(subject: str, dimension: Dimension, cache_counts: bool) -> str:
+def spent_sql(subject: str, dimension: Dimension, cache_counts: bool, rows: str = "") -> str:
     """``(SELECT ...)``: what ``subject`` (key | team) spent on ``dimension`` between ``:start`` and ``:end``.
 
+    ``rows`` narrows the ledger rows read: ``"upto"`` (``id <= :upto``) or ``"after"`` (``id > :upto``).
     0 for a concurrency counter (it never accumulates spend)."""
     if dimension.window is None:
         return "0"
@@ -44,7 +45,12 @@ def spent_sql(subject: str, dimension: Dimension, cache_counts: bool) -> str:
     if unit == "tokens" and not cache_counts:
         unit = "tokens_not_cached"
     column = _SUBJECT_COLUMN[subject]
-    return f"(SELECT {_SUMS[unit]} FROM usage WHERE {column} = :subject_id AND created_at >= :start AND created_at < :end)"
+    if rows == "after":  # the ledger's tail by rowid range: the unary + keeps the planner off the (subject, time) index
+        where = f"id > :upto AND +{column} = :subject_id AND +created_at >= :start AND +created_at < :end"
+    else:
+        where = f"{column} = :subject_id AND created_at >= :start AND created_at < :end"
+        where += " AND id <= :upto" if rows == "upto" else ""
+    return f"(SELECT {_SUMS[unit]} FROM usage WHERE {where})"
 
 
 def create_sql(subject: str, dimension: Dimension, cache_counts: bool) -> str:
@@ -60,11 +66,17 @@ def create_sql(subject: str, dimension: Dimension, cache_counts: bool) -> str:
 def sync_sql(subject: str, dimension: Dimension, cache_counts: bool) -> str:
     """Make or refresh the counter of one window: the new limit, and ``spent`` as the ledger has it.
 
+    The ledger is append-only and its ids grow in commit order, so the bulk of the sum can be read
+    before the write transaction (:func:`spent_sql` with ``rows="upto"``, up to the largest id then
+    committed, passed as ``:upto``, its sum as ``:base``); inside, only rows after ``:upto`` are read.
+    The write lock is then held for the few rows committed in between, not for a month of ledger.
+
     What requests in flight hold (``reserved``) is kept: their charges are added when they settle,
-    and their usage rows are not in the ledger yet. Same parameters as :func:`create_sql`."""
+    and their usage rows are not in the ledger yet. Parameters of :func:`create_sql`, and ``:upto``, ``:base``."""
+    after = spent_sql(subject, dimension, cache_counts, "after")
     return (
         "INSERT INTO quota_counters (subject_type, subject_id, dimension, window_start, limit_value, spent, reserved)"
-        f" VALUES (:subject_type, :subject_id, :dimension, :start, :limit, {spent_sql(subject, dimension, cache_counts)}, 0)"
+        f" VALUES (:subject_type, :subject_id, :dimension, :start, :limit, :base + {after}, 0)"
         " ON CONFLICT (subject_type, subject_id, dimension, window_start)"
         " DO UPDATE SET limit_value = excluded.limit_value, spent = excluded.spent"
     )
