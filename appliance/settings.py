@@ -377,31 +377,6 @@ class Settings(BaseSettings):
         ge=0,
         description="max-age of the Strict-Transport-Security header sent on every HTTPS response. 0 sends none.",
     )
-    tls: Literal["auto", "off", "self-signed", "files"] = Field(
-        default="auto",
-        description=(
-            "HTTPS on the API and console port. `self-signed`: a CA and a server certificate for the box's names and addresses, "
-            "made once in `<data dir>/tls` (clients trust `tls/ca.crt`). `files`: the admin's `tls_cert_file` and "
-            "`tls_key_file`, checked before use. `off`: plain HTTP. `auto`: `self-signed` when `host` reaches beyond loopback "
-            "(system installs), `off` on loopback. TLS 1.2 and 1.3 only; SIGHUP or `appliancectl tls reload` loads new files "
-            "without dropping connections."
-        ),
-    )
-    tls_cert_file: Path | None = Field(
-        default=None,
-        description=(
-            'PEM file with the server certificate first, then each intermediate (`tls = "files"`). Refused with a reason '
-            "when expired, out of order, not matching the key, or naming none of `allowed_hosts`."
-        ),
-    )
-    tls_key_file: Path | None = Field(
-        default=None, description="PEM private key of `tls_cert_file`, without a passphrase (keep it mode 0600)."
-    )
-    tls_hsts_seconds: int = Field(
-        default=31536000,
-        ge=0,
-        description="max-age of the Strict-Transport-Security header sent on every HTTPS response. 0 sends none.",
-    )
     tls_redirect_port: int | None = Field(
         default=None,
         ge=1,
