@@ -15,7 +15,10 @@ Sarathi-Serve). How many is a question of time:
   :data:`SLACK_CAP` targets of banked time, so a stream never stalls visibly.
 - **While nothing generates**, a step lasts about :data:`LONE_FRACTION` of the
   most urgent class's TTFT target: long enough to read efficiently, short enough
-  that a request arriving meanwhile is not held up.
+  that a request arriving meanwhile is not held up. While several prompts are
+  read side by side it lasts no longer than a TPOT target: the first to finish
+  starts streaming at that pace, so a short chat beside a long document gets its
+  first token one short step after it arrived.
 
 The time turns into tokens through the learned cost of a step
 (:class:`.step_cost.StepCostModel`); until it has seen enough steps, through the
@@ -119,7 +122,10 @@ class StepPlanner:
         if allowed is not None:
             return allowed
         classes = {s.seq.priority for s in active if s.seq is not None} or {"interactive"}
-        return LONE_FRACTION * min(self.targets.of(p).ttft_s for p in classes)
+        lone = LONE_FRACTION * min(self.targets.of(p).ttft_s for p in classes)
+        if sum(1 for s in active if s.seq is not None) > 1:  # prompts read side by side: the first done streams next
+            return min(lone, min(self.targets.of(p).tpot_s for p in classes))
+        return lone
 
     def prompt_budget(self, seconds: float, rows: int, room: int) -> int:
         """Prompt tokens for a step of ``seconds`` that keeps ``rows`` logits rows; ``room`` entries are left."""

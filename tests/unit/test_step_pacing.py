@@ -146,6 +146,9 @@ def test_a_step_nobody_generates_beside_lasts_a_share_of_the_ttft_target():
     assert planner.step_seconds(reading, now=10.0) == pytest.approx(LONE_FRACTION * 2.0)
     batch_only = [slot(0, seq(500, priority="batch"))]
     assert planner.step_seconds(batch_only, now=10.0) == pytest.approx(LONE_FRACTION * 30.0)
+    # a chat read beside the document: steps no longer than a TPOT target, so its first token comes soon
+    beside = [slot(0, seq(500)), slot(1, seq(12))]
+    assert planner.step_seconds(beside, now=10.0) == pytest.approx(0.15)
 
 
 def test_a_stream_ahead_of_its_target_lends_its_slack_to_prompt_reading():
