@@ -349,7 +349,7 @@ class Settings(BaseSettings):
         description=(
             "Most connections one client address may hold open on the HTTP listener before any request on them has shown a "
             "valid API key or console session. One more closes that address's oldest such connection that is waiting for the "
-            "client, so a client sending a whole request is always served."
+            "client, so a client sending a whole request is always served. Addresses in `trusted_proxies` are not capped."
         ),
     )
     tls: Literal["auto", "off", "self-signed", "files"] = Field(
