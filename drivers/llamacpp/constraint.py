@@ -41,9 +41,10 @@ LIMITS = {
     "max_lexer_states": 50_000,
     "max_grammar_size": 200_000,
 }
-#: How schemas become grammars: compact JSON (no free whitespace a model could loop in), unsupported
-#: keywords (e.g. unknown ``format`` names) ignored as the converters of other servers do.
-JSON_OPTIONS = {"whitespace_flexible": False, "lenient": True}
+#: How schemas become grammars: JSON spaced as most text a model has read spaces it (``{"a": 1, "b": 2}``)
+#: and no other whitespace (none a model could loop in); unsupported keywords (e.g. unknown ``format``
+#: names) ignored, as the converters of other servers do.
+JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": ", "lenient": True}
 
 
 def _short(error: str) -> str:

@@ -24,8 +24,18 @@ from appliance.serving.schema_limits import check_schema
 
 from .constraint import JSON_OPTIONS
 
-#: Any JSON object.
-ANY_OBJECT: JsonObject = {"type": "object"}
+#: Any JSON object, as llama.cpp's JSON grammar has it: a space or a newline with up to 20 spaces or tabs
+#: of indentation where JSON allows whitespace, and numbers of at most 16 digits before and after the
+#: point (a base model asked for "any object" otherwise writes ``1000000…`` until ``max_tokens``).
+ANY_OBJECT = r"""start: object
+value: object | array | STRING | NUMBER | "true" | "false" | "null"
+object: "{" WS? (pair ("," WS? pair)*)? "}"
+pair: STRING WS? ":" WS? value WS?
+array: "[" WS? (value WS? ("," WS? value WS?)*)? "]"
+WS: / |\n[ \t]{0,20}/
+STRING: /"(\\(["\\\/bfnrt]|u[a-fA-F0-9]{4})|[^"\\\x00-\x1F\x7F])*"/
+NUMBER: /-?(0|[1-9][0-9]{0,15})(\.[0-9]{1,16})?([eE][-+]?[0-9]{1,3})?/
+"""
 
 
 #: Keywords whose value is one schema, and those whose value is a list or an object of schemas.
@@ -77,7 +87,7 @@ def grammar_for(response_format: JsonValue) -> str | None:
     if kind == "text":
         return None
     if kind == "json_object":
-        return "start: " + json_rule(ANY_OBJECT)
+        return ANY_OBJECT
     if kind == "json_schema":
         spec = response_format.get("json_schema")
         schema = spec.get("schema") if isinstance(spec, dict) else None
@@ -85,7 +95,9 @@ def grammar_for(response_format: JsonValue) -> str | None:
             schema = {}  # OpenAI allows omitting it: any JSON object then
         if not isinstance(schema, dict):
             raise BadRequest("response_format.json_schema.schema must be an object", param="response_format")
-        return "start: " + schema_rule(schema or ANY_OBJECT, "response_format")
+        if not schema:
+            return ANY_OBJECT
+        return "start: " + schema_rule(schema, "response_format")
     raise BadRequest(f"unsupported response_format type {kind!r}", param="response_format")
 
 

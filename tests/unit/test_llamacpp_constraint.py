@@ -147,3 +147,14 @@ def test_closed_objects_leaves_open_schemas_and_allof_members_open():
     assert closed["properties"]["a"]["additionalProperties"] is True
     assert all("additionalProperties" not in m for m in closed["allOf"])
     assert closed["enum"] == [{"properties": {}}] and "additionalProperties" not in schema  # data untouched, input not mutated
+
+
+def test_any_object_bounds_numbers_at_16_digits(model, compiler):
+    byte = {b: 3 + b for b in range(256)}  # the tiny vocabulary's byte tokens follow <unk>, <s>, </s>
+    c = compiler.compile(grammar_for({"type": "json_object"}), "response_format")
+    for b in b'{"a":\n  1234567890123456':
+        assert c.consume(byte[b]), c.error
+    row = np.zeros(model.info.n_vocab, dtype=np.float32)
+    assert c.apply(row)
+    assert row[byte[ord("7")]] == -np.inf  # a 17th digit
+    assert row[byte[ord("}")]] == 0 and row[byte[ord(",")]] == 0 and row[byte[ord(".")]] == 0
