@@ -26,6 +26,7 @@ from appliance.metering.series import DAY, Bucket, bucket_for, bucket_label, buc
 from appliance.metering.usage_filters import RANGES, UsageFilters, custom_range, filter_choices, preset_range, resolve_filters
 from appliance.settings import Settings
 from appliance.webui.gate import is_htmx
+from appliance.webui.money import money
 from appliance.webui.render import page, partial
 
 DEFAULT_RANGE = "30d"
@@ -152,7 +153,7 @@ def usage_page(request: Request, db: Engine, settings: Settings) -> Response:
     if is_htmx(request) and request.headers.get("hx-history-restore-request") != "true":
         # the filter form swapped the report: the address bar shows the view, so it can be shared and gone back to
         return partial(request, "_usage_report.html", headers={"HX-Push-Url": f"/usage?{view.query()}"}, **context)
-    return page(request, "usage.html", active="usage", forecasts=budget_forecasts(db, now), **context)
+    return page(request, "usage.html", active="usage", forecasts=budget_forecasts(db, now), money=money, **context)
 
 
 @get("/usage.csv", include_in_schema=False, sync_to_thread=True)

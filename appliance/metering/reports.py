@@ -203,14 +203,33 @@ def _cache_saved(hits: Sequence[Row], width: int, prices: PriceBook) -> dict[tup
     return saved
 
 
+COST_DECIMALS = 6  # a millionth of the currency: a request's cost at small-model prices still shows
+_CSV_DECIMALS = {"cost": COST_DECIMALS, "cache_saved": COST_DECIMALS, "energy_joules": 1} | {p: 1 for p in PERCENTILES}
+_CSV_INTEGERS = frozenset(SUMS) - _CSV_DECIMALS.keys()
+
+
 def to_csv(report: JsonObject) -> str:
+    """The report's rows as CSV: counts as integers, costs to a millionth, milliseconds and joules to a tenth (never 1e-05)."""
     columns = [c for b in report["by"] for c in _GROUP_COLUMNS[b]] + list(MEASURES)
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in report["rows"]:
-        writer.writerow({c: _csv_cell(row.get(c)) for c in columns})
+        writer.writerow({c: _csv_number(c, row.get(c)) for c in columns})
     return out.getvalue()
+
+
+def _csv_number(column: str, value: object) -> object:
+    """A number as the CSV writes it (a computed figure, so no formula guard); any other cell through ``_csv_cell``."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return _csv_cell(value)
+    if column in _CSV_INTEGERS:
+        return int(round(value))
+    decimals = _CSV_DECIMALS.get(column)
+    if decimals is None:
+        return value
+    text = f"{value:.{decimals}f}"
+    return f"{0:.{decimals}f}" if float(text) == 0 else text  # never "-0.000000"
 
 
 def _csv_cell(value: object) -> object:
