@@ -26,7 +26,7 @@ from appliance.errors import AuthenticationFailed, BadRequest, NotFound
 
 KEY_PREFIX = "ak_"
 MAX_TOKEN_LENGTH = 128
-ROLES_KEY = ("admin", "user")
+ROLES_KEY = ("admin", "user", "metrics")  # metrics: may read /metrics and nothing else (a Prometheus scraper)
 PRIORITIES = ("interactive", "batch")
 
 
@@ -37,7 +37,7 @@ class Principal:
     kind: str  # key | user | local
     id: int | None
     name: str  # for the audit log: key prefix, user name, or "local-admin"
-    role: str  # admin | operator | viewer | user
+    role: str  # admin | operator | viewer | user | metrics
     team_id: int | None = None
     priority: str = "interactive"
     allowed_models: frozenset[str] | None = None

@@ -25,6 +25,7 @@ from appliance.errors import AuthenticationFailed, PermissionDenied
 ACCESS = "access"
 PRINCIPAL = "appliance.principal"
 LOCAL_MARK = "appliance.local"
+METRICS_ROLE = "metrics"  # a key role that may call METRICS routes only
 
 
 class Access(enum.StrEnum):
@@ -33,7 +34,7 @@ class Access(enum.StrEnum):
     PUBLIC = "public"  # health probes and the console's static assets
     KEY = "key"  # any valid API key
     ADMIN = "admin"  # an admin-role API key, or the local admin socket
-    METRICS = "metrics"  # as ADMIN, unless the metrics_public setting is on
+    METRICS = "metrics"  # an admin or metrics-role API key, unless the metrics_public setting is on
     CONSOLE = "console"  # the console's own gate (session cookie, CSRF, roles) decides
 
 
@@ -69,7 +70,10 @@ class AccessGuard:
         level = (handler.opt or {}).get(ACCESS)
         if not isinstance(level, Access):
             raise PermissionDenied("This route declares no access level, so nobody may call it.")
-        if level is Access.PUBLIC or level is Access.CONSOLE:
+        if level is Access.PUBLIC:
+            return
+        if level is Access.CONSOLE:
+            await self._refuse_metrics_key(connection)
             return
         scope = connection.scope
         if scope.get(LOCAL_MARK):  # type: ignore[call-overload]
@@ -86,6 +90,26 @@ class AccessGuard:
         if principal is None:
             principal = await asyncio.to_thread(keyring.authenticate, token)
         mark_authenticated(scope)  # a valid key: the connection leaves the per-address cap on anonymous ones
-        if level in (Access.ADMIN, Access.METRICS) and not principal.is_admin:
+        if level is Access.METRICS:
+            if not principal.is_admin and principal.role != METRICS_ROLE:
+                raise PermissionDenied("This route needs an admin or metrics key.")
+        elif principal.role == METRICS_ROLE:
+            raise PermissionDenied("A metrics key may read /metrics and nothing else.")
+        elif level is Access.ADMIN and not principal.is_admin:
             raise PermissionDenied("This route needs an admin key.")
         scope[PRINCIPAL] = principal  # type: ignore[literal-required]
+
+    async def _refuse_metrics_key(self, connection: ASGIConnection) -> None:
+        """The console signs in with its own session; a metrics key sent to it is refused outright (403), so a
+        scraper's credential opens nothing but /metrics. Any other key, or none, is left to the console's gate."""
+        headers = connection.headers
+        token = token_from_headers(headers.get("authorization"), headers.get("x-api-key"))
+        keyring = self._keyring()
+        if not token or keyring is None:
+            return
+        try:
+            principal = keyring.remembered(token) or await asyncio.to_thread(keyring.authenticate, token)
+        except AuthenticationFailed:
+            return
+        if principal.role == METRICS_ROLE:
+            raise PermissionDenied("A metrics key may read /metrics and nothing else.")

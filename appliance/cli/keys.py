@@ -22,7 +22,13 @@ def register(group: click.Group) -> None:
 
     @keys.command("create")
     @click.argument("name")
-    @click.option("--role", type=click.Choice(["user", "admin"]), default="user", show_default=True)
+    @click.option(
+        "--role",
+        type=click.Choice(["user", "admin", "metrics"]),
+        default="user",
+        show_default=True,
+        help="metrics: may read /metrics and nothing else (for a Prometheus scraper).",
+    )
     @click.option("--priority", type=click.Choice(["interactive", "batch"]), default="interactive", show_default=True)
     @click.option("--model", "models", multiple=True, help="Allow only this model (repeatable). Default: all.")
     @click.option("--team-id", type=int)
