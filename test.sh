@@ -32,6 +32,7 @@ command -v systemd-analyze >/dev/null || missing+=(systemd)
 command -v systemd-nspawn >/dev/null || missing+=(systemd-container)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
 command -v chromium >/dev/null || missing+=(chromium)
+command -v promtool >/dev/null || missing+=(prometheus)  # a real Prometheus scrapes the daemon; promtool checks the shipped rules
 compgen -G "/usr/lib/*/libjemalloc.so.2" >/dev/null || [[ -e /usr/lib64/libjemalloc.so.2 ]] || missing+=(libjemalloc2)
 }
 if ((${#missing[@]})); then

@@ -33,6 +33,7 @@ from appliance.errors import ApplianceError, ConfigError
 from appliance.heap import freeze_startup_objects, map_large_blocks
 from appliance.lockfile import DataDirLock
 from appliance.logs import setup_logging
+from appliance.monitoring.gauges import register_tls_gauge
 from appliance.planner.service import cluster_view
 from appliance.private_files import private_dir
 from appliance.sdnotify import notify, watchdog_interval, watchdog_loop
@@ -203,6 +204,7 @@ async def serve(settings: Settings) -> None:
         watchdog = asyncio.create_task(watchdog_loop(interval, lambda: dbmod.ping(services.db)), name="watchdog")
     if tls is not None:
         watch = ExpiryWatch(settings, app.state.services.db)
+        register_tls_gauge(app.state.services.metrics, lambda: tls.current)
         expiry = asyncio.create_task(_watch_expiry(watch, tls), name="tls-expiry")
     freeze_startup_objects()
     notify("READY=1")

@@ -35,6 +35,7 @@ from appliance.hardware.energy import EnergyMeter
 from appliance.metering.admin import QuotaService
 from appliance.metering.alerts import AlertNotifier
 from appliance.metering.meter import Meter
+from appliance.monitoring.gauges import register_box_gauges
 from appliance.planner.service import hub_chooser
 from appliance.planner.types import Plan
 from appliance.serving.engines import EngineProcess
@@ -145,6 +146,7 @@ class Services:
         self.metrics.set_gauge_source("queue_depth", lambda: {n: i.queue.waiting for n, i in router.instances.items()})
         self.metrics.set_gauge_source("kv_slots_in_use", lambda: {n: i.queue.active for n, i in router.instances.items()})
         self.metrics.set_gauge_source("kv_slots_total", lambda: {n: i.queue.slots for n, i in router.instances.items()})
+        register_box_gauges(self.metrics, self.settings.data_dir, self.db)
 
     def _start_scheduler(self) -> None:
         from appliance.hardware.telemetry import sample_telemetry

@@ -10,11 +10,26 @@ import sys
 import click
 
 from appliance import __version__
-from appliance.cli import batches, bench, cache, instances, keys, models, ops, planning, server, setup, tls, usage, users
+from appliance.cli import (
+    batches,
+    bench,
+    cache,
+    instances,
+    keys,
+    models,
+    monitoring,
+    ops,
+    planning,
+    server,
+    setup,
+    tls,
+    usage,
+    users,
+)
 from appliance.errors import ConfigError
 from appliance.settings import load_settings
 
-SUBCOMMANDS = (server, setup, keys, users, models, instances, planning, usage, cache, batches, bench, ops, tls)
+SUBCOMMANDS = (server, setup, keys, users, models, instances, planning, usage, cache, batches, bench, ops, tls, monitoring)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
