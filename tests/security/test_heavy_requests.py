@@ -36,7 +36,9 @@ def enum_schema(n: int) -> dict:
 
 @pytest.fixture(scope="module")
 def box(tmp_path_factory: pytest.TempPathFactory):
-    daemon = start_daemon(tmp_path_factory.mktemp("heavy"))
+    # The per-key cap on embedding inputs in flight (256 by default) would refuse the 512-input
+    # neighbour with a 429 before any work; these tests are about the engine's pacing of it.
+    daemon = start_daemon(tmp_path_factory.mktemp("heavy"), APPLIANCE_EMBEDDING_INPUTS_IN_FLIGHT_PER_KEY="1024")
     try:
         yield daemon
     finally:
