@@ -10,6 +10,8 @@ Every action is audited under the signed-in user.
 
 from __future__ import annotations
 
+import time
+
 import anyio
 from litestar import Request, Response, get, post
 
@@ -41,6 +43,8 @@ def installed_rows(
     available = fit.available_fits(store, infos)  # listed on the hub, not downloaded: planned from a ready sibling
     for info in infos:
         instance = router.instances.get(info.name)
+        latest = load_events.latest(info.name)
+        needed = latest.plan.estimated_bytes if latest is not None and latest.plan is not None else 0
         rows.append(
             {
                 "info": info,
@@ -50,7 +54,14 @@ def installed_rows(
                 "in_flight": instance.inflight + instance.queue.waiting if instance is not None else 0,
                 "fit": fit.installed_fit(load_planner, names, info.name) if info.status == "ready" else available.get(info.name),
                 "base": is_base(info.facts),
-                "load": load_events.latest(info.name),
+                "load": latest,
+                # what Load would stop to make room (max_loaded_instances, memory_budget_gib): Load asks first
+                "evicts": [
+                    {"name": v.name, "in_flight": v.inflight + v.queue.waiting, "idle_seconds": time.monotonic() - v.last_used}
+                    for v in router.would_evict(info.name, needed)
+                ]
+                if info.status == "ready"
+                else [],
                 "load_event": event_name(info.name),
             }
         )

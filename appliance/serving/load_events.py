@@ -13,14 +13,15 @@ handed to the router and to the console by dependency injection.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from appliance.planner.types import Plan
 
-PHASES = ("planning", "starting", "loaded", "failed")
-FINISHED = frozenset({"loaded", "failed"})
+PHASES = ("planning", "starting", "loaded", "failed", "evicted")
+FINISHED = frozenset({"loaded", "failed", "evicted"})
 _FOLLOWER_BACKLOG = 256
 
 
@@ -74,6 +75,7 @@ class LoadEvent:
     rss_bytes: int | None = None  # resident memory of the engine's process tree once loaded
     gpu_bytes: int | None = None  # GPU memory charged to the engine's processes, where the driver reports it
     error: str | None = None
+    evicted_by: str | None = None  # the model whose load stopped this one (phase ``evicted``)
 
     @property
     def finished(self) -> bool:
@@ -83,6 +85,11 @@ class LoadEvent:
     def step(self) -> int:
         """1-based position of the phase in a load that succeeds (failed counts as the last step)."""
         return min(PHASES.index(self.phase) + 1, 3)
+
+    @property
+    def clock(self) -> str:
+        """When it happened, as a wall clock reads it (UTC, as everywhere in the console): ``14:02 UTC``."""
+        return dt.datetime.fromtimestamp(self.at, dt.UTC).strftime("%H:%M UTC")
 
     @property
     def seconds(self) -> float:
@@ -114,6 +121,11 @@ class LoadEvents:
 
     def in_progress(self) -> list[LoadEvent]:
         return [e for e in self._latest.values() if not e.finished]
+
+    def evicted(self, model: str, *, by: str) -> None:
+        """``model`` was stopped to make room for loading ``by``: its row says so until it is loaded again."""
+        now = time.time()
+        self.publish(LoadEvent(model, "evicted", now, at=now, evicted_by=by))
 
     def forget(self, model: str) -> None:
         """Drop what is remembered of ``model`` (it was unloaded or deleted)."""

@@ -173,7 +173,7 @@ class Router:
 
     async def _spawn(self, name: str, plan: Plan) -> Instance:
         async with self._capacity:
-            await self._make_room(plan)
+            await self._make_room(plan, name)
             engine = self._make_engine_process(name, plan)
             instance = Instance(
                 name=name,
@@ -189,21 +189,31 @@ class Router:
         budget = self.settings.memory_budget_gib
         return int(budget * 2**30) if budget else None
 
-    async def _make_room(self, plan: Plan) -> None:
-        """Evict idle, unpinned instances (least recently used first) until the plan fits."""
+    def _over(self, loaded: list[Instance], needed: int) -> bool:
+        """Whether a load needing ``needed`` bytes must evict one of ``loaded`` first."""
+        if len(loaded) >= self.settings.max_loaded_instances:
+            return True
         budget = self._budget_bytes()
-        needed = plan.estimated_bytes
+        return budget is not None and sum(i.plan.estimated_bytes for i in loaded) + needed > budget
 
-        def over() -> bool:
-            if len(self.instances) >= self.settings.max_loaded_instances:
-                return True
-            if budget is not None:
-                used = sum(i.plan.estimated_bytes for i in self.instances.values())
-                return used + needed > budget
-            return False
+    def eviction_order(self) -> list[Instance]:
+        """The instances a load may evict, first victim first: idle and unpinned, least recently used first."""
+        return sorted((i for i in self.instances.values() if not i.pinned and i.idle), key=lambda i: i.last_used)
 
-        while over():
-            candidates = sorted((i for i in self.instances.values() if not i.pinned and i.idle), key=lambda i: i.last_used)
+    def would_evict(self, name: str, needed: int = 0) -> list[Instance]:
+        """What loading ``name`` (needing about ``needed`` bytes) would evict if it started now; none when it is loaded."""
+        if name in self.instances:
+            return []
+        loaded, order, victims = list(self.instances.values()), self.eviction_order(), []
+        while order and self._over(loaded, needed):
+            victims.append(order.pop(0))
+            loaded.remove(victims[-1])
+        return victims
+
+    async def _make_room(self, plan: Plan, name: str) -> None:
+        """Evict idle, unpinned instances (least recently used first) until the plan for ``name`` fits."""
+        while self._over(list(self.instances.values()), plan.estimated_bytes):
+            candidates = self.eviction_order()
             if not candidates:
                 raise EngineUnavailable(
                     "No room to load another model: every loaded model is pinned or busy.",
@@ -211,8 +221,9 @@ class Router:
                     headers={"Retry-After": "10"},
                 )
             victim = candidates[0]
-            log.info("evicting %s to make room", victim.name, extra={"fields": {"model": victim.name}})
+            log.info("evicting %s to load %s", victim.name, name, extra={"fields": {"model": victim.name, "for": name}})
             await self._stop(victim)
+            self.events.evicted(victim.name, by=name)
 
     async def _stop(self, instance: Instance) -> None:
         self.instances.pop(instance.name, None)
