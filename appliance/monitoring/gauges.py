@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, bindparam, text
 
 from appliance.db.engine import session
 from appliance.metering.quotas import DIMENSIONS, Windows
@@ -31,15 +31,16 @@ def disk_gauges(path: Path) -> tuple[Callable[[], GaugeValue], Callable[[], Gaug
 
 def budget_use(db: Engine, now: Callable[[], float] = time.time) -> dict[tuple[str, str, str], float]:
     """Spent plus reserved over the limit, per (subject type, subject id, dimension), for each budget counter of the
-    window now running (a day's or a month's tokens, a month's cost). A budget nobody used this window has no row."""
+    window now running (a day's or a month's tokens, a month's cost). A budget with no counter yet in this window has
+    no series (it stands at 0)."""
     windows = Windows()
     t = now()
     starts = {d.name: windows.bounds(d.window, t)[0] for d in BUDGETS}
     query = text(
         "SELECT subject_type, subject_id, dimension, window_start, limit_value, spent + reserved FROM quota_counters "
-        f"WHERE dimension IN ({', '.join(f':d{i}' for i in range(len(BUDGETS)))}) AND limit_value > 0"
-    )
-    params = {f"d{i}": d.name for i, d in enumerate(BUDGETS)}
+        "WHERE dimension IN :dimensions AND window_start >= :oldest AND limit_value > 0"
+    ).bindparams(bindparam("dimensions", expanding=True))
+    params = {"dimensions": list(starts), "oldest": min(starts.values())}
     out: dict[tuple[str, str, str], float] = {}
     with session(db) as s:
         for subject, subject_id, dimension, start, limit, used in s.execute(query, params):

@@ -230,3 +230,30 @@ def test_rules_and_dashboard_name_only_exported_metrics(box: TlsDaemon, metrics_
     wanted = {re.sub(r"_(bucket|sum|count)$", "", n) for n in wanted if not n.startswith("appliance_gpu_")}
     wanted.discard("appliance_")
     assert wanted - exported == set()
+
+
+def test_budget_use_is_a_gauge(box: TlsDaemon, metrics_key: str):
+    """A key with a daily token budget of 400 that spends a chat's tokens: its budget_used_ratio is what it spent / 400,
+    and a key with the same budget that spent nothing stands at 0."""
+    with box.admin() as admin:
+        created = admin.post("/admin/keys/", json={"name": "budgeted"}).json()
+        idle = admin.post("/admin/keys/", json={"name": "budgeted-idle"}).json()
+    for key in (created, idle):
+        result = ctl(box, "quota", "set", key["prefix"], "--tokens-per-day", "400")
+        assert result.returncode == 0, result.stderr
+    with box.client(created["secret"]) as client:
+        chat = client.post(
+            "/v1/chat/completions", json={"model": TINY, "messages": [{"role": "user", "content": "spend"}], "max_tokens": 5}
+        )
+    assert chat.status_code == 200, chat.text
+    spent = chat.json()["usage"]["total_tokens"]
+    exposition = httpx.get(box.url + "/metrics", headers={"Authorization": f"Bearer {metrics_key}"}, verify=str(box.ca)).text
+    series = dict(
+        re.findall(
+            r'^appliance_budget_used_ratio\{subject="key",subject_id="(\d+)",dimension="tokens_per_day"\} (\S+)$',
+            exposition,
+            re.M,
+        )
+    )
+    assert float(series[str(created["id"])]) == pytest.approx(spent / 400)
+    assert float(series.get(str(idle["id"]), 0)) == 0
