@@ -34,6 +34,7 @@ from appliance.drivers import get_driver
 from appliance.hardware.energy import EnergyMeter
 from appliance.metering.admin import QuotaService
 from appliance.metering.alerts import AlertNotifier
+from appliance.metering.box_figures import BoxFigures, register_figure_gauges
 from appliance.metering.meter import Meter
 from appliance.monitoring.gauges import register_box_gauges
 from appliance.planner.service import hub_chooser
@@ -111,9 +112,9 @@ class Services:
         self.batch_store = BatchStore(self.db)
         batch_gateway = copy.copy(self.gateway)  # the same gateway, whose settles a batch line holds until it is recorded
         batch_gateway.meter = LineMeter(self.meter)  # type: ignore[assignment]
-        self.batch_runner = BatchRunner(
-            settings, self.batch_store, self.files, batch_gateway, Capacity(settings, self.router, self.names), self.keyring
-        )
+        self.figures = BoxFigures(settings, self.db, self._decode_capacity)
+        capacity = Capacity(settings, self.router, self.names, self.figures.interactive_attainment)
+        self.batch_runner = BatchRunner(settings, self.batch_store, self.files, batch_gateway, capacity, self.keyring)
         self.scheduler: AsyncIOScheduler | None = None
         self._register_gauges()
 
@@ -147,6 +148,11 @@ class Services:
         self.metrics.set_gauge_source("kv_slots_in_use", lambda: {n: i.queue.active for n, i in router.instances.items()})
         self.metrics.set_gauge_source("kv_slots_total", lambda: {n: i.queue.slots for n, i in router.instances.items()})
         register_box_gauges(self.metrics, self.settings.data_dir, self.db)
+        register_figure_gauges(self.metrics, self.figures)
+
+    def _decode_capacity(self) -> dict[str, float]:
+        """The planner's aggregate decode tokens/s of each loaded model (the box's capacity at the current mix)."""
+        return {n: i.plan.aggregate_tps for n, i in self.router.instances.items() if i.plan.aggregate_tps}
 
     def _start_scheduler(self) -> None:
         from appliance.hardware.telemetry import sample_telemetry

@@ -314,6 +314,37 @@ class Settings(BaseSettings):
             "nothing else running, one batch line may always run)."
         ),
     )
+    batch_holdback_attainment: float = Field(
+        default=0.9,
+        ge=0,
+        le=1,
+        description=(
+            "Share of interactive requests of the last 5 minutes that must have met their latency targets (TTFT and TPOT of "
+            "`latency_targets`) for batch lines to start: below it, no new batch line starts until interactive attainment "
+            "recovers. 0 never holds batch work back."
+        ),
+    )
+    box_cost_per_hour: float = Field(
+        default=0.0,
+        ge=0,
+        description=(
+            "What the box costs its owner per hour, hardware amortised (and hosting, if you like), in `currency`. With it the "
+            "console, `/metrics`, `appliancectl usage` and the usage CSV show what a token costs the owner. 0: unknown."
+        ),
+    )
+    energy_price_per_kwh: float = Field(
+        default=0.0,
+        ge=0,
+        description="Price of a kilowatt-hour of electricity, in `currency`. 0: energy is left out of the cost.",
+    )
+    box_power_watts: float = Field(
+        default=0.0,
+        ge=0,
+        description=(
+            "The box's power draw in watts, used for the energy cost of a window whose requests recorded no measured energy "
+            "(RAPL/NVML not readable): this draw for the whole window. 0: such windows have no energy cost."
+        ),
+    )
     trusted_proxies: list[str] = Field(
         default_factory=list,
         description=(

@@ -4,12 +4,15 @@ A line of model M may start when, on M's loaded instance, nothing waits in the a
 slots (batch lines included) stay below ``slots - batch_reserved_slots``; with nothing but batch lines running, one
 line may always run (work-conserving on a quiet box). A model that is not loaded gets one line, which loads it.
 All batches together keep at most ``batch_max_in_flight`` lines in flight. Batch lines also ask the admission queue
-at ``batch`` priority, so a slot that frees while interactive requests wait goes to them first.
+at ``batch`` priority, so a slot that frees while interactive requests wait goes to them first. While the share of
+the last 5 minutes' interactive requests that met their latency targets is below ``batch_holdback_attainment``, no
+line starts at all (``attainment``: :meth:`appliance.metering.box_figures.BoxFigures.interactive_attainment`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 from appliance.errors import ApplianceError
 from appliance.serving.names import ModelNames
@@ -18,10 +21,13 @@ from appliance.settings import Settings
 
 
 class Capacity:
-    def __init__(self, settings: Settings, router: Router, names: ModelNames):
+    def __init__(
+        self, settings: Settings, router: Router, names: ModelNames, attainment: Callable[[], float | None] | None = None
+    ):
         self._settings = settings
         self._router = router
         self._names = names
+        self._attainment = attainment  # interactive requests' latency-target attainment (None: none counted)
         self.in_flight: Counter[str] = Counter()  # batch lines running, by canonical model name
 
     @property
@@ -37,7 +43,7 @@ class Capacity:
             return requested
 
     def may_start(self, model: str) -> bool:
-        if self.total >= self._settings.batch_max_in_flight:
+        if self.total >= self._settings.batch_max_in_flight or self.holding_back():
             return False
         mine = self.in_flight[model]
         instance = self._router.instances.get(model)
@@ -51,6 +57,13 @@ class Capacity:
         if others == 0:
             limit = max(1, limit)
         return mine < limit
+
+    def holding_back(self) -> bool:
+        """Whether interactive requests miss their latency targets too often for batch lines to start."""
+        if self._attainment is None or self._settings.batch_holdback_attainment <= 0:
+            return False
+        share = self._attainment()
+        return share is not None and share < self._settings.batch_holdback_attainment
 
     def acquire(self, model: str) -> None:
         self.in_flight[model] += 1
