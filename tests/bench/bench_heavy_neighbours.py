@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
+
 from tests.daemon import RunningDaemon, start_daemon
 from tests.security.test_heavy_requests import LIGHT, enum_schema, light_latency
 
@@ -106,7 +108,10 @@ def beside(daemon: RunningDaemon, key: str, path: str, make: Callable[[], dict],
     def heavy() -> None:
         with daemon.client(key, timeout=300) as c:
             t0 = time.perf_counter()
-            out["status"] = c.post(path, json=make(), headers={"cache-control": "no-store"}).status_code
+            try:
+                out["status"] = c.post(path, json=make(), headers={"cache-control": "no-store"}).status_code
+            except httpx.TimeoutException:
+                out["status"] = "timeout (300 s)"
             out["s"] = time.perf_counter() - t0
 
     t = threading.Thread(target=heavy)
@@ -150,7 +155,7 @@ def main() -> None:
                         runs = [beside(daemon, key, path, make, args.lead) for _ in range(args.rounds)]
                     light = statistics.median(r[0] for r in runs)
                     heavy = statistics.median(r[1] for r in runs)
-                    statuses |= {r[2] for r in runs}
+                    statuses |= {str(r[2]) for r in runs}
                     target = 1.0 if cond == "quiet" else 2 * alone[cond]
                     mark = "" if light < target else " (over target)"
                     cells.append(f" | {light:.2f} s{mark} | {heavy:.2f} s")
