@@ -89,8 +89,9 @@ def console(connection: ASGIConnection) -> Console:
     return provide_console(connection.app.state)
 
 
-def console_user(request: Request) -> ConsoleUser | None:
-    return request.scope.get(SCOPE_USER)  # type: ignore[return-value]
+def console_user(connection: ASGIConnection) -> ConsoleUser | None:
+    found = connection.scope.get(SCOPE_USER)
+    return found if isinstance(found, ConsoleUser) else None
 
 
 def require_user(request: Request) -> ConsoleUser:

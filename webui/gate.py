@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Callable
 from urllib.parse import quote
 
 from litestar import MediaType, Request, Response
+from litestar.connection import ASGIConnection
 from litestar.datastructures import ResponseHeader
 from litestar.exceptions import HTTPException
 from litestar.handlers.base import BaseRouteHandler
-from litestar.types import ExceptionHandlersMap
+from litestar.types import ExceptionHandlersMap, Guard
 from sqlalchemy import Engine
 
 from appliance.api.peer_guard import mark_authenticated
@@ -62,33 +62,37 @@ def load_user(db: Engine, user_id: int, sid: str) -> ConsoleUser | None:
         row = s.get(User, user_id)
     if row is None or row.disabled:
         return None
+    assert row.id is not None  # read from the database
     return ConsoleUser(
         id=row.id,
         username=row.username,
-        role=row.role,  # type: ignore[arg-type]
+        role=row.role,
         must_change_password=row.must_change_password,
         sid=sid,
         from_sso=row.sso_subject is not None,
     )
 
 
-async def gate(request: Request, handler: BaseRouteHandler) -> None:
+async def gate(connection: ASGIConnection, handler: BaseRouteHandler) -> None:
+    request = connection
+    assert isinstance(request, Request)  # the console's routes are all HTTP: Litestar hands their guard the Request
     con = console(request)
     opt = handler.opt or {}
     sid = request.cookies.get(COOKIE)
     record = con.sessions.get(sid) if sid else None
     user = load_user(daemon_services(request.app.state).db, record.user_id, sid) if record and sid else None
     if user is not None:
-        request.scope[SCOPE_USER] = user  # type: ignore[literal-required]
-        mark_authenticated(request.scope)  # type: ignore[arg-type]
-        purpose, binding = "session", sid
+        request.scope[SCOPE_USER] = user  # type: ignore[literal-required]  # Scope's TypedDict lists only ASGI's keys
+        mark_authenticated(request.scope)
+        purpose, binding = "session", user.sid
     else:
-        binding = request.cookies.get(csrf.PRE_COOKIE)
-        if not binding:
-            binding = secrets.token_urlsafe(24)
-            request.scope[SCOPE_PRE_NEW] = binding  # type: ignore[literal-required]
-        purpose = "pre"
-    request.scope[SCOPE_CSRF] = csrf.token(con.secret, purpose, binding)  # type: ignore[literal-required]
+        pre = request.cookies.get(csrf.PRE_COOKIE)
+        if not pre:
+            pre = secrets.token_urlsafe(24)
+            request.scope[SCOPE_PRE_NEW] = pre  # type: ignore[literal-required]  # Scope's TypedDict lists only ASGI's keys
+        purpose, binding = "pre", pre
+    token = csrf.token(con.secret, purpose, binding)
+    request.scope[SCOPE_CSRF] = token  # type: ignore[literal-required]  # Scope's TypedDict lists only ASGI's keys
     if user is None and not opt.get("public"):
         raise LoginRequired()
     if user is not None and user.must_change_password and not opt.get("during_setup"):
@@ -96,11 +100,11 @@ async def gate(request: Request, handler: BaseRouteHandler) -> None:
     await csrf.check(request, con.secret, purpose, None if SCOPE_PRE_NEW in request.scope else binding)
 
 
-def needs(role: str) -> Callable[[Request, BaseRouteHandler], None]:
+def needs(role: str) -> Guard:
     """A guard: the signed-in user has at least ``role`` (viewer < operator < admin)."""
 
-    def guard(request: Request, _handler: BaseRouteHandler) -> None:
-        user = console_user(request)
+    def guard(connection: ASGIConnection, _handler: BaseRouteHandler) -> None:
+        user = console_user(connection)
         if user is None or not user.can(role):
             raise PermissionDenied(f"This action needs the {role} role.")
 
@@ -132,7 +136,7 @@ def on_password_change(request: Request, _exc: Exception) -> Response:
 def _error(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
     from appliance.webui.render import page, render
 
-    headers = {**(headers or {}), **{h.name: h.value for h in SECURITY_HEADERS}}
+    headers = {**(headers or {}), **{h.name: h.value for h in SECURITY_HEADERS if h.value is not None}}
     if is_htmx(request):
         html = render("_alert.html", kind="error", message=message)
         return Response(

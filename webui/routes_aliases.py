@@ -19,12 +19,12 @@ from appliance.store.store import ModelStore
 from appliance.webui import forms
 from appliance.webui.context import ConsoleUser
 from appliance.webui.gate import needs
-from appliance.webui.render import page, partial
+from appliance.webui.render import TemplateContext, page, partial
 
 
 def _context(
     names: ModelNames, *, message: str | None = None, errors: dict[str, str] | None = None, entered: dict[str, str] | None = None
-) -> dict[str, object]:
+) -> TemplateContext:
     listing = names.listing()
     return {
         "aliases": sorted(names.aliases().items()),

@@ -8,6 +8,7 @@ from litestar import Request, Response, get, post
 from litestar.datastructures import Cookie, UploadFile
 from sqlalchemy import select, update
 from sqlalchemy.engine import Engine
+from sqlmodel import col
 
 from appliance.accounts.users import hash_password, password_problem, verify_password
 from appliance.db.audit import AuditTrail
@@ -66,7 +67,7 @@ def _login_page(
         local_login=console.local_login,
     )
     fresh = request.scope.get(SCOPE_PRE_NEW)
-    if fresh:
+    if isinstance(fresh, str) and fresh:
         response.set_cookie(
             Cookie(
                 key=csrf.PRE_COOKIE,
@@ -116,7 +117,7 @@ async def login(request: Request, console: Console, db: Engine, audit: AuditTrai
             error=wait.message,
         )
     with session(db) as s:
-        row = s.execute(select(User).where(User.username == username)).scalars().first()
+        row = s.execute(select(User).where(col(User.username) == username)).scalars().first()
     ok = verify_password(row.password_hash if row else _dummy_hash(), password)
     if not ok or row is None or row.disabled or row.sso_subject is not None:  # single sign-on users have no password
         console.throttle.failed(username, client)
@@ -128,7 +129,8 @@ async def login(request: Request, console: Console, db: Engine, audit: AuditTrai
     old = request.cookies.get("appliance_session")
     console.sessions.delete(old)  # never reuse a session id across sign-ins
     console.sessions.prune()
-    sid = console.sessions.create(row.id)  # type: ignore[arg-type]
+    assert row.id is not None  # read from the database
+    sid = console.sessions.create(row.id)
     audit.record(f"user:{row.username}", "console.login", None, f"client={client}")
     target = "/password" if row.must_change_password else next_url
     response = Response(content="", status_code=303, headers={"Location": target})
@@ -186,7 +188,8 @@ async def change_password(request: Request, user: ConsoleUser, console: Console,
             return partial(request, "_alert.html", status=400, kind="error", message=error)
         return page(request, "password.html", status=400, error=error, done=False)
     with session(db) as s:
-        s.execute(update(User).where(User.id == user.id).values(password_hash=hash_password(new), must_change_password=False))  # type: ignore[arg-type]
+        changed = update(User).where(col(User.id) == user.id)
+        s.execute(changed.values(password_hash=hash_password(new), must_change_password=False))
         s.commit()
     ended = console.sessions.delete_for_user(user.id, keep=user.sid)
     audit.record(user.actor, "user.password_change", user.username, f"other_sessions_ended={ended}")

@@ -29,15 +29,17 @@ from appliance.webui.gate import needs
 from appliance.webui.render import partial
 
 TRI_STATE = {"on": True, "off": False}
+SUBJECT_KINDS: dict[str, Scope] = {"team": "team", "key": "key"}
 
 
 def _subject(form: FormMultiDict) -> tuple[Scope, str]:
     """``team:<id>`` or ``key:<id>`` from the subject field."""
     raw = forms.required(form, "subject", 64)
-    scope, _, ident = raw.partition(":")
-    if scope not in ("team", "key") or not ident.isdigit():
+    kind, _, ident = raw.partition(":")
+    scope = SUBJECT_KINDS.get(kind)
+    if scope is None or not ident.isdigit():
         raise BadRequest("Choose a team or a key.", param="subject")
-    return scope, ident  # type: ignore[return-value]
+    return scope, ident
 
 
 def _override(form: FormMultiDict) -> JsonObject | None:

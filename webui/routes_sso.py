@@ -75,7 +75,8 @@ async def sso_callback(request: Request, sso: SingleSignOn, console: Console, db
         return _refused(request, audit, exc, f"user:{identity.username}")
     console.sessions.delete(request.cookies.get("appliance_session"))  # never reuse a session id across sign-ins
     console.sessions.prune()
-    sid = console.sessions.create(user.id)  # type: ignore[arg-type]
+    assert user.id is not None  # read from the database
+    sid = console.sessions.create(user.id)
     sso.remember_id_token(sid, identity.id_token)
     client = request.client.host if request.client else None
     audit.record(f"user:{user.username}", "console.sso_login", None, f"role={user.role} client={client}")

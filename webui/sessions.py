@@ -26,6 +26,7 @@ from pathlib import Path
 from litestar import Response
 from litestar.datastructures import Cookie
 from sqlalchemy import Engine, delete, select
+from sqlmodel import col
 
 from appliance.db.engine import session
 from appliance.db.tables import Setting
@@ -110,7 +111,7 @@ class SessionStore:
         if not sid:
             return
         with session(self._db) as s:
-            s.execute(delete(Setting).where(Setting.key == _row_key(sid)))  # type: ignore[arg-type]
+            s.execute(delete(Setting).where(col(Setting.key) == _row_key(sid)))
             s.commit()
 
     def delete_for_user(self, user_id: int, keep: str | None = None) -> int:
@@ -118,7 +119,7 @@ class SessionStore:
         keep_key = _row_key(keep) if keep else None
         removed = 0
         with session(self._db) as s:
-            for row in s.execute(select(Setting).where(Setting.key.startswith(PREFIX))).scalars():  # type: ignore[union-attr]
+            for row in s.execute(select(Setting).where(col(Setting.key).startswith(PREFIX))).scalars():
                 if row.key != keep_key and json.loads(row.value).get("uid") == user_id:
                     s.delete(row)
                     removed += 1
@@ -129,7 +130,7 @@ class SessionStore:
         now = self._clock()
         removed = 0
         with session(self._db) as s:
-            for row in s.execute(select(Setting).where(Setting.key.startswith(PREFIX))).scalars():  # type: ignore[union-attr]
+            for row in s.execute(select(Setting).where(col(Setting.key).startswith(PREFIX))).scalars():
                 data = json.loads(row.value)
                 if data["expires"] <= now or data["seen"] + IDLE_TTL <= now:
                     s.delete(row)

@@ -63,7 +63,7 @@ async def manual_reader(connection: ASGIConnection, handler: BaseRouteHandler) -
     """A guard: any valid API key, else the console's own (a signed-in user of any role)."""
     headers = connection.headers
     if headers.get("authorization") is None and headers.get("x-api-key") is None:
-        await gate(connection, handler)  # type: ignore[arg-type]  # an HTTP route: the connection is a Request
+        await gate(connection, handler)
         return
     keyring = daemon_services(connection.app.state).keyring
     if keyring is None:

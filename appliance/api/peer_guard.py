@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import ipaddress
 from collections import OrderedDict
-from collections.abc import MutableMapping
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Protocol
 
 #: Scope key under which the public listener's protocol hands each request its :class:`Ticket`.
 CONNECTION_KEY = "appliance.connection"
@@ -54,7 +54,7 @@ class Ticket:
                 self._guard.closed(self._address, self)
 
 
-def mark_authenticated(scope: MutableMapping[str, Any]) -> None:
+def mark_authenticated(scope: Mapping[str, object]) -> None:
     """Tell the listener that the connection carrying ``scope`` presented a valid credential."""
     ticket = scope.get(CONNECTION_KEY)
     if isinstance(ticket, Ticket):
