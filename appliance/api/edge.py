@@ -35,7 +35,7 @@ import re
 from collections.abc import Callable
 from urllib.parse import parse_qsl
 
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from litestar.types import ASGIApp, HTTPResponseBodyEvent, HTTPResponseStartEvent, Message, Receive, Scope, Send
 
 from appliance.api.access import LOCAL_MARK
 from appliance.api.http_protocol import TARGET_AUTHORITY
@@ -60,8 +60,10 @@ async def send_error(send: Send, exc: ApplianceError) -> None:
     body = error_body(exc)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.lower().encode(), v.encode()) for k, v in exc.headers.items()]
-    await send({"type": "http.response.start", "status": exc.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    start: HTTPResponseStartEvent = {"type": "http.response.start", "status": exc.status, "headers": headers}
+    await send(start)
+    end: HTTPResponseBodyEvent = {"type": "http.response.body", "body": body, "more_body": False}
+    await send(end)
 
 
 def host_allowed(values: list[bytes], allowed: frozenset[str]) -> bool:
@@ -119,17 +121,18 @@ class ApplianceASGI:
             return
         if scope["type"] == "http":
             timing = RequestTiming()
-            scope[SCOPE_KEY] = timing  # type: ignore[literal-required]
+            scope[SCOPE_KEY] = timing  # type: ignore[literal-required]  # Scope's TypedDict lists only ASGI's keys
             send = self._timed_send(send, timing)
         if self._local:
-            scope[LOCAL_MARK] = True
+            scope[LOCAL_MARK] = True  # type: ignore[literal-required]  # Scope's TypedDict lists only ASGI's keys
         else:
             hosts = [value for key, value in scope.get("headers") or () if key == b"host"]
             if not host_allowed(hosts, self._allowed):
                 shown = b", ".join(hosts).decode("latin-1")[:200]
                 await send_error(send, HostNotAllowed(f"Host {shown!r} is not allowed. Add it to APPLIANCE_ALLOWED_HOSTS."))
                 return
-            if not target_matches_host(scope.get(TARGET_AUTHORITY), hosts):  # type: ignore[call-overload]
+            target = scope.get(TARGET_AUTHORITY)  # set by the listener's protocol for an absolute-form target
+            if not target_matches_host(target if isinstance(target, bytes) else None, hosts):
                 await send_error(
                     send,
                     BadRequest(
@@ -166,11 +169,15 @@ class ApplianceASGI:
         observe = self._observe
 
         async def timed(message: Message) -> None:
-            kind = message["type"]
-            if kind == "http.response.start":
+            if message["type"] == "http.response.start":
                 value = b"%.3f" % (timing.overhead_s() * 1000)
-                message["headers"] = [*message.get("headers", ()), (HEADER, value)]  # type: ignore[typeddict-unknown-key]
-            elif kind == "http.response.body" and not message.get("more_body") and timing.endpoint and observe is not None:
+                message["headers"] = [*message.get("headers", ()), (HEADER, value)]
+            elif (
+                message["type"] == "http.response.body"
+                and not message.get("more_body")
+                and timing.endpoint
+                and observe is not None
+            ):
                 observe(timing.endpoint, timing.overhead_s())
             await send(message)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import http
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httptools
@@ -84,7 +85,7 @@ def edge_protocol(limits: EdgeLimits, guard: PeerGuard | None = None) -> type[as
         _peer = ""
 
         # -- connection ---------------------------------------------------------------
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn's own
             super().connection_made(transport)
             self._arm(limits.header_timeout, self._headers_expired)
             if guard is not None and self.client:
@@ -152,9 +153,9 @@ def edge_protocol(limits: EdgeLimits, guard: PeerGuard | None = None) -> type[as
             self._in_headers = False
             self._disarm()
             if self.url[:1] != b"/":  # absolute-form (or authority- or asterisk-form): the edge checks it
-                self.scope[TARGET_AUTHORITY] = _authority(self.url)  # type: ignore[index]
+                self.scope[TARGET_AUTHORITY] = _authority(self.url)  # type: ignore[literal-required]  # ASGI's keys only
             if self._ticket is not None:
-                self.scope[CONNECTION_KEY] = self._ticket  # type: ignore[index]
+                self.scope[CONNECTION_KEY] = self._ticket  # type: ignore[literal-required]  # ASGI's keys only
             super().on_headers_complete()
             self._arm(limits.body_timeout, self._body_expired)
 
@@ -170,9 +171,9 @@ def edge_protocol(limits: EdgeLimits, guard: PeerGuard | None = None) -> type[as
             super().on_response_complete()
 
         # -- deadlines and refusals --------------------------------------------------------
-        def _arm(self, seconds: float, callback: object) -> None:
+        def _arm(self, seconds: float, callback: Callable[[], object]) -> None:
             self._disarm()
-            self._timer = self.loop.call_later(seconds, callback)  # type: ignore[arg-type]
+            self._timer = self.loop.call_later(seconds, callback)
 
         def _disarm(self) -> None:
             if self._timer is not None:
