@@ -7,6 +7,7 @@ written. Redaction is done here, once, not by remembering at each call site.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import logging.handlers
@@ -14,7 +15,6 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import TextIO
 
 from appliance.private_files import open_private, private_dir, private_file
 
@@ -65,7 +65,7 @@ class RedactingFilter(logging.Filter):
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
+        entry: dict[str, object] = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
@@ -73,7 +73,7 @@ class JsonFormatter(logging.Formatter):
         }
         extra = getattr(record, "fields", None)
         if isinstance(extra, dict):
-            entry.update(_redact_fields(extra))  # type: ignore[arg-type]
+            entry.update({k: _redact_fields(v, str(k)) for k, v in extra.items()})
         if record.exc_info:
             entry["exc"] = redact(self.formatException(record.exc_info))
         return json.dumps(entry, default=str)
@@ -89,7 +89,7 @@ class TextFormatter(logging.Formatter):
 class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
     """A rotated log file readable by the daemon's user alone (0600), whatever the umask."""
 
-    def _open(self) -> TextIO:
+    def _open(self) -> io.TextIOWrapper:
         return open_private(self.baseFilename, self.mode, encoding=self.encoding, errors=self.errors)
 
 

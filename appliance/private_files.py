@@ -19,10 +19,10 @@ only loses what others could do.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import stat
 from pathlib import Path
-from typing import TextIO
 
 DB_SUFFIXES = ("", "-wal", "-shm", "-journal")
 
@@ -60,13 +60,17 @@ def private_database(db_path: Path) -> None:
         private_file(Path(f"{db_path}{suffix}"))
 
 
-def open_private(path: str, mode: str = "a", encoding: str | None = None, errors: str | None = None) -> TextIO:
-    """``open(path, mode)`` for appending or writing, the file created 0600 and set to 0600 if it existed."""
+def open_private(path: str, mode: str = "a", encoding: str | None = None, errors: str | None = None) -> io.TextIOWrapper:
+    """``open(path, mode)`` for appending or writing text, the file created 0600 and set to 0600 if it existed."""
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if "a" in mode else os.O_TRUNC)
     fd = os.open(path, flags, 0o600)
     try:
         os.fchmod(fd, 0o600)
-        return open(fd, mode, encoding=encoding, errors=errors)  # noqa: SIM115 - the caller owns the file
+        stream = open(fd, mode, encoding=encoding, errors=errors)  # noqa: SIM115 - the caller owns the file
     except BaseException:
         os.close(fd)
         raise
+    if not isinstance(stream, io.TextIOWrapper):  # a binary mode: not what this is for
+        stream.close()
+        raise ValueError(f"open_private opens text files; mode {mode!r} is binary")
+    return stream
