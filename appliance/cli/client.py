@@ -10,6 +10,7 @@ owner and group are the appliance's). Remotely: ``--url`` and an admin API key
 from __future__ import annotations
 
 import ssl
+from collections.abc import Mapping
 from pathlib import Path
 
 import click
@@ -18,6 +19,9 @@ import httpx
 from appliance.jsontypes import JsonValue
 from appliance.settings import Settings, load_settings
 from appliance.tls.generate import TlsFiles
+
+#: A query parameter's value as httpx takes it.
+QueryValue = str | int | float | bool | None
 
 
 def trusted_cas(ca_file: str | None, settings: Settings | None) -> ssl.SSLContext:
@@ -73,10 +77,13 @@ def check(response: httpx.Response) -> JsonValue:
     return response.text
 
 
-def request(ctx: click.Context, method: str, path: str, **kwargs: object) -> JsonValue:
+def request(
+    ctx: click.Context, method: str, path: str, *, json: object = None, params: Mapping[str, QueryValue] | None = None
+) -> JsonValue:
+    """``method path`` on the admin API, with an optional JSON body and query parameters."""
     try:
         with admin_client(ctx) as client:
-            return check(client.request(method, path, **kwargs))
+            return check(client.request(method, path, json=json, params=params))
     except httpx.TransportError as exc:
         raise click.ClickException(f"cannot reach the appliance: {exc}") from None
 
