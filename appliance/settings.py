@@ -76,6 +76,16 @@ def _default_data_dir() -> Path:
     return Path.cwd() / "appliance-data"
 
 
+LatencyTargets = dict[Literal["interactive", "batch"], dict[Literal["ttft_p95_s", "tpot_p95_s"], float]]
+
+
+def _default_latency_targets() -> LatencyTargets:
+    return {
+        "interactive": {"ttft_p95_s": 2.0, "tpot_p95_s": 0.15},
+        "batch": {"ttft_p95_s": 30.0, "tpot_p95_s": 0.5},
+    }
+
+
 class Settings(BaseSettings):
     """Runtime configuration of the appliance daemon and CLI."""
 
@@ -190,11 +200,8 @@ class Settings(BaseSettings):
             "streams, reaches this many tokens/s (else the fastest that fits). 0 ranks by quality alone."
         ),
     )
-    latency_targets: dict[Literal["interactive", "batch"], dict[Literal["ttft_p95_s", "tpot_p95_s"], float]] = Field(
-        default_factory=lambda: {
-            "interactive": {"ttft_p95_s": 2.0, "tpot_p95_s": 0.15},
-            "batch": {"ttft_p95_s": 30.0, "tpot_p95_s": 0.5},
-        },
+    latency_targets: LatencyTargets = Field(
+        default_factory=_default_latency_targets,
         description=(
             "Latency targets of the llama.cpp engine's step scheduler per key priority class, in seconds: time to first "
             "token (`ttft_p95_s`) and time per output token (`tpot_p95_s`). Each step reads as much of the waiting prompts "

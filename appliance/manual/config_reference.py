@@ -61,10 +61,10 @@ def type_name(annotation: object) -> str:
         return f"map of {type_name(args[0])} to {type_name(args[1])}"
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
         return "one of " + ", ".join(f"`{member.value}`" for member in annotation)
-    name = _SCALARS.get(annotation)
-    if name is None:
+    scalar = _SCALARS.get(annotation)
+    if scalar is None:
         raise TypeError(f"no reference name for the setting type {annotation!r}: add it to _SCALARS")
-    return name
+    return scalar
 
 
 def bounds(field: FieldInfo) -> str:
@@ -87,7 +87,7 @@ def default_text(name: str, field: FieldInfo) -> str:
     if field.default_factory is not None:
         if name == "data_dir":
             return "`./appliance-data`"
-        value = field.default_factory()  # type: ignore[call-arg]
+        value = field.get_default(call_default_factory=True)
     else:
         value = field.default
     if value is None:
