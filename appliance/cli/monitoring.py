@@ -51,7 +51,8 @@ def register(group: click.Group) -> None:
             key = request(ctx, "POST", "/admin/keys/", json={"name": key_name, "role": "metrics"})
             secret = key["secret"]
             click.echo(f"Created metrics key {key['prefix']} (id {key['id']}).")
-        for path in export(dest, target, scrape_interval=scrape_interval, key=secret):
+        ttft = settings.latency_targets["interactive"]["ttft_p95_s"]
+        for path in export(dest, target, scrape_interval=scrape_interval, key=secret, ttft_target_s=ttft):
             click.echo(f"wrote {path}")
         if secret is None and not (dest / KEY_FILE).exists():
             click.echo(

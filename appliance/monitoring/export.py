@@ -19,6 +19,8 @@ DASHBOARD = "grafana-dashboard.json"
 SHIPPED = (PROMETHEUS, RULES, DASHBOARD)
 KEY_FILE = "appliance-metrics.key"
 CA_FILE = "appliance-ca.crt"
+TTFT_RULE = "      - alert: ApplianceTTFTTargetMissed"
+SHIPPED_TTFT_TARGET_S = 2.0  # the shipped rule's threshold: latency_targets' default interactive ttft_p95_s
 HEADER_END = "global:"  # the shipped file's comment header ends where its YAML begins
 
 
@@ -64,14 +66,41 @@ def prometheus_config(target: Target, scrape_interval: str = "15s") -> str:
     return header + yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
 
 
-def export(dest: Path, target: Target, *, scrape_interval: str = "15s", key: str | None = None) -> list[Path]:
+def alert_rules(ttft_target_s: float = SHIPPED_TTFT_TARGET_S) -> str:
+    """The shipped ``alert_rules.yml`` with the box's interactive TTFT target (seconds) in ApplianceTTFTTargetMissed."""
+    text = shipped(RULES)
+    start = text.index(TTFT_RULE)
+    end = text.index("      - alert:", start + len(TTFT_RULE))
+    target = f"{ttft_target_s:g}"
+    was = f"{SHIPPED_TTFT_TARGET_S:g}"
+    block = text[start:end]
+    for old, new in (
+        (f")) > {was}\n", f")) > {target}\n"),
+        (f"above {was} s", f"above {target} s"),
+        (f"target {was} s", f"target {target} s"),
+    ):
+        if old not in block:
+            raise AssertionError(f"the shipped TTFT rule lost {old!r}")
+        block = block.replace(old, new)
+    return text[:start] + block + text[end:]
+
+
+def export(
+    dest: Path,
+    target: Target,
+    *,
+    scrape_interval: str = "15s",
+    key: str | None = None,
+    ttft_target_s: float = SHIPPED_TTFT_TARGET_S,
+) -> list[Path]:
     """Write prometheus.yml, alert_rules.yml and grafana-dashboard.json into ``dest`` (made if absent), the CA when the
     target has one, and ``key`` (a metrics-role API key) into appliance-metrics.key, mode 0600. Returns what was written."""
     dest.mkdir(parents=True, exist_ok=True)
+    texts = {PROMETHEUS: prometheus_config(target, scrape_interval), RULES: alert_rules(ttft_target_s)}
     written = []
     for name in SHIPPED:
         path = dest / name
-        path.write_text(prometheus_config(target, scrape_interval) if name == PROMETHEUS else shipped(name), encoding="utf-8")
+        path.write_text(texts.get(name) or shipped(name), encoding="utf-8")
         written.append(path)
     if target.ca is not None:
         shutil.copyfile(target.ca, dest / CA_FILE)

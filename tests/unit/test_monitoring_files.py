@@ -112,3 +112,17 @@ def test_dashboard_is_grafana_json_over_appliance_metrics():
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))
     assert {v["name"] for v in dashboard["templating"]["list"]} == {"datasource", "instance"}
+
+
+@pytest.mark.parametrize("target", [0.75, 2.0, 12.5])
+def test_export_writes_the_box_ttft_target_into_its_rule(tmp_path: Path, target: float):
+    export(tmp_path, Target.of("http://box:8080"), ttft_target_s=target)
+    rules = {r["alert"]: r for g in yaml.safe_load((tmp_path / RULES).read_text())["groups"] for r in g["rules"]}
+    rule = rules["ApplianceTTFTTargetMissed"]
+    assert rule["expr"].rstrip().endswith(f"> {target:g}")
+    assert f"above {target:g} s" in rule["annotations"]["summary"]
+    others = {name: r for name, r in rules.items() if name != "ApplianceTTFTTargetMissed"}
+    shipped_rules = {r["alert"]: r for g in yaml.safe_load(shipped(RULES))["groups"] for r in g["rules"]}
+    assert others == {name: r for name, r in shipped_rules.items() if name != "ApplianceTTFTTargetMissed"}
+    result = promtool("check", "rules", str(tmp_path / RULES))
+    assert result.returncode == 0, result.stdout + result.stderr
