@@ -3,7 +3,8 @@
 A real daemon with ``max_loaded_instances = 1`` serves the default model (loaded by an API request);
 in headless Chromium an admin presses Load on a second, tiny model. The console asks first, naming
 the model it would stop and its requests in flight; dismissing it loads nothing; accepting loads the
-tiny model, and the default model's row then reads "evicted HH:MM UTC to load <tiny model>".
+tiny model, and the default model's row then reads "evicted HH:MM UTC to load <tiny model>". The
+overview flags the default model while it is cold (nothing loaded yet) or evicted, and not once loaded.
 """
 
 from __future__ import annotations
@@ -44,12 +45,6 @@ def _loaded(box: RunningDaemon) -> set[str]:
 
 
 def test_load_that_evicts_asks_first_and_the_evicted_row_says_so(chromium, one_slot):
-    key = one_slot.create_key("evict-user")
-    with httpx.Client(base_url=one_slot.url, headers={"Authorization": f"Bearer {key}"}, timeout=300) as api:
-        body = {"model": "default", "prompt": "Once upon a time", "max_tokens": 2}
-        assert api.post("/v1/completions", json=body).status_code == 200
-    assert _loaded(one_slot) == {DEFAULT}
-
     context = chromium.new_context(viewport={"width": WIDE, "height": 900})
     page = context.new_page()
     errors: list[str] = []
@@ -64,8 +59,19 @@ def test_load_that_evicts_asks_first_and_the_evicted_row_says_so(chromium, one_s
 
     page.on("dialog", on_dialog)
     sign_in(page, one_slot.url, "erin", "erin-password-1")
+    assert _loaded(one_slot) == set()  # nothing loaded yet: the overview says the default model is cold
+    flag = page.locator("[data-testid=default-model-flag]")
+    assert flag.get_attribute("data-state") == "cold" and DEFAULT in flag.inner_text()
+
+    key = one_slot.create_key("evict-user")
+    with httpx.Client(base_url=one_slot.url, headers={"Authorization": f"Bearer {key}"}, timeout=300) as api:
+        body = {"model": "default", "prompt": "Once upon a time", "max_tokens": 2}
+        assert api.post("/v1/completions", json=body).status_code == 200
+    assert _loaded(one_slot) == {DEFAULT}
     page.goto(one_slot.url + "/models")
-    load = page.locator(f"#installed tr[data-model='{TINY}'] form[hx-post='/models/load'] button")
+    form = page.locator(f"#installed tr[data-model='{TINY}'] form[hx-post='/models/load']")
+    load = form.locator("button")
+    assert form.get_attribute("data-evicts") == DEFAULT
 
     load.click()  # dismissed: nothing happens
     page.wait_for_timeout(1000)
@@ -82,9 +88,14 @@ def test_load_that_evicts_asks_first_and_the_evicted_row_says_so(chromium, one_s
     assert re.fullmatch(rf"evicted \d\d:\d\d UTC to load {re.escape(TINY)}", status.inner_text().strip()), status.inner_text()
     page.reload()  # a page rendered afterwards says the same
     assert page.locator(f"#installed tr[data-model='{DEFAULT}'] [data-testid=evicted-by]").inner_text().strip().endswith(TINY)
+    page.goto(one_slot.url + "/")  # the overview flags the evicted default model
+    assert flag.get_attribute("data-state") == "evicted" and DEFAULT in flag.inner_text() and TINY in flag.inner_text()
+    page.goto(one_slot.url + "/models")
     # the tiny model is loaded: loading the default model again would evict it, and asks so
     page.locator(f"#installed tr[data-model='{DEFAULT}'] form[hx-post='/models/load'] button").click()
     page.wait_for_selector(f"#installed tr[data-model='{DEFAULT}'] .badge.ok", timeout=120_000)
     assert len(questions) == 3 and TINY in questions[2], questions
+    page.goto(one_slot.url + "/")
+    assert page.locator("[data-testid=default-model-flag]").count() == 0  # loaded: nothing to flag
     context.close()
     assert not errors, errors
