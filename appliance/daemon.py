@@ -119,7 +119,7 @@ async def _start_redirect(settings: Settings, limits: EdgeLimits, common: dict[s
 async def serve(settings: Settings) -> None:
     tls = _tls_listener(settings)
     app = create_app(settings)
-    common = dict(
+    common: dict[str, Any] = dict(
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=settings.drain_timeout_seconds,
@@ -133,7 +133,7 @@ async def serve(settings: Settings) -> None:
         max_header_count=settings.max_header_count,
     )
     # X-Forwarded-For is believed only from the configured reverse proxies (uvicorn would trust any local peer).
-    edge = dict(
+    edge: dict[str, Any] = dict(
         proxy_headers=bool(settings.trusted_proxies),
         forwarded_allow_ips=settings.trusted_proxies or None,
         limit_concurrency=settings.max_connections,
@@ -147,7 +147,7 @@ async def serve(settings: Settings) -> None:
             public_app,
             host=settings.host,
             port=settings.port,
-            lifespan="on",  # type: ignore[arg-type]
+            lifespan="on",
             **edge,
             **common,
         )
@@ -157,7 +157,7 @@ async def serve(settings: Settings) -> None:
         public.config.ssl_context_factory = lambda _config, _default: tls.context
     settings.admin_socket.unlink(missing_ok=True)
     admin_app, admin_http = wrap(app, settings, local=True), edge_protocol(limits)
-    admin = _Server(uvicorn.Config(admin_app, uds=str(settings.admin_socket), lifespan="off", http=admin_http, **common))  # type: ignore[arg-type]
+    admin = _Server(uvicorn.Config(admin_app, uds=str(settings.admin_socket), lifespan="off", http=admin_http, **common))
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -227,8 +227,9 @@ async def serve(settings: Settings) -> None:
         expiry.cancel()
     settings.admin_socket.unlink(missing_ok=True)
     for task in done:
-        if task in (public_task, admin_task) and task.exception():
-            raise task.exception()  # type: ignore[misc]
+        error = task.exception() if task in (public_task, admin_task) else None
+        if error is not None:
+            raise error
 
 
 def run_loop(main: Coroutine[object, object, None]) -> None:
