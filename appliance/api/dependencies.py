@@ -25,6 +25,7 @@ from appliance.batch.store import BatchStore
 from appliance.cache.responses import ResponseCache
 from appliance.db.audit import AuditTrail
 from appliance.metering.admin import QuotaService
+from appliance.metering.box_figures import BoxFigures
 from appliance.metering.meter import Meter
 from appliance.metrics import Metrics
 from appliance.serving.gateway import Gateway
@@ -121,6 +122,10 @@ def provide_batch_runner(state: State) -> BatchRunner:
     return _services(state).batch_runner
 
 
+def provide_figures(state: State) -> BoxFigures:
+    return _services(state).figures
+
+
 def provide_after_restore(state: State) -> Callable[[], None]:
     return _services(state).after_restore
 
@@ -156,6 +161,7 @@ def dependencies() -> dict[str, Provide]:
         "batch_store": provide_batch_store,
         "batch_runner": provide_batch_runner,
         "after_restore": provide_after_restore,
+        "figures": provide_figures,
         "principal": provide_principal,
         "actor": provide_actor,
     }

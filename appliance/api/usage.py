@@ -21,6 +21,7 @@ from appliance.api.access import Access, requires
 from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject
 from appliance.metering.admin import QuotaService
+from appliance.metering.economics import OwnerRates, box_totals, report_owner_cost
 from appliance.metering.reports import parse_by, query_usage, to_csv
 from appliance.metering.usage_filters import custom_range, resolve_filters
 from appliance.settings import Settings
@@ -125,6 +126,9 @@ class UsageController(Controller):
             by=parse_by(by),
             now=now,
         )
+        rates = OwnerRates.of(settings)
+        if rates.known:
+            report = report_owner_cost(report, rates, box_totals(db, report["since"], report["until"]), now)
         if fmt == "csv":
             return Response(
                 to_csv(report), media_type="text/csv", headers={"content-disposition": 'attachment; filename="usage.csv"'}

@@ -18,6 +18,7 @@ from appliance.cli.client import request
 from appliance.metering.quotas import DIMENSIONS
 
 MEASURES = ("requests", "failed", "prompt_tokens", "completion_tokens", "cached_tokens", "cost", "energy_joules")
+OWNER_MEASURES = ("owner_cost",)  # present when the box's costs are set (box_cost_per_hour, energy_price_per_kwh)
 GROUP_COLUMNS = {"key": ("key", "key_name"), "team": ("team",), "model": ("model",), "day": ("day",), "hour": ("hour",)}
 
 
@@ -157,12 +158,19 @@ def register(group: click.Group) -> None:
             click.echo(json.dumps(body, indent=2))
             return
         columns = [c for b in body["by"] for c in GROUP_COLUMNS[b]]
-        table = Table(*columns, *MEASURES, title=f"usage {_when(body['since'])} – {_when(body['until'])}")
+        measures = MEASURES + tuple(c for c in OWNER_MEASURES if c in body["totals"])
+        table = Table(*columns, *measures, title=f"usage {_when(body['since'])} – {_when(body['until'])}")
         for row in body["rows"]:
-            table.add_row(*(_fmt(row.get(c)) for c in columns), *(_fmt(row.get(m)) for m in MEASURES))
+            table.add_row(*(_fmt(row.get(c)) for c in columns), *(_fmt(row.get(m)) for m in measures))
         if body["by"] and body["rows"]:
-            table.add_row(*(["total"] + [""] * (len(columns) - 1)), *(_fmt(body["totals"].get(m)) for m in MEASURES))
+            table.add_row(*(["total"] + [""] * (len(columns) - 1)), *(_fmt(body["totals"].get(m)) for m in measures))
         Console().print(table)
+        if "owner_cost_per_million" in body["totals"]:
+            per_million = body["totals"]["owner_cost_per_million"]
+            click.echo(
+                f"Owner cost (box_cost_per_hour and energy) per million tokens produced in this range: "
+                f"{_fmt(per_million)} {body.get('currency', '')}".rstrip()
+            )
 
     # -- prices --------------------------------------------------------------------------
     @group.group()

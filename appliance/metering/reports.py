@@ -204,13 +204,19 @@ def _cache_saved(hits: Sequence[Row], width: int, prices: PriceBook) -> dict[tup
 
 
 COST_DECIMALS = 6  # a millionth of the currency: a request's cost at small-model prices still shows
-_CSV_DECIMALS = {"cost": COST_DECIMALS, "cache_saved": COST_DECIMALS, "energy_joules": 1} | {p: 1 for p in PERCENTILES}
+OWNER_COLUMNS = ("owner_cost", "owner_cost_per_million")  # with box costs set (appliance.metering.economics)
+_CSV_DECIMALS = (
+    {"cost": COST_DECIMALS, "cache_saved": COST_DECIMALS, "energy_joules": 1}
+    | {p: 1 for p in PERCENTILES}
+    | dict.fromkeys(OWNER_COLUMNS, COST_DECIMALS)
+)
 _CSV_INTEGERS = frozenset(SUMS) - _CSV_DECIMALS.keys()
 
 
 def to_csv(report: JsonObject) -> str:
     """The report's rows as CSV: counts as integers, costs to a millionth, milliseconds and joules to a tenth (never 1e-05)."""
     columns = [c for b in report["by"] for c in _GROUP_COLUMNS[b]] + list(MEASURES)
+    columns += [c for c in OWNER_COLUMNS if c in report["totals"]]
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
