@@ -85,7 +85,9 @@ def edge_protocol(limits: EdgeLimits, guard: PeerGuard | None = None) -> type[as
         _peer = ""
 
         # -- connection ---------------------------------------------------------------
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn's own
+        def connection_made(  # type: ignore[override]  # uvicorn's signature: a Transport where asyncio has BaseTransport
+            self, transport: asyncio.Transport
+        ) -> None:
             super().connection_made(transport)
             self._arm(limits.header_timeout, self._headers_expired)
             if guard is not None and self.client:
@@ -153,9 +155,9 @@ def edge_protocol(limits: EdgeLimits, guard: PeerGuard | None = None) -> type[as
             self._in_headers = False
             self._disarm()
             if self.url[:1] != b"/":  # absolute-form (or authority- or asterisk-form): the edge checks it
-                self.scope[TARGET_AUTHORITY] = _authority(self.url)  # type: ignore[literal-required]  # ASGI's keys only
+                self.scope[TARGET_AUTHORITY] = _authority(self.url)  # type: ignore[literal-required]  # ASGI keys only typed
             if self._ticket is not None:
-                self.scope[CONNECTION_KEY] = self._ticket  # type: ignore[literal-required]  # ASGI's keys only
+                self.scope[CONNECTION_KEY] = self._ticket  # type: ignore[literal-required]  # ASGI keys only typed
             super().on_headers_complete()
             self._arm(limits.body_timeout, self._body_expired)
 
