@@ -51,7 +51,7 @@ from .scheduling import PrefixCache
 from .sequence import FINISH_CANCELLED, FINISH_ERROR, Event, Sequence, Slot
 from .slot_results import SlotResults
 from .speculation import SPEC_MAX_SEQS, draft
-from .step_planner import MIN_PREFILL_TOKENS, StepPlanner, write_chunks
+from .step_planner import MIN_PREFILL_TOKENS, Chunk, StepPlanner, write_chunks
 from .token_sampler import TokenSampler
 
 
@@ -188,6 +188,7 @@ class Batcher:
     def _calibrate_parity(self) -> None:
         """Decide whether decodes pad their output rows to an even count (``--even-outputs``)."""
         context = self.context
+        assert context is not None  # made on the decode thread before it calibrates
         if self.even_outputs_mode == "off":
             return
         result = calibrate(context)
@@ -242,6 +243,7 @@ class Batcher:
                 self._fail_all(active, events, str(exc))
             active[:] = [s for s in active if s.seq is not None]
             if events:
+                assert self._loop is not None  # start() records the loop before the decode thread runs
                 self._loop.call_soon_threadsafe(self._deliver, events, self._results.take_marks())
             dt = time.perf_counter() - t0
             self._step_s += dt
@@ -264,6 +266,7 @@ class Batcher:
                 slot.job.exception()  # let the helper thread finish with the chain before freeing it
                 slot.job = None
             self._results.finish(slot, FINISH_ERROR, events, error=error)
+            assert self.context is not None  # requests run only once the context is made
             self.context.drop(slot.id)
             slot.tokens = []
         active.clear()
@@ -291,6 +294,7 @@ class Batcher:
             if seq.cancelled:
                 seq.free_samplers()
                 continue
+            assert self._prefix is not None  # made with the context, before any request is admitted
             slot = self._prefix.place(seq, free)
             slot.seq = seq
             slot.feed = -1
@@ -334,7 +338,8 @@ class Batcher:
                         n += 1
         # 2. prompt chunks: as many as the latency targets leave time for, most urgent first (.step_planner)
         reading = [s for s in active if s.seq is not None and s.job is None and s.feed < 0]
-        read, scored = 0, []
+        read = 0
+        scored: list[Chunk] = []
         if reading:
             planner, now = self._planner, time.perf_counter()
             budget = planner.prompt_budget(planner.step_seconds(active, now), n + 1, self.n_batch - n)

@@ -138,6 +138,7 @@ class ChatRenderer:
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = _strftime_now
         self._error: str | None = None
+        self._template: jinja2.Template | None
         try:
             self._template = env.from_string(template)
         except jinja2.TemplateError as exc:  # a broken template: report on use, load anyway

@@ -33,7 +33,7 @@ from appliance.errors import BadRequest
 COMPILE_BUDGET_S = 3.0
 #: llguidance's own resource limits, tighter than its defaults where a request could ask for more work:
 #: lexer fuel (~14k units per ms of mask work), Earley items per step, lexer states (1-2 kB each), grammar symbols.
-LIMITS = {
+LIMITS: dict[str, int] = {
     "max_items_in_row": 2_000,
     "initial_lexer_fuel": 1_000_000,
     "step_lexer_fuel": 200_000,
@@ -111,7 +111,7 @@ class GrammarCompiler:
         self._n_vocab = n_vocab
         self._tokenizer: LLTokenizer | None = None
         self._lock = threading.Lock()
-        self._limits = LLParserLimits(**LIMITS, verbose_errors=False)
+        self._limits = LLParserLimits(**LIMITS, verbose_errors=False)  # type: ignore[arg-type]  # every limit is an int; the stub's first keyword is the bool
 
     def warm_up(self) -> threading.Thread:
         """Build the tokenizer view in a background thread (seconds of work), so that no request waits for it."""

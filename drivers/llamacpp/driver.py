@@ -18,6 +18,13 @@ SPEC_NGRAM = 3
 ROUTES = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/models"})
 
 
+def plan_threads(plan: EnginePlan) -> int:
+    """The compute threads of a llama.cpp plan (the planner always names them; only vLLM plans leave them out)."""
+    if plan.threads is None:
+        raise ValueError(f"the plan for {plan.model} names no thread count")
+    return plan.threads
+
+
 def worker_command(plan: EnginePlan, socket_path: str | Path, python: str = sys.executable) -> list[str]:
     """The worker's argv for ``plan``. Pure: reads only the plan's attributes.
 
@@ -42,7 +49,7 @@ def worker_command(plan: EnginePlan, socket_path: str | Path, python: str = sys.
         "--parallel",
         str(int(plan.parallel)),
         "--threads",
-        str(int(plan.threads)),
+        str(plan_threads(plan)),
         "--n-gpu-layers",
         str(int(plan.n_gpu_layers)),
         *placement(plan).args,
@@ -80,7 +87,7 @@ def placement(plan: EnginePlan) -> Placement:
 def worker_environment(plan: EnginePlan) -> dict[str, str]:
     """The worker's added environment: thread pools sized to the plan, and only the plan's GPUs visible."""
     # libllama's own OpenMP/BLAS pools must not oversubscribe the cores the plan gave us.
-    return {"OMP_NUM_THREADS": str(int(plan.threads)), **placement(plan).env}
+    return {"OMP_NUM_THREADS": str(plan_threads(plan)), **placement(plan).env}
 
 
 class LlamaCppDriver:

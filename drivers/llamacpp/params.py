@@ -45,7 +45,7 @@ class GpuPlacement:
         if len(self.tensor_split) > slots:
             raise ValueError(f"--tensor-split has {len(self.tensor_split)} parts; this build handles {slots} devices")
         array = (ctypes.c_float * slots)(*self.tensor_split)
-        params.tensor_split = ctypes.cast(array, ctypes.POINTER(ctypes.c_float))
+        params.tensor_split = ctypes.cast(array, ctypes.POINTER(ctypes.c_float))  # type: ignore[assignment]  # llama_cpp types the pointer field as an array
         return array
 
 

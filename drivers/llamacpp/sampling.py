@@ -45,7 +45,7 @@ class SamplingParams:
 def _bias_sampler(n_vocab: int, bias: dict[int, float]):
     arr = (ll.llama_logit_bias * len(bias))()
     for i, (tok, b) in enumerate(bias.items()):
-        arr[i].token = tok
+        arr[i].token = tok  # type: ignore[assignment]  # ctypes converts the int; llama_cpp types the field as c_int32
         arr[i].bias = float("-inf") if b <= -100 else b
     return ll.llama_sampler_init_logit_bias(n_vocab, len(bias), arr)
 

@@ -12,13 +12,16 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import Future
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 
 from .logprobs import LogprobRecorder
 from .sampling import free_chain
 from .text import TextStream
+
+if TYPE_CHECKING:
+    from .constraint import Constraint
 
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
@@ -38,7 +41,6 @@ class Sequence:
         "max_new",
         "chain",
         "grammar",
-        "chain_grammar",
         "ban_first",
         "text",
         "cancelled",
@@ -72,8 +74,7 @@ class Sequence:
         self.prompt = prompt
         self.max_new = max_new
         self.chain = chain
-        self.grammar = None  # stand-alone grammar sampler (fast path), if any
-        self.chain_grammar = False  # the chain itself holds a grammar (sampled in a helper thread)
+        self.grammar: Constraint | None = None  # the llguidance constraint of response_format or a forced tool call
         self.ban_first = ban_first
         self.text = TextStream(stops, lstrip=lstrip)
         self.cancelled = False
@@ -159,3 +160,11 @@ class Slot:
         self.last_used = 0.0
         self.drafts: list[int] = []
         self.job: Future[int] | None = None  # a token being sampled in a helper thread
+
+    @property
+    def serving(self) -> Sequence:
+        """The sequence of a busy slot (the decode loop asks only for slots it knows are busy)."""
+        seq = self.seq
+        if seq is None:
+            raise RuntimeError(f"slot {self.id} serves no sequence")
+        return seq

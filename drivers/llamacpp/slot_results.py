@@ -51,6 +51,7 @@ class SlotResults:
                 continue
             prompt = seq.prompt
             rows = [(logits_row(ctx, first + p - start, n_vocab), prompt[p + 1]) for p in range(start, min(end, len(prompt) - 1))]
+            assert seq.logprobs is not None  # prompts are scored only for requests that asked for log-probabilities
             seq.logprobs.add_prompt(prompt[0], rows)
             if end == len(prompt) and seq.max_new == 0:
                 self.finish(slot, FINISH_LENGTH, events)
@@ -71,14 +72,14 @@ class SlotResults:
         if exc is not None:
             self.finish(slot, FINISH_ERROR, events, error=str(exc))
             return
-        if slot.seq.cancelled:
+        if slot.serving.cancelled:
             self.finish(slot, FINISH_CANCELLED, events)
             return
         self.accept(slot, fut.result(), events)
 
     def accept(self, slot: Slot, t: int, events: list[Event]) -> bool:
         """Handle one sampled token; return True if the sequence continues."""
-        seq = slot.seq
+        seq = slot.serving
         if seq.ban_first:
             drop_first_link(seq.chain)
             seq.ban_first = False
@@ -117,7 +118,7 @@ class SlotResults:
         return True
 
     def release(self, slot: Slot) -> None:
-        slot.seq.free_samplers()
+        slot.serving.free_samplers()
         slot.seq = None
         slot.feed = -1
         slot.out_idx = -1

@@ -20,7 +20,7 @@ SPEC_MAX_SEQS = 2
 
 def draft(slot: Slot, ngram: int, most: int, ctx_per_slot: int) -> list[int]:
     """Propose tokens by finding the latest n-gram earlier in this sequence's history."""
-    seq = slot.seq
+    seq = slot.serving
     hist = slot.tokens + [slot.feed]
     if len(hist) <= ngram:
         return []

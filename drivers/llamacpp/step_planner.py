@@ -148,7 +148,7 @@ class StepPlanner:
         rate, targets = self.prompt_rate, self.targets
 
         def key(slot: Slot) -> tuple[int, float]:
-            seq = slot.seq
+            seq = slot.serving
             remaining = len(seq.prompt) - len(slot.tokens)
             return targets.rank(seq.priority), remaining / rate - (now - seq.t_submit)
 
@@ -160,7 +160,7 @@ class StepPlanner:
         for slot in self.order(reading, now):
             if budget <= 0:
                 break
-            seq = slot.seq
+            seq = slot.serving
             want = len(seq.prompt) - len(slot.tokens)
             if seq.scores_prompt:  # each row kept costs n_vocab floats of libllama's output buffer
                 want = min(want, PROMPT_ROWS_PER_STEP)
@@ -187,7 +187,7 @@ def write_chunks(context: DecodeContext, shares: list[tuple[Slot, int]], n: int)
     tok, pos, sids, lg = context.tok, context.pos, context.sid, context.lg
     scored: list[Chunk] = []
     for slot, share in shares:
-        seq = slot.seq
+        seq = slot.serving
         start = len(slot.tokens)
         end = start + share
         prompt, sid = seq.prompt, slot.id

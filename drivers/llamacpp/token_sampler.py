@@ -44,7 +44,7 @@ class TokenSampler:
 
     def sample(self, slot: Slot, idx: int) -> int:
         """The sampled token, or -1 when it is being sampled in the helper thread."""
-        seq = slot.seq
+        seq = slot.serving
         if seq.argmax and seq.logprobs is None:
             row = np.ctypeslib.as_array(ll.llama_get_logits_ith(self._ctx, idx), shape=(self._n_vocab,))
             if seq.bias is not None:
@@ -67,14 +67,17 @@ class TokenSampler:
         row = np.ctypeslib.as_array(ll.llama_get_logits_ith(self._ctx, idx), shape=(self._n_vocab,))
         if not c.apply(row):
             return self._fail(slot, c.error)
-        t = ll.llama_sampler_sample(slot.seq.chain, self._ctx, idx)
+        seq = slot.serving
+        t = ll.llama_sampler_sample(seq.chain, self._ctx, idx)
         if not c.consume(t):
             return self._fail(slot, c.error or "the grammar allows no token here")
-        return t if slot.seq.logprobs is None else self._staged(slot, idx, t)
+        return t if seq.logprobs is None else self._staged(slot, idx, t)
 
     def _staged(self, slot: Slot, idx: int, t: int) -> int:
         """``t``, after staging its log-probabilities from logits row ``idx`` (requests that asked only)."""
-        slot.seq.logprobs.stage(logits_row(self._ctx, idx, self._n_vocab), t)
+        recorder = slot.serving.logprobs
+        assert recorder is not None  # staged only for requests that asked for log-probabilities
+        recorder.stage(logits_row(self._ctx, idx, self._n_vocab), t)
         return t
 
     def _fail(self, slot: Slot, error: str) -> int:

@@ -61,7 +61,9 @@ def tool_format(template: str | None) -> ToolFormat:
 
 def template_thinks(template: str | None) -> bool:
     """True when the chat template knows ``<think>`` traces (R1 distills, Qwen3, …)."""
-    return bool(template) and (THINK_OPEN in template or THINK_CLOSE in template)
+    if not template:
+        return False
+    return THINK_OPEN in template or THINK_CLOSE in template
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ class ToolChoice:
 
 def tool_names(tools: JsonValue) -> frozenset[str]:
     """The function names of a validated ``tools`` list."""
-    return frozenset(t["function"]["name"] for t in tools or [])  # type: ignore[index]
+    return frozenset(t["function"]["name"] for t in tools or [])
 
 
 def check_tools(tools: JsonValue) -> list[JsonObject] | None:

@@ -51,6 +51,13 @@ class WorkerApp:
         self.engine: WorkerEngine | None = None
         self.created = int(time.time())
 
+    @property
+    def loaded(self) -> WorkerEngine:
+        """The engine, for the handlers (they run only once it has loaded: ``__call__`` answers 503 before)."""
+        if self.engine is None:
+            raise EngineUnavailable("the model is still loading")
+        return self.engine
+
     async def __call__(self, scope: JsonObject, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return  # lifespan is off; websockets are not served
@@ -92,21 +99,21 @@ class WorkerApp:
         )
 
     async def stats(self, scope: JsonObject, receive: Receive, send: Send) -> None:
-        await send_json(send, 200, self.engine.batcher.snapshot())
+        await send_json(send, 200, self.loaded.batcher.snapshot())
 
     async def completions(self, scope: JsonObject, receive: Receive, send: Send) -> None:
         body = await read_json(receive)
-        req = await off_loop(parse_completion, body, self.engine.model.info.n_vocab, param="response_format")
+        req = await off_loop(parse_completion, body, self.loaded.model.info.n_vocab, param="response_format")
         await self._generate(req, priority_of(scope), receive, send)
 
     async def chat_completions(self, scope: JsonObject, receive: Receive, send: Send) -> None:
         body = await read_json(receive)
-        req = await off_loop(parse_chat, body, self.engine.model.info.n_vocab, param="response_format")
+        req = await off_loop(parse_chat, body, self.loaded.model.info.n_vocab, param="response_format")
         await self._generate(req, priority_of(scope), receive, send)
 
     async def embeddings(self, scope: JsonObject, receive: Receive, send: Send) -> None:
         body = await read_json(receive)
-        engine = self.engine
+        engine = self.loaded
         inputs = await off_loop(engine.embedding_inputs, body, param="input")
         fmt = body.get("encoding_format", "float")
         if fmt not in ("float", "base64"):
@@ -129,7 +136,7 @@ class WorkerApp:
         )
 
     async def _generate(self, req: GenRequest, priority: str, receive: Receive, send: Send) -> None:
-        engine = self.engine
+        engine = self.loaded
         seq = await off_loop(engine.prepare, req, param="prompt")  # BadRequest → 400 before anything is sent
         seq.priority = priority
         shaper = Shaper(req.kind, self.served_name)
@@ -155,13 +162,15 @@ class WorkerApp:
                 await self._stream(req, seq, shaper, send, output)
             else:
                 parts: list[str] = []
-                finish = None
+                finish: str | None = None
                 async for text, finish in seq.events():  # noqa: B007 - the last event's finish is read after the loop
                     parts.append(text)
                 if finish == FINISH_CANCELLED:
                     return
                 if finish == FINISH_ERROR:
                     raise WorkerError(f"generation failed: {seq.error}")
+                if finish is None:  # the events end with a finish reason; an empty stream is a bug
+                    raise WorkerError("generation ended without a finish reason")
                 message = None
                 if output is not None:
                     message, finish = output.message("".join(parts), finish)
@@ -221,12 +230,12 @@ class WorkerApp:
         """The prompt an ``echo`` completion starts with: as sent, or the text of the token ids sent."""
         if not req.echo:
             return None
-        return req.prompt_text if req.prompt_text is not None else self.engine.model.detokenize(seq.prompt)
+        return req.prompt_text if req.prompt_text is not None else self.loaded.model.detokenize(seq.prompt)
 
     def _logprobs(self, req: GenRequest, seq: Sequence) -> LogprobView | None:
         if seq.logprobs is None:
             return None
-        return LogprobView(req.kind, seq.logprobs, self.engine.model.piece)
+        return LogprobView(req.kind, seq.logprobs, self.loaded.model.piece)
 
 
 _ROUTES = {
