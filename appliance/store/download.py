@@ -195,9 +195,9 @@ class Downloader:
     def _attempt(self, client: httpx.Client) -> str:
         have, validator = self._resume_point()
         headers = {"Accept-Encoding": "identity", "User-Agent": f"llm-appliance/{__version__}"}
-        if have:
+        if have and validator:  # _resume_point keeps bytes only with a validator
             headers["Range"] = f"bytes={have}-"
-            headers["If-Range"] = validator  # type: ignore[assignment]
+            headers["If-Range"] = validator
         response, final_url = open_checked(client, self.url, headers, allow=self.allow, credentials=self.credentials)
         try:
             total: int | None

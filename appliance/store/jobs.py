@@ -209,7 +209,7 @@ class JobRegistry:
         self._keep = keep
         self._last_db_write: dict[int, float] = {}
         if self._db is not None:
-            self._fail_leftovers()
+            self._fail_leftovers(self._db)
 
     # ------------------------------------------------------------ queries
     def get(self, job_id: int) -> Job:
@@ -363,11 +363,11 @@ class JobRegistry:
         except Exception:  # progress rows are best effort; the in-memory job stays right
             log.warning("could not record job %s in the database", job.id, exc_info=True)
 
-    def _fail_leftovers(self) -> None:
-        with dbmod.session(self._db) as s:  # type: ignore[arg-type]
+    def _fail_leftovers(self, db: Engine) -> None:
+        with dbmod.session(db) as s:
             s.execute(
                 update(JobRow)
-                .where(JobRow.state.in_(("queued", "running")))  # type: ignore[attr-defined]
+                .where(col(JobRow.state).in_(("queued", "running")))
                 .values(state="failed", message="interrupted by a restart", finished_at=time.time())
             )
             s.commit()

@@ -54,9 +54,9 @@ class VariantRegistry:
             fam = s.exec(select(ModelFamily).where(ModelFamily.name == family)).first()
             variant = variant or (fam.default_variant if fam else None)
             row = _variant_row(s, fam, variant) if fam and variant else None
-            if row is None:
+            if row is None or fam is None:  # no family, no row
                 raise ModelNotFound(f"The model `{name}` does not exist.", param="model")
-            return _info(row, fam, _parent_names(s, [row]))  # type: ignore[arg-type]
+            return _info(row, fam, _parent_names(s, [row]))
 
     def refuse_installed(self, family: str, variant: str) -> None:
         """Conflict when ``family:variant`` is installed and ready."""
@@ -115,7 +115,8 @@ class VariantRegistry:
             fam = self._family_row(s, family)
             row = _variant_row(s, fam, variant)
             if row is None:
-                row = ModelVariant(family_id=fam.id, name=variant, format=fmt, path=path)  # type: ignore[arg-type]
+                assert fam.id is not None  # read from (or flushed to) the database
+                row = ModelVariant(family_id=fam.id, name=variant, format=fmt, path=path)
             row.format, row.path, row.source, row.status = fmt, path, source, "downloading"
             row.parent_variant_id = parent_id
             s.add(row)
@@ -245,8 +246,9 @@ def _parent_names(s: Session, rows: list[ModelVariant]) -> dict[int, str]:
 
 
 def _info(row: ModelVariant, fam: ModelFamily, parents: dict[int, str]) -> VariantInfo:
+    assert row.id is not None  # read from the database
     return VariantInfo(
-        id=row.id,  # type: ignore[arg-type]
+        id=row.id,
         name=full_name(fam.name, row.name),
         family=fam.name,
         variant=row.name,

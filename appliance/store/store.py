@@ -192,15 +192,16 @@ class ModelStore:
     def prepare_requested_pull(self, url: str | None, name: str | None, *, sha256: str | None = None) -> HubPull | None:
         """The hub pull a pull request means: a hub spec, or the name of an ``available`` variant (pulled from the
         source it was listed with); None for a URL or catalog pull. A hub pull takes no ``sha256``: the listing's."""
-        spec, install_as = url, name
-        if not is_hub_spec(url):
+        if is_hub_spec(url):
+            spec, install_as = url, name
+        else:
             info = self._available(name) if url is None and name is not None else None
             if info is None or not is_hub_spec(info.source):
                 return None
             spec, install_as = info.source, info.name
         if sha256 is not None:
             raise BadRequest("a hub pull takes each file's sha256 from the hub's listing", param="sha256")
-        return self.prepare_hub_pull(spec, name=install_as)  # type: ignore[arg-type]
+        return self.prepare_hub_pull(spec, name=install_as)
 
     def _available(self, name: str) -> VariantInfo | None:
         try:

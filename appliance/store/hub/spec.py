@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import TypeGuard
 
 from appliance.errors import BadRequest
 from appliance.store.errors import UnsafePath
@@ -34,7 +35,7 @@ class HubSpec:
         return f"{PREFIX}{self.repo}{what}" + ("" if self.revision == "main" else f"@{self.revision}")
 
 
-def is_hub_spec(value: object) -> bool:
+def is_hub_spec(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and value.startswith(PREFIX)
 
 
@@ -52,7 +53,7 @@ def check_repo_path(path: object, what: str = "the file") -> str:
 
 def parse_spec(raw: object) -> HubSpec:
     """``hf:ORG/REPO[:QUANT|/FILE][@REVISION]`` → :class:`HubSpec`; BadRequest naming ``url`` otherwise."""
-    if not is_hub_spec(raw) or len(raw) > 1024:  # type: ignore[arg-type]
+    if not is_hub_spec(raw) or len(raw) > 1024:
         raise BadRequest("a hub pull is hf:ORG/REPO[:QUANT|/FILE][@REVISION]", param="url", code="invalid_url")
     body = str(raw)[len(PREFIX) :]
     revision = "main"
