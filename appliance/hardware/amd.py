@@ -78,15 +78,21 @@ def _rocm_state(dev_root: Path) -> tuple[bool, Finding | None]:
     return True, None
 
 
+def _card_number(path: Path) -> int | None:
+    """N of a /sys/class/drm/cardN entry; None for the connectors (card0-DP-1) and render nodes."""
+    found = _CARD.match(path.name)
+    return int(found.group(1)) if found else None
+
+
 def sysfs_gpus(sys_root: Path, rocm: bool) -> list[GpuInfo]:
     """AMD GPUs from /sys/class/drm/card*/device (vendor 0x1002, mem_info_vram_*)."""
     gpus: list[GpuInfo] = []
     drm = sys_root / "class/drm"
     try:
-        cards = sorted((p for p in drm.iterdir() if _CARD.match(p.name)), key=lambda p: int(_CARD.match(p.name).group(1)))  # type: ignore[union-attr]
+        numbered = [(number, p) for p in drm.iterdir() if (number := _card_number(p)) is not None]
     except OSError:
         return []
-    for card in cards:
+    for _, card in sorted(numbered, key=lambda item: item[0]):
         dev = card / "device"
         if _read_str(dev / "vendor") != AMD_PCI_VENDOR:
             continue

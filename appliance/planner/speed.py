@@ -264,9 +264,13 @@ def decode_curve(a: Attempt, snapshot: HardwareSnapshot, prefs: Preferences, mos
 
 def speed_correction(variant_key: str, backend: str, points: Sequence[CalibrationPoint]) -> float:
     """Measured over estimated decode speed: this variant's own measurement, else the median of the backend's."""
-    measured = [p for p in points if p.backend == backend and p.measured_decode_tps and p.estimated_decode_tps]
-    own = [p for p in measured if p.variant_key == variant_key]
-    ratios = sorted(p.measured_decode_tps / p.estimated_decode_tps for p in (own or measured))  # type: ignore[operator]
+    measured = [
+        (p.variant_key, got / estimated)
+        for p in points
+        if p.backend == backend and (got := p.measured_decode_tps) and (estimated := p.estimated_decode_tps)
+    ]
+    own = [ratio for key, ratio in measured if key == variant_key]
+    ratios = sorted(own or [ratio for _, ratio in measured])
     if not ratios:
         return 1.0
     mid = len(ratios) // 2

@@ -14,7 +14,7 @@ import asyncio
 import re
 import time
 from base64 import b64encode
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -77,9 +77,16 @@ class IdentityProvider:
         self._keys_fetched = float("-inf")
         self._lock = asyncio.Lock()
 
-    async def _get_json(self, client: httpx.AsyncClient, method: str, url: str, **kwargs: object) -> tuple[int, JsonObject]:
+    async def _get_json(
+        self,
+        client: httpx.AsyncClient,
+        method: str,
+        url: str,
+        data: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> tuple[int, JsonObject]:
         try:
-            response = await client.request(method, url, **kwargs)  # type: ignore[arg-type]
+            response = await client.request(method, url, data=data, headers=headers)
         except httpx.HTTPError as exc:
             raise ProviderUnavailable(f"provider unreachable ({type(exc).__name__})") from None
         if len(response.content) > MAX_DOCUMENT_BYTES:
@@ -131,7 +138,7 @@ class IdentityProvider:
                 if status != 200:
                     raise ProviderUnavailable(f"provider keys answered {status}")
                 try:
-                    self._keys = KeySet.import_key_set(doc)  # type: ignore[arg-type]
+                    self._keys = KeySet.import_key_set({"keys": doc["keys"]})
                 except (JoseError, ValueError, TypeError, KeyError):
                     raise ProviderUnavailable("provider keys unreadable") from None
             if self._keys is None or not self._knows(kid):

@@ -14,6 +14,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes, PublicKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from appliance.errors import ConfigError
@@ -25,11 +26,11 @@ def _fail(message: str) -> ConfigError:
     return ConfigError(message, code="invalid_certificate")
 
 
-def _public(key: object) -> bytes:
-    return key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)  # type: ignore[attr-defined]
+def _public(key: PublicKeyTypes) -> bytes:
+    return key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
-def read_key(path: Path) -> object:
+def read_key(path: Path) -> PrivateKeyTypes:
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -42,8 +43,8 @@ def read_key(path: Path) -> object:
         raise _fail(f"{path} holds no PEM private key the daemon can read") from None
 
 
-def _check_key(chain: list[x509.Certificate], key: object, cert_path: Path, key_path: Path) -> None:
-    ours = _public(key.public_key())  # type: ignore[attr-defined]
+def _check_key(chain: list[x509.Certificate], key: PrivateKeyTypes, cert_path: Path, key_path: Path) -> None:
+    ours = _public(key.public_key())
     if _public(chain[0].public_key()) == ours:
         return
     if any(_public(c.public_key()) == ours for c in chain[1:]):
