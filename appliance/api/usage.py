@@ -21,6 +21,7 @@ from appliance.api.access import Access, requires
 from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject
 from appliance.metering.admin import QuotaService
+from appliance.metering.box_figures import BoxFigures, figures_json
 from appliance.metering.economics import OwnerRates, box_totals, report_owner_cost
 from appliance.metering.reports import parse_by, query_usage, to_csv
 from appliance.metering.usage_filters import custom_range, resolve_filters
@@ -134,6 +135,13 @@ class UsageController(Controller):
                 to_csv(report), media_type="text/csv", headers={"content-disposition": 'attachment; filename="usage.csv"'}
             )
         return Response({**report, "currency": settings.currency})
+
+    @get("/box", sync_to_thread=True)
+    def box(self, figures: BoxFigures, settings: Settings) -> JsonObject:
+        """The box now, per window (5m, 1h, 1d): latency-target attainment per model and class, tokens produced,
+        each engine's busy share and headroom, and the owner's cost per million tokens (read from the ledger at
+        most every 10 s, 60 s and 5 min)."""
+        return {"currency": settings.currency, "windows": figures_json(figures)}
 
 
 class QuotaController(Controller):

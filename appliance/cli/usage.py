@@ -85,6 +85,27 @@ def _print_quota(body: dict) -> None:
     Console().print(table)
 
 
+def _print_box(body: dict) -> None:
+    """The box now: attainment per model and class, and tokens, busy share, owner cost and headroom per model."""
+    windows, currency = body["windows"], body.get("currency", "")
+    table = Table("window", "model", "class", "requests", "within targets", "ttft_p95_s", "tpot_p95_s", title="latency targets")
+    for name, w in windows.items():
+        for a in w["attainment"]:
+            share = f"{a['share'] * 100:.1f}%"
+            table.add_row(name, a["model"], a["class"], str(a["requests"]), share, _fmt(a["ttft_p95_s"]), _fmt(a["tpot_p95_s"]))
+    Console().print(table)
+    title = f"engines (owner cost in {currency})"
+    table = Table("window", "model", "tokens_produced", "busy", "cost_per_million", "headroom_tps", title=title)
+    for name, w in windows.items():
+        table.add_row(name, "all", str(w["tokens_produced"]), "", _fmt(w["owner_cost_per_million"]), "")
+        for model, m in w["models"].items():
+            busy = f"{m['utilisation'] * 100:.1f}%"
+            table.add_row(
+                name, model, str(m["tokens_produced"]), busy, _fmt(m["owner_cost_per_million"]), _fmt(m["headroom_tps"])
+            )
+    Console().print(table)
+
+
 def register(group: click.Group) -> None:
     # -- quota ---------------------------------------------------------------------------
     @group.group()
@@ -165,6 +186,7 @@ def register(group: click.Group) -> None:
         if body["by"] and body["rows"]:
             table.add_row(*(["total"] + [""] * (len(columns) - 1)), *(_fmt(body["totals"].get(m)) for m in measures))
         Console().print(table)
+        _print_box(request(ctx, "GET", "/admin/usage/box"))
         if "owner_cost_per_million" in body["totals"]:
             per_million = body["totals"]["owner_cost_per_million"]
             click.echo(

@@ -150,3 +150,41 @@ def register_figure_gauges(metrics: Metrics, figures: BoxFigures) -> None:
         "Decode tokens/s a loaded model could still add: the planner's aggregate speed x (1 - utilisation over 5 min).",
         ("model",),
     )
+
+
+def figures_json(figures: BoxFigures) -> dict[str, object]:
+    """Every window's figures as JSON (``GET /admin/usage/box``)."""
+    out: dict[str, object] = {}
+    for w in figures.all_windows():
+        e = w.economics
+        out[w.window] = {
+            "seconds": e.seconds,
+            "tokens_produced": e.tokens,
+            "energy_joules": e.energy_joules,
+            "owner_cost": e.cost,
+            "owner_cost_per_million": e.cost_per_million,
+            "interactive_attainment": class_share(w.attainment, "interactive"),
+            "models": {
+                m: {
+                    "tokens_produced": x.tokens,
+                    "busy_s": x.busy_s,
+                    "utilisation": x.utilisation,
+                    "owner_cost_per_million": x.cost_per_million,
+                    "headroom_tps": x.headroom_tps,
+                }
+                for m, x in e.models.items()
+            },
+            "attainment": [
+                {
+                    "model": model,
+                    "class": klass,
+                    "requests": a.requests,
+                    "within": a.within,
+                    "share": a.share,
+                    "ttft_p95_s": a.ttft_p95_s,
+                    "tpot_p95_s": a.tpot_p95_s,
+                }
+                for (model, klass), a in sorted(w.attainment.items())
+            ],
+        }
+    return out

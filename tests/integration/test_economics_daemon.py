@@ -133,3 +133,15 @@ def test_usage_csv_and_cli_carry_the_owner_cost(box: RunningDaemon, sent: dict):
     assert "owner_cost" in result.stdout and re.search(
         r"per million tokens produced in this range: [0-9.e+-]+ EUR", result.stdout
     )
+
+
+def test_admin_usage_box_reports_each_window(box: RunningDaemon, sent: dict):
+    model = sent["interactive"][0]["model"]
+    with box.admin() as admin:
+        body = admin.get("/admin/usage/box").json()
+    assert body["currency"] == "EUR" and set(body["windows"]) == {"5m", "1h", "1d"}
+    for window in body["windows"].values():
+        counted = {(a["model"], a["class"]): a["requests"] for a in window["attainment"]}
+        assert counted == {(model, "interactive"): 3, (model, "batch"): 2}
+        assert window["models"][model]["tokens_produced"] == window["tokens_produced"] > 0
+        assert window["models"][model]["headroom_tps"] > 0

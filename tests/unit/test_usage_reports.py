@@ -19,6 +19,7 @@ from appliance.api.usage import CONTROLLERS
 from appliance.cli import usage as usage_cli
 from appliance.cli.client import check
 from appliance.metering.admin import QuotaService
+from appliance.metering.box_figures import BoxFigures
 from appliance.metering.meter import Meter
 from appliance.metering.reports import parse_time, query_usage
 from appliance.metering.rollups import rollup
@@ -104,6 +105,7 @@ def test_parse_time():
 def app(tmp_path, db):
     meter = Meter(settings(tmp_path), db, clock=Clock())
     services = SimpleNamespace(db=db, meter=meter, metrics=meter.metrics, quotas=QuotaService(db, meter), settings=meter.settings)
+    services.figures = BoxFigures(meter.settings, db, dict)  # the box's live figures from the same ledger
     application = local_admin_app([*CONTROLLERS, MetricsController], services, exception_handlers=EXCEPTION_HANDLERS)
     with TestClient(application) as client:
         yield client, meter
