@@ -75,7 +75,7 @@ def keys_context(
     for team in teams:
         team_quota = quotas.get_quota(f"team:{team['name']}")
         team["limits"] = team_quota["limits"]
-        team["windows"] = key_table.limit_views(team_quota)  # type: ignore[assignment]
+        team["windows"] = key_table.limit_views(team_quota)
     return {
         "rows": rows,
         "teams": teams,

@@ -17,8 +17,10 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import cast
 
 from sqlalchemy import Engine, select, update
+from sqlmodel import col
 
 from appliance.db.engine import session
 from appliance.db.tables import ApiKey, Team
@@ -118,7 +120,7 @@ class KeyRing:
         principal = self._cache.get(digest)
         if principal is None:
             with session(self._db) as s:
-                row = s.execute(select(ApiKey).where(ApiKey.secret_hash == digest)).scalars().first()  # type: ignore[call-overload]
+                row = s.execute(select(ApiKey).where(col(ApiKey.secret_hash) == digest)).scalars().first()
             if row is None or row.revoked_at is not None or not hmac.compare_digest(row.secret_hash, digest):
                 raise AuthenticationFailed("Invalid API key.")
             principal = _principal(row)
@@ -197,15 +199,15 @@ class KeyRing:
         with session(self._db) as s:
             query = select(ApiKey).order_by(ApiKey.id)  # type: ignore[arg-type]
             if not include_revoked:
-                query = query.where(ApiKey.revoked_at.is_(None))  # type: ignore[union-attr]
-            return list(s.execute(query).scalars())  # type: ignore[call-overload]
+                query = query.where(col(ApiKey.revoked_at).is_(None))
+            return list(s.execute(query).scalars())
 
     def get(self, key_id_or_prefix: str | int) -> ApiKey:
         with session(self._db) as s:
             if isinstance(key_id_or_prefix, int) or str(key_id_or_prefix).isdigit():
                 row = s.get(ApiKey, int(key_id_or_prefix))
             else:
-                row = s.execute(select(ApiKey).where(ApiKey.prefix == str(key_id_or_prefix))).scalars().first()  # type: ignore[call-overload]
+                row = s.execute(select(ApiKey).where(col(ApiKey.prefix) == str(key_id_or_prefix))).scalars().first()
         if row is None:
             raise NotFound(f"No API key {key_id_or_prefix!s}.")
         return row
@@ -213,7 +215,7 @@ class KeyRing:
     def revoke(self, key_id_or_prefix: str | int) -> ApiKey:
         row = self.get(key_id_or_prefix)
         with session(self._db) as s:
-            s.execute(update(ApiKey).where(ApiKey.id == row.id).values(revoked_at=time.time()))  # type: ignore[arg-type]
+            s.execute(update(ApiKey).where(col(ApiKey.id) == row.id).values(revoked_at=time.time()))
             s.commit()
         self._forget(row.id)  # type: ignore[arg-type]
         return self.get(row.id)  # type: ignore[arg-type]
@@ -226,7 +228,9 @@ class KeyRing:
                 values[field] = changes[field]
         if "allowed_models" in changes:
             models = changes["allowed_models"]
-            values["allowed_models"] = json.dumps(sorted(models)) if models else None  # type: ignore[arg-type]
+            values["allowed_models"] = (
+                json.dumps(sorted(cast("list[str]", models))) if models else None
+            )  # names, checked by the API
         if "cache_policy" in changes:
             values["cache_policy"] = json.dumps(changes["cache_policy"]) if changes["cache_policy"] else None
         self._check_expiry(values.get("expires_at"))  # type: ignore[arg-type]
@@ -235,7 +239,7 @@ class KeyRing:
             raise BadRequest(f"priority must be one of {', '.join(PRIORITIES)}", param="priority")
         if values:
             with session(self._db) as s:
-                s.execute(update(ApiKey).where(ApiKey.id == row.id).values(**values))  # type: ignore[arg-type]
+                s.execute(update(ApiKey).where(col(ApiKey.id) == row.id).values(**values))
                 s.commit()
         self._forget(row.id)  # type: ignore[arg-type]
         return self.get(row.id)  # type: ignore[arg-type]

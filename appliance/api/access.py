@@ -45,8 +45,8 @@ def requires(level: Access) -> dict[str, Access]:
 
 def principal_of(connection: ASGIConnection) -> Principal:
     """The authenticated caller of a keyed route (set by :class:`AccessGuard`)."""
-    principal = connection.scope.get(PRINCIPAL)  # type: ignore[call-overload]
-    if principal is None:
+    principal = connection.scope.get(PRINCIPAL)
+    if not isinstance(principal, Principal):
         raise AuthenticationFailed("This route needs an API key.")
     return principal
 
@@ -76,7 +76,7 @@ class AccessGuard:
             await self._refuse_metrics_key(connection)
             return
         scope = connection.scope
-        if scope.get(LOCAL_MARK):  # type: ignore[call-overload]
+        if scope.get(LOCAL_MARK):
             scope[PRINCIPAL] = LOCAL_ADMIN  # type: ignore[literal-required]
             return
         if level is Access.METRICS and self._metrics_public:
@@ -108,7 +108,9 @@ class AccessGuard:
         if not token or keyring is None:
             return
         try:
-            principal = keyring.remembered(token) or await asyncio.to_thread(keyring.authenticate, token)
+            principal = keyring.remembered(token)
+            if principal is None:
+                principal = await asyncio.to_thread(keyring.authenticate, token)
         except AuthenticationFailed:
             return
         if principal.role == METRICS_ROLE:

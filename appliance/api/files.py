@@ -30,7 +30,7 @@ class FilesController(Controller):
     @post(
         "/", summary="Upload a batch input file (multipart: `file`, `purpose`=batch)", status_code=200, request_max_body_size=None
     )
-    async def upload(self, request: Request, files: FileStore, settings: Settings, principal: Principal) -> JsonObject:  # type: ignore[type-arg]
+    async def upload(self, request: Request, files: FileStore, settings: Settings, principal: Principal) -> JsonObject:
         length = request.headers.get("content-length")
         if length is None or not length.isdigit():
             raise BadRequest("An upload needs a Content-Length header.", param="file")

@@ -119,7 +119,7 @@ class FileStore:
         with session(self._db) as s:
             column = BatchFile.key_id
             where = column.is_(None) if key_id is None else column == key_id  # type: ignore[union-attr]
-            return int(s.exec(select(func.coalesce(func.sum(BatchFile.bytes), 0)).where(where)).one())  # type: ignore[arg-type]
+            return int(s.exec(select(func.coalesce(func.sum(BatchFile.bytes), 0)).where(where)).one())
 
     # --------------------------------------------------------------- reads
     def get(self, principal: Principal, file_id: str) -> BatchFile:

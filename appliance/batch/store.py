@@ -9,13 +9,15 @@ never both charged twice and recorded once.
 
 from __future__ import annotations
 
+import builtins
 import json
 import time
 from dataclasses import dataclass
+from typing import Any, cast
 
 from sqlalchemy import text
-from sqlalchemy.engine import Engine
-from sqlmodel import select
+from sqlalchemy.engine import CursorResult, Engine
+from sqlmodel import col, select
 
 from appliance.accounts.keys import Principal
 from appliance.batch.files import new_id, visible_to
@@ -68,7 +70,7 @@ class BatchStore:
         if window not in WINDOWS:
             raise BadRequest(f"`completion_window` must be one of {', '.join(WINDOWS)}.", param="completion_window")
         with session(self._db) as s:
-            query = select(BatchFile).where(BatchFile.id == input_file_id, BatchFile.purpose == "batch")
+            query = select(BatchFile).where(col(BatchFile.id) == input_file_id, col(BatchFile.purpose) == "batch")
             owned = visible_to(principal, BatchFile.key_id)
             source = s.exec(query.where(owned) if owned is not None else query).first()
             if source is None:
@@ -98,7 +100,7 @@ class BatchStore:
 
     def get(self, principal: Principal, batch_id: str) -> Batch:
         with session(self._db) as s:
-            query = select(Batch).where(Batch.id == batch_id)
+            query = select(Batch).where(col(Batch.id) == batch_id)
             owned = visible_to(principal, Batch.key_id)
             row = s.exec(query.where(owned) if owned is not None else query).first()
         if row is None:
@@ -120,13 +122,13 @@ class BatchStore:
                 cursor = s.get(Batch, after)
                 if cursor is not None:
                     same_time = (Batch.created_at == cursor.created_at) & (Batch.id < cursor.id)
-                    query = query.where((Batch.created_at < cursor.created_at) | same_time)
+                    query = query.where((col(Batch.created_at) < cursor.created_at) | same_time)
             rows = list(s.exec(query.limit(limit + 1)))
         return rows[:limit], len(rows) > limit
 
-    def unfinished(self) -> list[Batch]:
+    def unfinished(self) -> builtins.list[Batch]:
         with session(self._db) as s:
-            query = select(Batch).where(Batch.status.in_(UNFINISHED)).order_by(Batch.created_at)  # type: ignore[attr-defined]
+            query = select(Batch).where(col(Batch.status).in_(UNFINISHED)).order_by(col(Batch.created_at))
             return list(s.exec(query))
 
     def cancel(self, principal: Principal, batch_id: str) -> Batch:
@@ -153,7 +155,7 @@ class BatchStore:
         return row
 
     # ------------------------------------------------------------- results
-    def counts(self, batch_ids: list[str]) -> dict[str, tuple[int, int]]:
+    def counts(self, batch_ids: builtins.list[str]) -> dict[str, tuple[int, int]]:
         """(completed, failed) lines of each batch, from its done results."""
         if not batch_ids:
             return {}
@@ -170,7 +172,7 @@ class BatchStore:
 
     def done_lines(self, batch_id: str) -> set[int]:
         with session(self._db) as s:
-            return set(s.exec(select(BatchResult.line).where(BatchResult.batch_id == batch_id, BatchResult.done)))  # type: ignore[arg-type]
+            return set(s.exec(select(BatchResult.line).where(col(BatchResult.batch_id) == batch_id, BatchResult.done)))
 
     def record(self, batch_id: str, result: LineResult, *, done: bool) -> None:
         """Keep a line's result: ``done`` at once (no ledger row follows it), or pending until :meth:`mark_done`."""
@@ -203,19 +205,22 @@ class BatchStore:
         """After a crash: pending results whose request reached the ledger are done; the rest are dropped (their lines
         run again). Returns (kept, dropped)."""
         with session(self._db) as s:
-            kept = s.execute(
-                text(
-                    "UPDATE batch_results SET done = 1 WHERE done = 0 AND request_id IS NOT NULL"
-                    " AND EXISTS (SELECT 1 FROM usage WHERE usage.request_id = batch_results.request_id)"
-                )
+            kept = cast(
+                CursorResult[Any],
+                s.execute(
+                    text(
+                        "UPDATE batch_results SET done = 1 WHERE done = 0 AND request_id IS NOT NULL"
+                        " AND EXISTS (SELECT 1 FROM usage WHERE usage.request_id = batch_results.request_id)"
+                    )
+                ),  # a DML statement's result is a CursorResult
             ).rowcount
-            dropped = s.execute(text("DELETE FROM batch_results WHERE done = 0")).rowcount
+            dropped = cast(CursorResult[Any], s.execute(text("DELETE FROM batch_results WHERE done = 0"))).rowcount
             s.commit()
         return int(kept or 0), int(dropped or 0)
 
-    def results(self, batch_id: str) -> list[LineResult]:
+    def results(self, batch_id: str) -> builtins.list[LineResult]:
         with session(self._db) as s:
             rows = s.exec(
-                select(BatchResult).where(BatchResult.batch_id == batch_id, BatchResult.done).order_by(BatchResult.line)  # type: ignore[arg-type]
+                select(BatchResult).where(col(BatchResult.batch_id) == batch_id, BatchResult.done).order_by(BatchResult.line)  # type: ignore[arg-type]
             )
             return [LineResult(r.line, r.custom_id, r.request_id, r.status_code, r.ok, json.loads(r.body)) for r in rows]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, delete, select, text
 from sqlalchemy.orm import Session
+from sqlmodel import col
 
 from appliance.db.engine import session
 from appliance.db.tables import ApiKey, AuditLog, Price, Quota, Team
@@ -57,15 +58,15 @@ class QuotaService:
         with session(self.db) as s:
             if kind == "key":
                 query = (
-                    select(ApiKey).where(ApiKey.id == int(name))
+                    select(ApiKey).where(col(ApiKey.id) == int(name))
                     if name.isdigit()
-                    else select(ApiKey).where(ApiKey.prefix == name)
+                    else select(ApiKey).where(col(ApiKey.prefix) == name)
                 )
                 key = s.execute(query).scalars().first()
                 if key is None:
                     raise NotFound(f"No API key {name}.")
                 return Subject("key", key.id, f"key:{key.prefix}")
-            team = s.execute(select(Team).where(Team.name == name)).scalars().first()
+            team = s.execute(select(Team).where(col(Team.name) == name)).scalars().first()
             if team is None and name.isdigit():
                 team = s.get(Team, int(name))
             if team is None:
@@ -77,7 +78,11 @@ class QuotaService:
         """Limits of a key or team, and its counters in the current windows."""
         sub = self.resolve(subject)
         with session(self.db) as s:
-            row = s.execute(select(Quota).where(Quota.subject_type == sub.type, Quota.subject_id == sub.id)).scalars().first()
+            row = (
+                s.execute(select(Quota).where(col(Quota.subject_type) == sub.type, col(Quota.subject_id) == sub.id))
+                .scalars()
+                .first()
+            )
             limits = {d.name: (getattr(row, d.name) if row else None) for d in DIMENSIONS}
             return {
                 "subject": sub.label,
@@ -93,13 +98,14 @@ class QuotaService:
         usage = {}
         for d in DIMENSIONS:
             start, end = windows.bounds(d.window, now)
-            row = s.execute(
+            found = s.execute(
                 text(
                     "SELECT limit_value, spent, reserved FROM quota_counters WHERE subject_type = :t AND subject_id = :i"
                     " AND dimension = :d AND window_start = :w"
                 ),
                 {"t": sub.type, "i": sub.id, "d": d.name, "w": start},
             ).first()
+            row = None if found is None else (float(found[0]), float(found[1]), float(found[2]))
             if row is None and limits.get(d.name) is not None:
                 params = {"subject_id": sub.id, "start": start, "end": end}
                 spent_now = s.execute(text("SELECT " + spent_sql(sub.type, d, self._cache_counts())), params).scalar_one()
@@ -142,14 +148,18 @@ class QuotaService:
         windows = Windows()
         spent = self._window_spend(sub, [name for name, value in changes.items() if value is not None], now)
         with session(self.db) as s:
-            row = s.execute(select(Quota).where(Quota.subject_type == sub.type, Quota.subject_id == sub.id)).scalars().first()
+            row = (
+                s.execute(select(Quota).where(col(Quota.subject_type) == sub.type, col(Quota.subject_id) == sub.id))
+                .scalars()
+                .first()
+            )
             if row is None:
                 row = Quota(subject_type=sub.type, subject_id=sub.id)
             before = {d.name: getattr(row, d.name) for d in DIMENSIONS}
             for name, value in changes.items():
                 setattr(row, name, None if value is None else (float(value) if BY_NAME[name].unit == "cost" else int(value)))
             before[ALERT_FIELD] = row.alert_percent
-            if alert is not _UNCHANGED:
+            if alert is None or isinstance(alert, (int, float)):  # checked above: a percentage, or None for the default
                 row.alert_percent = None if alert is None else float(alert)
             s.add(row)
             for name, value in changes.items():
@@ -174,7 +184,7 @@ class QuotaService:
     def delete_quota(self, subject: str, actor: str) -> None:
         sub = self.resolve(subject)
         with session(self.db) as s:
-            s.execute(delete(Quota).where(Quota.subject_type == sub.type, Quota.subject_id == sub.id))
+            s.execute(delete(Quota).where(col(Quota.subject_type) == sub.type, col(Quota.subject_id) == sub.id))
             self._audit(s, actor, "quota.delete", sub.label, None)
             s.commit()
         self._changed_quotas()
@@ -225,6 +235,7 @@ class QuotaService:
     def set_price(self, model: str, changes: dict[str, float | None], actor: str) -> JsonObject:
         """Set the given rates (per million tokens); a new row starts at zero."""
         self._check_model(model)
+        rates: dict[str, float] = {}
         for name, value in changes.items():
             if name not in PRICE_FIELDS:
                 raise BadRequest(f"Unknown price field {name}.", param=name)
@@ -236,11 +247,12 @@ class QuotaService:
                 or not math.isfinite(value)
             ):
                 raise BadRequest(f"{name} must be a non-negative number.", param=name)
+            rates[name] = float(value)
         with session(self.db) as s:
             row = s.get(Price, model) or Price(model=model)
             before = row.model_dump()
-            for name, value in changes.items():
-                setattr(row, name, float(value))
+            for name, rate in rates.items():
+                setattr(row, name, rate)
             s.add(row)
             after = row.model_dump()
             self._audit(s, actor, "price.set", model, {"before": before, "after": after})
@@ -267,7 +279,7 @@ class QuotaService:
         if not TEAM_NAME.match(name or ""):
             raise BadRequest("Team names are 1 to 64 letters, digits, '.', '_' or '-'.", param="name")
         with session(self.db) as s:
-            existing = s.execute(select(Team).where(Team.name == name)).scalars().first()
+            existing = s.execute(select(Team).where(col(Team.name) == name)).scalars().first()
             if existing is not None and existing.deleted_at is not None:
                 raise Conflict(
                     f"Team {name} was deleted; its name stays reserved so past usage keeps one meaning. Choose another name."
@@ -298,7 +310,7 @@ class QuotaService:
         is refused (``Conflict``): revoke them or move them to another team first, so no client loses
         access as a side effect."""
         with session(self.db) as s:
-            team = s.execute(select(Team).where(Team.name == name, Team.deleted_at.is_(None))).scalars().first()  # type: ignore[union-attr]
+            team = s.execute(select(Team).where(col(Team.name) == name, col(Team.deleted_at).is_(None))).scalars().first()
             if team is None:
                 raise NotFound(f"No team {name}.")
             live = s.execute(
@@ -312,7 +324,7 @@ class QuotaService:
                 )
             team.deleted_at = self._clock()
             s.add(team)
-            s.execute(delete(Quota).where(Quota.subject_type == "team", Quota.subject_id == team.id))
+            s.execute(delete(Quota).where(col(Quota.subject_type) == "team", col(Quota.subject_id) == team.id))
             self._audit(s, actor, "team.delete", f"team:{name}", None)
             s.commit()
             result: JsonObject = {"id": team.id, "name": team.name, "deleted_at": team.deleted_at}

@@ -166,7 +166,7 @@ class Gateway:
             stream=bool(getattr(body, "stream", False)),
             ledger_endpoint=ledger_endpoint or endpoint,
         )
-        timing = request.scope.get(SCOPE_KEY)  # type: ignore[call-overload]
+        timing = request.scope.get(SCOPE_KEY)
         if isinstance(timing, RequestTiming):
             ctx.timing = timing
         ctx.timing.endpoint = ctx.ledger_endpoint
@@ -197,7 +197,7 @@ class Gateway:
             ctx.body = with_cap(body, ctx.admission.max_tokens)
         forward = for_engine(ctx.body, model=ctx.model)
         if ctx.stream:
-            forward = msgspec.structs.replace(forward, stream_options={"include_usage": True})  # type: ignore[arg-type]
+            forward = msgspec.structs.replace(forward, stream_options={"include_usage": True})
         payload = _encoder.encode(forward)
         ctx.energy = self.energy.begin() if self.energy is not None else None
         try:
