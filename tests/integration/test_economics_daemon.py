@@ -145,3 +145,16 @@ def test_admin_usage_box_reports_each_window(box: RunningDaemon, sent: dict):
         assert counted == {(model, "interactive"): 3, (model, "batch"): 2}
         assert window["models"][model]["tokens_produced"] == window["tokens_produced"] > 0
         assert window["models"][model]["headroom_tps"] > 0
+
+
+@pytest.mark.parametrize("spelling", ["/admin/usage/box", "/admin/usage/box/", "/ADMIN/usage/box", "/admin/usage/box?window=5m"])
+def test_the_box_figures_are_for_admins_only(box: RunningDaemon, sent: dict, spelling: str):
+    """Per-model traffic and the owner's cost are admin figures: no credential gets 401, a user key 403."""
+    user = box.create_key(f"econ-user-{len(spelling)}-{spelling.count('/')}")
+    anonymous = httpx.get(box.url + spelling, timeout=30)
+    as_user = httpx.get(box.url + spelling, headers={"Authorization": f"Bearer {user}"}, timeout=30)
+    for response in (anonymous, as_user):
+        assert response.status_code in (401, 403, 404), (spelling, response.status_code, response.text)
+        assert "tokens_produced" not in response.text
+    if spelling.islower() and not spelling.endswith("/"):
+        assert anonymous.status_code == 401 and as_user.status_code == 403
