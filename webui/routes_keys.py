@@ -20,7 +20,7 @@ from appliance.settings import Settings
 from appliance.webui import forms, key_table
 from appliance.webui.context import ConsoleUser
 from appliance.webui.gate import needs
-from appliance.webui.render import page, partial
+from appliance.webui.render import TemplateContext, page, partial
 
 TEXT_LIMIT = 128
 QUOTA_FIELDS = (
@@ -51,7 +51,7 @@ def keys_context(
     *,
     created: CreatedKey | None = None,
     message: str | None = None,
-) -> dict[str, object]:
+) -> TemplateContext:
     show_all = request.query_params.get("all") == "1"
     teams = quotas.list_teams()
     team_names = {t["id"]: t["name"] for t in teams}

@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import NoReturn
 
 from appliance.accounts.keys import Principal
 from appliance.errors import Conflict, EngineUnavailable, QuotaExceeded, RateLimited
@@ -222,7 +223,7 @@ class Admissions:
                 plans.append(Plan(subject, subject_id, dimension, start, end, limit, amount))
         return plans
 
-    def _refuse(self, refusal: Refusal, now: float, model: str) -> None:
+    def _refuse(self, refusal: Refusal, now: float, model: str) -> NoReturn:
         refused = refusal.plan
         refused_state = next(
             state

@@ -230,7 +230,7 @@ class Meter:
         except RuntimeError:  # stopping right now
             return self._admissions.conclude(admission, reservation, self._reserve_now(reservation))
         try:
-            outcome = await asyncio.shield(pending)
+            outcome = _admission_outcome(await asyncio.shield(pending))
         except asyncio.CancelledError:
             pending.add_done_callback(lambda done: self._abandoned(admission, done))
             raise
@@ -409,14 +409,13 @@ class Meter:
         )
         if self._writer.running:
             try:
-                return await self._writer.submit(settlement, alone=self._in_flight == 0)
+                return _settled_cost(await self._writer.submit(settlement, alone=self._in_flight == 0))
             except RuntimeError:  # stopping right now: write it ourselves
                 pass
         ((result, error),) = self._writer.write_now([settlement])
         if error is not None:
             raise error
-        assert result is not None
-        return result
+        return _settled_cost(result)
 
     # -- housekeeping -------------------------------------------------------------------
     def release_stale(self, older_than_s: float | None = None) -> int:
@@ -433,6 +432,20 @@ class Meter:
         """Delete counters of windows long over (the ledger keeps the history). Schedule hourly."""
         now = self._clock()
         return transaction(self._conn, self._lock, lambda: prune_counters(self._conn, now))
+
+
+def _admission_outcome(result: float | Granted | Refusal | None) -> Granted | Refusal | None:
+    """What the writer answered for a reservation (it answers a settlement with its cost)."""
+    if isinstance(result, (int, float)):
+        raise TypeError("the ledger writer answered a reservation with a cost")
+    return result
+
+
+def _settled_cost(result: float | Granted | Refusal | None) -> float:
+    """What the writer answered for a settlement: its cost."""
+    if not isinstance(result, (int, float)):
+        raise TypeError(f"the ledger writer answered a settlement with {type(result).__name__}")
+    return float(result)
 
 
 def _apply(conn: sqlite3.Connection, record: Settlement | Reservation) -> float | Granted | Refusal | None:

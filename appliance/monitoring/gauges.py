@@ -29,7 +29,7 @@ def disk_gauges(path: Path) -> tuple[Callable[[], GaugeValue], Callable[[], Gaug
     return (lambda: usage("free")), (lambda: usage("total"))
 
 
-def budget_use(db: Engine, now: Callable[[], float] = time.time) -> dict[tuple[str, str, str], float]:
+def budget_use(db: Engine, now: Callable[[], float] = time.time) -> dict[tuple[str, ...], float]:
     """Spent plus reserved over the limit, per (subject type, subject id, dimension), for each budget counter of the
     window now running (a day's or a month's tokens, a month's cost). A budget with no counter yet in this window has
     no series (it stands at 0)."""
@@ -41,7 +41,7 @@ def budget_use(db: Engine, now: Callable[[], float] = time.time) -> dict[tuple[s
         "WHERE dimension IN :dimensions AND window_start >= :oldest AND limit_value > 0"
     ).bindparams(bindparam("dimensions", expanding=True))
     params = {"dimensions": list(starts), "oldest": min(starts.values())}
-    out: dict[tuple[str, str, str], float] = {}
+    out: dict[tuple[str, ...], float] = {}
     with session(db) as s:
         for subject, subject_id, dimension, start, limit, used in s.execute(query, params):
             if start == starts.get(dimension):

@@ -74,7 +74,7 @@ def requested_tokens(body: Body) -> int | None:
     return requested if requested is not None else getattr(body, "max_tokens", None)
 
 
-B = TypeVar("B", ChatCompletionRequest, CompletionRequest, EmbeddingRequest)
+B = TypeVar("B", bound=ChatCompletionRequest | CompletionRequest | EmbeddingRequest)
 
 
 def with_cap(body: B, cap: int | None) -> B:
@@ -171,7 +171,7 @@ class Gateway:
             ctx.timing = timing
         ctx.timing.endpoint = ctx.ledger_endpoint
 
-        if self.cache is not None and endpoint != "embeddings":
+        if self.cache is not None and not isinstance(body, EmbeddingRequest):  # embeddings are not cached
             hit = await self.cache.lookup_async(principal, endpoint, ctx.model, body, request.headers)
             if hit is not None:
                 return await self._serve_cached(ctx, hit)
@@ -307,7 +307,7 @@ class Gateway:
         result = json.loads(content)
         # without a stream the first token reaches the client with the whole answer
         await self._settle(ctx, instance.backend, result.get("usage") or {}, 0, ctx.elapsed_ms())
-        if self.cache is not None and ctx.endpoint != "embeddings":
+        if self.cache is not None and not isinstance(ctx.body, EmbeddingRequest):
             self.cache.store(ctx.principal, ctx.endpoint, ctx.model, ctx.body, result, ctx.headers)
         return Response(content=content, media_type="application/json", headers=self._headers(ctx))
 
@@ -430,7 +430,7 @@ class Gateway:
                 return
             await self._settle(ctx, instance.backend, usage, events, ttft_ms)
             settled = True
-            if collected is not None and self.cache is not None:
+            if collected is not None and self.cache is not None and not isinstance(ctx.body, EmbeddingRequest):
                 self.cache.store_stream(ctx.principal, ctx.endpoint, ctx.model, ctx.body, collected, usage, ctx.headers)
             yield DONE
         except TimeoutError:
