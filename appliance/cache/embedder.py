@@ -81,16 +81,17 @@ class LlamaCppEmbedder:
         self.context = context
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cache-embedder")
         try:
-            self._model = self._thread.submit(self._load, threads).result()
+            model = self._thread.submit(self._load, threads).result()
         except BaseException:
             self._thread.shutdown()
             raise
-        self.dim = int(self._model.n_embd())
+        self._model: llama_cpp.Llama | None = model  # None once closed
+        self.dim = int(model.n_embd())
         self.compute: ComputeThreads | None = None
         if threads > 1:
             from appliance.drivers.llamacpp.contention import ComputeThreads
 
-            self.compute = ComputeThreads(threads, [_ContextThreads(self._model)])
+            self.compute = ComputeThreads(threads, [_ContextThreads(model)])
 
     def _load(self, threads: int) -> llama_cpp.Llama:
         import llama_cpp

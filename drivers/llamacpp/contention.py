@@ -214,8 +214,8 @@ class ComputeThreads:
         room = self._room(before) if g.probe_due(t) else None
         after = g.observe(t, now[0] - last[0], now[1] - last[1], room)
         if after != before:
-            for t in self._targets:
-                t.set_threads(after)
+            for target in self._targets:
+                target.set_threads(after)
 
     def pacer(self, floor: int) -> ThreadPacer:
         """A step pacer whose learned rate belongs to the current thread count."""

@@ -187,6 +187,7 @@ class EmbedQueue:
 
     def _step(self, max_tokens: int) -> int:
         """Embed the current request's next group of at most ``max_tokens``; returns the tokens embedded."""
+        assert self._current is not None  # turn() steps only a current request
         job, done = self._current
         first = job.next
         try:
