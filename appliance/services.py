@@ -34,7 +34,7 @@ from appliance.drivers import get_driver
 from appliance.hardware.energy import EnergyMeter
 from appliance.metering.admin import QuotaService
 from appliance.metering.alerts import AlertNotifier
-from appliance.metering.box_figures import BoxFigures, register_figure_gauges
+from appliance.metering.box_figures import MIN_REFRESH_S, BoxFigures, register_figure_gauges
 from appliance.metering.meter import Meter
 from appliance.monitoring.gauges import register_box_gauges
 from appliance.planner.service import hub_chooser
@@ -163,6 +163,9 @@ class Services:
         scheduler.add_job(self.meter.prune_counters, "interval", hours=1, id="prune-counters", coalesce=True, max_instances=1)
         scheduler.add_job(
             sample_telemetry, "interval", seconds=5, args=[self.metrics], id="telemetry", coalesce=True, max_instances=1
+        )
+        scheduler.add_job(
+            self.figures.refresh, "interval", seconds=MIN_REFRESH_S, id="ledger-figures", coalesce=True, max_instances=1
         )
         if self.settings.idle_unload_seconds:
             scheduler.add_job(

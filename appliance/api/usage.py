@@ -140,7 +140,7 @@ class UsageController(Controller):
     def box(self, figures: BoxFigures, settings: Settings) -> JsonObject:
         """The box now, per window (5m, 1h, 1d): latency-target attainment per model and class, tokens produced,
         each engine's busy share and headroom, and the owner's cost per million tokens (read from the ledger at
-        most every 10 s, 60 s and 5 min)."""
+        most every 10 s, less often for a large ledger: see :mod:`appliance.metering.box_figures`)."""
         return {"currency": settings.currency, "windows": figures_json(figures)}
 
 

@@ -76,7 +76,13 @@ def sent(box: RunningDaemon) -> dict:
 
 def test_metrics_show_attainment_tokens_and_cost_per_model_and_class(box: RunningDaemon, sent: dict):
     model = sent["interactive"][0]["model"]
+    expected = {(("model", model), ("class", k), ("window", w)): len(a) for k, a in sent.items() for w in ("5m", "1h", "1d")}
+    deadline = time.monotonic() + 90  # the scheduler re-reads the ledger every 10 s; a scrape reads only that
     found = gauges(box)
+    while {k: found.get("appliance_latency_target_requests", {}).get(k) for k in expected} != expected:
+        assert time.monotonic() < deadline, found.get("appliance_latency_target_requests")
+        time.sleep(1)
+        found = gauges(box)
     requests = found["appliance_latency_target_requests"]
     attained = found["appliance_latency_target_attainment"]
     for klass, answers in sent.items():

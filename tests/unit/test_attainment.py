@@ -110,7 +110,9 @@ def test_batch_lines_are_held_back_while_interactive_attainment_is_low(tmp_path)
         _insert(db, "ok", T0 + 1, key.id, ttft=100.0, latency=200.0, tokens=2)
         _insert(db, "slow", T0 + 2, key.id, ttft=4000.0, latency=4100.0, tokens=2)
         _insert(db, "failed", T0 + 3, key.id, ttft=None, latency=30.0, tokens=0, status=502)
+        assert capacity.may_start("m:q4")  # not read yet: the hold-back never reads the database itself
         clock.advance(60)  # past the 5-minute window's refresh
+        figures.refresh()
         assert figures.interactive_attainment() == pytest.approx(1 / 3)
         assert not capacity.may_start("m:q4")
         relaxed = Capacity(
@@ -118,6 +120,7 @@ def test_batch_lines_are_held_back_while_interactive_attainment_is_low(tmp_path)
         )  # type: ignore[arg-type]
         assert relaxed.may_start("m:q4")
         clock.advance(400)  # the slow requests leave the 5-minute window
+        figures.refresh()
         assert figures.interactive_attainment() is None and capacity.may_start("m:q4")
     finally:
         db.dispose()
