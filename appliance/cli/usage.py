@@ -42,7 +42,7 @@ class _Limit(click.ParamType):
         if value is None or str(value).lower() in ("none", "off", "unlimited"):
             return None
         try:
-            number = float(value) if self.money else int(value)
+            number = float(str(value)) if self.money else int(str(value))
         except ValueError:
             self.fail(f"{value!r} is not a {'number' if self.money else 'whole number'} or 'none'", param, ctx)
         if number < 0:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Engine, text
 
@@ -24,7 +25,7 @@ WINDOWS: dict[str, float] = {"5m": 300.0, "1h": 3600.0, "1d": 86400.0}
 #: Requests that started this long before a window still overlap it (for busy time); longer ones are clipped.
 LOOKBACK_S = 900.0
 
-Targets = Mapping[str, Mapping[str, float]]  # class -> {"ttft_p95_s": s, "tpot_p95_s": s}
+Targets = Mapping[Any, Mapping[Any, float]]  # class -> {"ttft_p95_s": s, "tpot_p95_s": s} (the settings key them by Literal)
 
 
 @dataclass(frozen=True, slots=True)
