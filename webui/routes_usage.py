@@ -20,6 +20,7 @@ from sqlalchemy.engine import Engine
 
 from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject
+from appliance.metering.economics import OwnerRates, box_totals, report_owner_cost
 from appliance.metering.forecast import budget_forecasts
 from appliance.metering.reports import query_usage, to_csv
 from appliance.metering.series import DAY, Bucket, bucket_for, bucket_label, bucket_starts
@@ -157,13 +158,16 @@ def usage_page(request: Request, db: Engine, settings: Settings) -> Response:
 
 
 @get("/usage.csv", include_in_schema=False, sync_to_thread=True)
-def usage_csv(request: Request, db: Engine) -> Response:
+def usage_csv(request: Request, db: Engine, settings: Settings) -> Response:
     now = time.time()
     view = usage_view(request, db, now)
     by = request.query_params.get("by") or view.bucket
     if by not in CSV_GROUPS:
         raise BadRequest(f"by must be one of {', '.join(CSV_GROUPS)}", param="by")
     report = _report(db, view, (by,), now)
+    rates = OwnerRates.of(settings)
+    if rates.known:
+        report = report_owner_cost(report, rates, box_totals(db, report["since"], report["until"]), now)
     name = f"usage-by-{by}-{view.start}-to-{view.end}.csv"
     return Response(
         content=to_csv(report),

@@ -117,6 +117,8 @@ def test_the_overview_shows_the_block(box: RunningDaemon, sent: dict):
         assert f'data-model="{model}" data-class="{klass}" data-window="5m"' in html
     assert re.search(r'data-testid="cost-per-million">[0-9.]+ EUR<', html)
     assert re.search(rf'data-testid="engine-economics">.*data-model="{re.escape(model)}"', html, re.S)
+    exported = list(csv.DictReader(io.StringIO(client.get("/usage.csv", params={"by": "model", "range": "7d"}).text)))
+    assert [r["model"] for r in exported] == [model] and float(exported[0]["owner_cost"]) > 0
 
 
 def test_usage_csv_and_cli_carry_the_owner_cost(box: RunningDaemon, sent: dict):
