@@ -58,6 +58,12 @@ if ! .venv/bin/ruff check . || ! .venv/bin/ruff format --check .; then
   echo "test.sh: lint failed (see above); fix it, or run .venv/bin/ruff format on the files named" >&2
   exit 1
 fi
+# Types: mypy over the product code as the package installs it (config in pyproject.toml's [tool.mypy]).
+echo "==> mypy (tools/typecheck.sh)"
+if ! tools/typecheck.sh; then
+  echo "test.sh: type check failed (see above)" >&2
+  exit 1
+fi
 
 if ((quick)); then
   echo "==> unit tests (quick tier)"
