@@ -32,7 +32,6 @@ from typing import NoReturn
 
 from appliance.accounts.keys import Principal
 from appliance.errors import Conflict, EngineUnavailable, QuotaExceeded, RateLimited
-from appliance.metering.errors import Refused
 from appliance.metering.pricing import PER, PriceBook
 from appliance.metering.quotas import (
     DAY,
@@ -111,6 +110,17 @@ class Plan:
     window_end: float
     limit: float
     amount: float
+
+
+class Refused(Exception):
+    """Inside an admission transaction: a counter cannot take ``plan.amount``, so nothing is reserved.
+
+    It stays inside the metering package: the meter answers it with :class:`~appliance.errors.QuotaExceeded`
+    or :class:`~appliance.errors.RateLimited`."""
+
+    def __init__(self, plan: Plan):
+        super().__init__(plan.dimension.name)
+        self.plan = plan
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,7 +321,7 @@ def _capped(
     """Cap the completion to what every token and cost counter has left.
 
     Returns the plans with token and cost amounts set to prompt + cap, and the cap;
-    raises :class:`~appliance.metering.errors.Refused` if the prompt alone does not fit."""
+    raises :class:`Refused` if the prompt alone does not fit."""
     budgets = []
     for p in plans:
         if p.dimension.unit not in ("tokens", "cost"):
