@@ -29,13 +29,13 @@ from appliance.api.http_protocol import EdgeLimits, edge_protocol
 from appliance.api.peer_guard import PeerGuard
 from appliance.app import create_app, wrap
 from appliance.db import engine as dbmod
+from appliance.db.private_files import private_dir
 from appliance.errors import ApplianceError, ConfigError
 from appliance.heap import freeze_startup_objects, map_large_blocks
 from appliance.lockfile import DataDirLock
 from appliance.logs import setup_logging
 from appliance.monitoring.gauges import register_tls_gauge
 from appliance.planner.service import cluster_view
-from appliance.private_files import private_dir
 from appliance.sdnotify import notify, watchdog_interval, watchdog_loop
 from appliance.settings import Settings, load_settings
 from appliance.tls.context import TlsContext
@@ -268,8 +268,8 @@ def run(settings: Settings) -> int:
 
 
 def _first_admin(settings: Settings) -> None:
-    """A data dir with no admin gets `admin` and a one-time password file, as the installer makes (see appliance.first_admin)."""
-    from appliance.first_admin import ensure_first_admin
+    """A data dir with no admin gets `admin` and a one-time password file, as the installer makes (appliance.cli.first_admin)."""
+    from appliance.cli.first_admin import ensure_first_admin
 
     engine = dbmod.make_engine(settings.db_path)
     try:

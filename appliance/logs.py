@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from appliance.private_files import open_private, private_dir, private_file
+from appliance.db.private_files import open_private, private_dir, private_file
 
 # API keys (ak_...), bearer tokens, key=value secrets (JSON, Python repr, query strings) and --secret flags.
 _SECRET_PATTERNS = [

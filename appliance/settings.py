@@ -663,4 +663,3 @@ def load_settings(**overrides: object) -> Settings:
             env = f"APPLIANCE_{field.upper()}"
             problems.append(f"{field} ({env}): {err['msg']}; got {err.get('input')!r}")
         raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
-

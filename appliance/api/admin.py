@@ -190,7 +190,7 @@ class OpsController(Controller):
         folder = backups.backups_dir(settings.data_dir)
         source, in_backups = backups.restore_source(
             folder, name=data.name, path=data.path, local=bool(request.scope.get(LOCAL_MARK))
-        )  # type: ignore[call-overload]
+        )
         result = await asyncio.to_thread(backups.restore, settings.db_path, source, in_backups=in_backups)
         after_restore()
         audit.record(actor, "db.restore", result["path"])

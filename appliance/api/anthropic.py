@@ -17,7 +17,6 @@ from litestar import Controller, Request, Response, post
 from litestar.response import Stream
 
 from appliance.accounts.keys import Principal
-from appliance.anthropic_schema import CountTokensRequest, MessagesRequest
 from appliance.api.access import Access, requires
 from appliance.api.errors import anthropic_errors
 from appliance.api.request import stream_source
@@ -25,6 +24,7 @@ from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject
 from appliance.serving.anthropic.request import chat_request
 from appliance.serving.anthropic.response import message
+from appliance.serving.anthropic.schema import CountTokensRequest, MessagesRequest
 from appliance.serving.anthropic.stream import StreamTranslator
 from appliance.serving.gateway import Gateway
 

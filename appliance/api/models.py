@@ -209,7 +209,7 @@ class JobsController(Controller):
         return jobs.get(job_id).view()
 
     @get("/{job_id:int}/events")
-    async def job_events(self, request: Request, jobs: JobRegistry, job_id: int, after: int = 0) -> ServerSentEvent:  # type: ignore[type-arg]
+    async def job_events(self, request: Request, jobs: JobRegistry, job_id: int, after: int = 0) -> ServerSentEvent:
         """Progress as Server-Sent Events until the job ends; resumes after ``Last-Event-ID``."""
         job: Job = jobs.get(job_id)
         last = request.headers.get("last-event-id", "")

@@ -21,7 +21,7 @@ from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, text
 from sqlmodel import Session
 
-from appliance.private_files import private_database
+from appliance.db.private_files import private_database
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 BUSY_TIMEOUT_MS = 10_000
@@ -64,7 +64,7 @@ def alembic_config(db_path: Path) -> Config:
 def migrate(db_path: Path) -> None:
     """Bring the database to the newest schema (creates it when absent).
 
-    The database and its WAL and shared-memory files are made 0600 first, new or old (:mod:`appliance.private_files`)."""
+    The database and its WAL and shared-memory files are made 0600 first, new or old (:mod:`appliance.db.private_files`)."""
     private_database(db_path)
     command.upgrade(alembic_config(db_path), "head")
 

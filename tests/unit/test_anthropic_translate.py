@@ -7,11 +7,11 @@ import json
 import msgspec
 import pytest
 
-from appliance.anthropic_schema import IGNORED, MessagesRequest
 from appliance.errors import BadRequest
 from appliance.serving.anthropic.errors import error_type, from_openai
 from appliance.serving.anthropic.request import TOOL_ERROR_PREFIX, chat_request, chat_tools
 from appliance.serving.anthropic.response import MalformedToolCall, message
+from appliance.serving.anthropic.schema import IGNORED, MessagesRequest
 from appliance.serving.anthropic.stream import StreamTranslator
 
 WEATHER = {

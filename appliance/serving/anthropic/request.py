@@ -23,7 +23,10 @@ import json
 
 import msgspec
 
-from appliance.anthropic_schema import (
+from appliance.errors import BadRequest
+from appliance.jsontypes import JsonObject
+from appliance.openai_schema import ChatCompletionRequest
+from appliance.serving.anthropic.schema import (
     REFUSED,
     CountTokensRequest,
     ImageBlock,
@@ -38,9 +41,6 @@ from appliance.anthropic_schema import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from appliance.errors import BadRequest
-from appliance.jsontypes import JsonObject
-from appliance.openai_schema import ChatCompletionRequest
 
 #: Put before the text of a ``tool_result`` with ``is_error: true`` (chat messages have no error flag).
 TOOL_ERROR_PREFIX = "Error: "

@@ -19,7 +19,7 @@ from appliance.accounts.users import ensure_initial_admin
 from appliance.cli.setup import _write_private, initial_admin_password, password_file
 from appliance.settings import Settings
 
-log = logging.getLogger("appliance.first_admin")
+log = logging.getLogger("appliance.cli.first_admin")
 PRINT_COMMAND = "appliancectl users initial-password"
 
 
