@@ -8,7 +8,7 @@ from litestar import Controller, get, post
 
 from appliance.accounts.keys import Principal
 from appliance.api.access import Access, requires
-from appliance.batch.objects import batch_object
+from appliance.batch.objects import batch_object, list_page
 from appliance.batch.runner import BatchRunner
 from appliance.batch.store import FINAL, BatchStore, check_metadata
 from appliance.db.tables import Batch
@@ -46,13 +46,7 @@ class BatchesController(Controller):
     ) -> JsonObject:
         rows, more = await asyncio.to_thread(batch_store.list, principal, after, max(1, min(limit, 100)))
         data = await asyncio.to_thread(_described, batch_store, rows)
-        return {
-            "object": "list",
-            "data": data,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None,
-            "has_more": more,
-        }
+        return list_page(data, more)
 
     @get("/{batch_id:str}", summary="Get a batch (the creating key and admins only)")
     async def retrieve(self, batch_id: str, batch_store: BatchStore, principal: Principal) -> JsonObject:

@@ -14,7 +14,7 @@ from litestar.datastructures import UploadFile
 from appliance.accounts.keys import Principal
 from appliance.api.access import Access, requires
 from appliance.batch.files import FileStore
-from appliance.batch.objects import file_object
+from appliance.batch.objects import file_object, list_page
 from appliance.errors import BadRequest, PayloadTooLarge
 from appliance.jsontypes import JsonObject
 from appliance.settings import Settings
@@ -53,13 +53,7 @@ class FilesController(Controller):
     ) -> JsonObject:
         rows, more = await asyncio.to_thread(files.list, principal, purpose, after, max(1, min(limit, 10_000)))
         data = [file_object(r) for r in rows]
-        return {
-            "object": "list",
-            "data": data,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None,
-            "has_more": more,
-        }
+        return list_page(data, more)
 
     @get("/{file_id:str}", summary="Get a file's description (the owning key and admins only)")
     async def retrieve(self, file_id: str, files: FileStore, principal: Principal) -> JsonObject:

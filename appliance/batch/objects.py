@@ -10,6 +10,17 @@ from appliance.db.tables import Batch, BatchFile
 from appliance.jsontypes import JsonObject
 
 
+def list_page(data: list[JsonObject], has_more: bool) -> JsonObject:
+    """One page of a cursor-paginated list (``after``/``limit``), as OpenAI answers ``GET /v1/files`` and ``/v1/batches``."""
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": has_more,
+    }
+
+
 def file_object(row: BatchFile) -> JsonObject:
     return {
         "id": row.id,
