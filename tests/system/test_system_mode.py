@@ -17,12 +17,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import ssl
 import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
 
 from tests.daemon import free_port
 from tests.strict_skips import STRICT
@@ -53,7 +56,9 @@ class Box:
     def __init__(self, container: Container, port: int):
         self.c = container
         self.port = port
-        self.url = f"http://127.0.0.1:{port}"
+        # A system install listens beyond loopback, so it serves HTTPS with the box's own CA (tls = auto).
+        self.url = f"https://127.0.0.1:{port}"
+        self.ca = container.root / "var/lib/appliance/tls/ca.crt"
         self.installs: list[tuple[int, str, float]] = []  # (exit code, output, seconds) of each install.sh run
         self.key: str | None = None
         self.password: str | None = None
@@ -72,9 +77,15 @@ class Box:
     def journal(self) -> str:
         return self.c.sh("journalctl -u appliance.service -b --no-pager -o short-monotonic", check=False).stdout
 
+    @property
+    def verify(self) -> str:
+        """The box's CA, which clients are told to trust (made by the install)."""
+        return str(self.ca)
+
     def chat(self, key: str, content: str = "Say hello.", max_tokens: int = 8) -> httpx.Response:
         return httpx.post(
             f"{self.url}/v1/chat/completions",
+            verify=self.verify,
             headers={"Authorization": f"Bearer {key}"},
             timeout=120,
             json={
@@ -89,7 +100,7 @@ class Box:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
+                if httpx.get(f"{self.url}/readyz", timeout=2, verify=self.verify).status_code == 200:
                     return True
             except httpx.HTTPError:
                 pass
@@ -133,7 +144,7 @@ def _require_installed(box: Box) -> None:
 
 
 def _sign_in(box: Box, password: str) -> httpx.Response:
-    client = httpx.Client(base_url=box.url, timeout=30)
+    client = httpx.Client(base_url=box.url, timeout=30, verify=box.verify)
     form = client.get("/login")
     assert form.status_code == 200, f"GET /login answered {form.status_code}: {form.text[:300]}"
     token = re.search(r'name="csrf_token" value="([^"]+)"', form.text)
@@ -158,12 +169,24 @@ def test_install_starts_an_active_hardened_service(box: Box) -> None:
     assert enabled == "enabled", f"appliance.service is {enabled!r}, not enabled (it would not come back after a reboot)"
 
 
+def test_a_system_install_serves_https_with_the_certificate_whose_fingerprint_it_printed(box: Box) -> None:
+    _require_installed(box)
+    _, output = _first_install(box)
+    printed = re.search(r"HTTPS certificate SHA-256 fingerprint: ([0-9A-F:]{95})", output)
+    assert printed, f"the installer printed no certificate fingerprint:\n{output[-3000:]}"
+    served = x509.load_pem_x509_certificate(ssl.get_server_certificate(("127.0.0.1", box.port)).encode())
+    assert served.fingerprint(hashes.SHA256()).hex(":").upper() == printed.group(1)
+    assert httpx.get(f"{box.url}/readyz", timeout=10, verify=box.verify).status_code == 200  # verified against the box's CA
+    with pytest.raises(httpx.HTTPError):  # plain HTTP carries no credential: the listener speaks TLS only
+        httpx.get(f"http://127.0.0.1:{box.port}/v1/models", headers={"Authorization": "Bearer ak_canary"}, timeout=10)
+
+
 def test_the_service_serves_a_chat_completion_with_the_default_model(box: Box) -> None:
     _require_installed(box)
     made = box.c.sh(f"{CTL} keys create system-test", check=False)
     assert made.returncode == 0, f"`appliancectl keys create` inside failed:\n{made.stdout}\n{made.stderr}"
     box.key = made.stdout.strip().splitlines()[-1].strip()
-    models = httpx.get(f"{box.url}/v1/models", headers={"Authorization": f"Bearer {box.key}"}, timeout=30)
+    models = httpx.get(f"{box.url}/v1/models", headers={"Authorization": f"Bearer {box.key}"}, timeout=30, verify=box.verify)
     assert models.status_code == 200, f"/v1/models answered {models.status_code}: {models.text[:500]}"
     assert "default" in {m["id"] for m in models.json()["data"]}, f"no `default` model: {models.text[:500]}"
     r = box.chat(box.key)
@@ -275,6 +298,7 @@ def test_systemctl_stop_drains_an_in_flight_stream(box: Box) -> None:
             with httpx.stream(
                 "POST",
                 f"{box.url}/v1/chat/completions",
+                verify=box.verify,
                 headers={"Authorization": f"Bearer {box.key}"},
                 timeout=120,
                 json={
@@ -349,7 +373,7 @@ def test_uninstall_keeps_the_data(box: Box) -> None:
     )
     assert kept.returncode == 0, f"the data or config was not kept: {kept.stdout} {kept.stderr}"
     with pytest.raises(httpx.ConnectError):
-        httpx.get(f"{box.url}/readyz", timeout=5)
+        httpx.get(f"{box.url}/readyz", timeout=5, verify=False)
 
 
 def test_uninstall_purge_removes_the_data(box: Box) -> None:
