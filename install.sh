@@ -117,14 +117,19 @@ say "Preparing $venv with $("$python" --version)"
 "$venv/bin/python" -m pip install -q --upgrade pip
 say "Building llama.cpp (about 5 minutes on the CPU the first time, longer for a GPU)"
 "$here/tools/engine_build.sh" --python "$venv/bin/python"
-say "Building the manual (served by the daemon at /docs)"
-"$here/tools/build_manual.sh" "$venv/bin/python"
-say "Installing the appliance"
+# The manual is built into the tree that is installed: a copy under /opt/appliance in system mode
+# (the source may be read-only, a mounted medium say), the checkout itself in local mode.
 if [[ $mode == system ]]; then
   mkdir -p /opt/appliance
   rm -rf /opt/appliance/src && cp -a "$here" /opt/appliance/src && rm -rf /opt/appliance/src/.venv /opt/appliance/src/.git
+  say "Building the manual (served by the daemon at /docs)"
+  "$here/tools/build_manual.sh" "$venv/bin/python" /opt/appliance/src
+  say "Installing the appliance"
   "$venv/bin/python" -m pip install -q --upgrade /opt/appliance/src
 else
+  say "Building the manual (served by the daemon at /docs)"
+  "$here/tools/build_manual.sh" "$venv/bin/python" "$here"
+  say "Installing the appliance"
   "$venv/bin/python" -m pip install -q -e "$here"
 fi
 
