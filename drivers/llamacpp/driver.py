@@ -99,7 +99,7 @@ class LlamaCppDriver:
 
     def command(self, plan: EnginePlan, socket_path: Path, settings: EngineSettings | None = None) -> list[str]:
         """The worker runs on the daemon's own interpreter; the settings' latency targets pace its steps."""
-        adapt = [] if getattr(settings, "engine_adapt_threads", True) else ["--adapt-threads", "off"]
+        adapt = [] if getattr(settings, "engine_adapt_threads", False) else ["--adapt-threads", "off"]
         return worker_command(plan, socket_path) + latency_args(getattr(settings, "latency_targets", None)) + adapt
 
     def environment(self, plan: EnginePlan, settings: EngineSettings | None = None) -> dict[str, str]:
