@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Self
 
 import httpx
 import pytest
@@ -34,7 +35,7 @@ class RunningDaemon:
     def admin_socket(self) -> Path:
         return self.data_dir / "run" / "admin.sock"
 
-    def start(self, timeout: float = 120.0) -> RunningDaemon:
+    def start(self, timeout: float = 120.0) -> Self:
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "appliance.daemon"], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -44,14 +45,22 @@ class RunningDaemon:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"daemon exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
             try:
-                # /readyz can answer before the admin socket is bound: wait for both.
-                if httpx.get(self.url + "/readyz", timeout=1.0).status_code == 200 and self.admin_socket.exists():
+                if self.ready():
                     return self
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
         self.kill()
         raise RuntimeError(f"daemon not ready within {timeout} s:\n{self.log()[-3000:]}")
+
+    @property
+    def verify(self) -> str | bool:
+        """What clients verify the listener's certificate against (plain HTTP here: nothing)."""
+        return True
+
+    def ready(self) -> bool:
+        # /readyz can answer before the admin socket is bound: wait for both.
+        return httpx.get(self.url + "/readyz", timeout=1.0, verify=self.verify).status_code == 200 and self.admin_socket.exists()
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -68,7 +77,7 @@ class RunningDaemon:
             return response.json()["secret"]
 
     def client(self, key: str, timeout: float = 300.0) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {key}"}, timeout=timeout)
+        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {key}"}, timeout=timeout, verify=self.verify)
 
     def stop(self, timeout: float = 60.0) -> int | None:
         if self.proc is None or self.proc.poll() is not None:

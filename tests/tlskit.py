@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
 from pathlib import Path
-
-import httpx
 
 from tests.daemon import RunningDaemon, daemon_env, free_port
 from tests.ggufkit import make_tiny_gguf
@@ -26,32 +23,12 @@ class TlsDaemon(RunningDaemon):
     def ca(self) -> Path:
         return self.data_dir / "tls" / "ca.crt"
 
-    def start(self, timeout: float = 120.0) -> TlsDaemon:
-        import sys
+    @property
+    def verify(self) -> str:
+        return str(self.ca)
 
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "appliance.daemon"], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"daemon exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
-            try:
-                if (
-                    self.ca.exists()
-                    and httpx.get(self.url + "/readyz", timeout=1.0, verify=str(self.ca)).status_code == 200
-                    and self.admin_socket.exists()
-                ):
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        self.kill()
-        raise RuntimeError(f"daemon not ready within {timeout} s:\n{self.log()[-3000:]}")
-
-    def client(self, key: str, timeout: float = 300.0) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {key}"}, timeout=timeout, verify=str(self.ca))
+    def ready(self) -> bool:
+        return self.ca.exists() and super().ready()
 
 
 def tls_daemon_env(base: Path, **extra: str) -> tuple[Path, int, dict[str, str]]:
