@@ -182,6 +182,30 @@ def sign(secret: str, timestamp: str, body: bytes) -> str:
     return f"sha256={digest}"
 
 
+async def post_signed(client: httpx.AsyncClient, settings: Settings, payload: dict[str, object], now: float) -> str | None:
+    """POST ``payload`` to the alert webhook, signed with its secret; None when it took it, else why not."""
+    body = json.dumps(payload, separators=(",", ":")).encode()
+    timestamp = str(int(now))
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "llm-appliance-alerts",
+        "X-Appliance-Timestamp": timestamp,
+        "X-Appliance-Signature": sign(settings.alert_webhook_secret or "", timestamp, body),
+    }
+    try:
+        response = await client.post(settings.alert_webhook_url or "", content=body, headers=headers)
+    except httpx.HTTPError as exc:
+        return f"{type(exc).__name__}: could not reach the webhook"
+    if not 200 <= response.status_code < 300:
+        return f"the webhook answered {response.status_code}"
+    return None
+
+
+def webhook_client(transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
+    """The client alerts are delivered with: a short timeout, no redirects, no proxy from the environment."""
+    return httpx.AsyncClient(timeout=DELIVERY_TIMEOUT_SECONDS, transport=transport, follow_redirects=False, trust_env=False)
+
+
 def next_attempt_delay(attempts: int) -> float:
     """Seconds before retry number ``attempts`` + 1: 5 s, 10 s, 20 s, ... at most an hour."""
     return min(LONGEST_RETRY_SECONDS, FIRST_RETRY_SECONDS * 2 ** max(0, attempts - 1))
@@ -220,31 +244,12 @@ class AlertNotifier:
         if not due:
             return 0
         delivered = 0
-        async with httpx.AsyncClient(
-            timeout=DELIVERY_TIMEOUT_SECONDS, transport=self._transport, follow_redirects=False, trust_env=False
-        ) as client:
+        async with webhook_client(self._transport) as client:
             for alert in due:
-                error = await self._post(client, alert)
+                error = await post_signed(client, self.settings, alert.payload(), self._clock())
                 self._record(alert, error)
                 delivered += error is None
         return delivered
-
-    async def _post(self, client: httpx.AsyncClient, alert: Alert) -> str | None:
-        body = json.dumps(alert.payload(), separators=(",", ":")).encode()
-        timestamp = str(int(self._clock()))
-        headers = {
-            "Content-Type": "application/json",
-            "User-Agent": "llm-appliance-alerts",
-            "X-Appliance-Timestamp": timestamp,
-            "X-Appliance-Signature": sign(self.settings.alert_webhook_secret or "", timestamp, body),
-        }
-        try:
-            response = await client.post(self.settings.alert_webhook_url or "", content=body, headers=headers)
-        except httpx.HTTPError as exc:
-            return f"{type(exc).__name__}: could not reach the webhook"
-        if not 200 <= response.status_code < 300:
-            return f"the webhook answered {response.status_code}"
-        return None
 
     def _record(self, alert: Alert, error: str | None) -> None:
         now = self._clock()

@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 
 from appliance.db.engine import session
 from appliance.db.tables import AuditLog, Setting
-from appliance.metering.alerts import DELIVERY_TIMEOUT_SECONDS, sign
+from appliance.metering.alerts import post_signed, webhook_client
 from appliance.settings import Settings
 from appliance.tls.certinfo import CertInfo
 
@@ -85,23 +85,8 @@ class ExpiryWatch:
         return True
 
     async def _post(self, cert: CertInfo) -> bool:
-        body = json.dumps(self.payload(cert), separators=(",", ":")).encode()
-        timestamp = str(int(self._clock()))
-        headers = {
-            "Content-Type": "application/json",
-            "User-Agent": "llm-appliance-alerts",
-            "X-Appliance-Timestamp": timestamp,
-            "X-Appliance-Signature": sign(self.settings.alert_webhook_secret or "", timestamp, body),
-        }
-        try:
-            async with httpx.AsyncClient(
-                timeout=DELIVERY_TIMEOUT_SECONDS, transport=self._transport, follow_redirects=False, trust_env=False
-            ) as client:
-                response = await client.post(self.settings.alert_webhook_url or "", content=body, headers=headers)
-        except httpx.HTTPError as exc:
-            log.warning("TLS expiry alert not delivered: %s", type(exc).__name__)
-            return False
-        if not 200 <= response.status_code < 300:
-            log.warning("TLS expiry alert not delivered: the webhook answered %d", response.status_code)
-            return False
-        return True
+        async with webhook_client(self._transport) as client:
+            error = await post_signed(client, self.settings, self.payload(cert), self._clock())
+        if error is not None:
+            log.warning("TLS expiry alert not delivered: %s", error)
+        return error is None
