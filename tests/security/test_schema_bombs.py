@@ -85,7 +85,7 @@ ENTRY_POINTS: dict[str, tuple[str, Callable[[dict], dict], str]] = {
             "messages": HI,
             "output_config": {"format": {"type": "json_schema", "schema": s}},
         },
-        "response_format",
+        "output_config.format",
     ),
     "messages tool_choice any": (
         "/v1/messages",
@@ -106,7 +106,7 @@ ENTRY_POINTS: dict[str, tuple[str, Callable[[dict], dict], str]] = {
             "max_output_tokens": 16,
             "text": {"format": {"type": "json_schema", "name": "o", "schema": s}},
         },
-        "response_format",
+        "text.format",
     ),
     "ollama chat format": (
         "/api/chat",

@@ -41,6 +41,7 @@ from appliance.serving.anthropic.schema import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from appliance.serving.schema_limits import check_schema
 
 #: Put before the text of a ``tool_result`` with ``is_error: true`` (chat messages have no error flag).
 TOOL_ERROR_PREFIX = "Error: "
@@ -52,6 +53,7 @@ def chat_request(req: MessagesRequest | CountTokensRequest) -> ChatCompletionReq
         raise BadRequest(REFUSED["thinking"], param="thinking")
     body: JsonObject = {"model": req.model, "messages": _messages(req)}
     if req.output_config is not None and req.output_config.format is not None:
+        check_schema(req.output_config.format.schema, "output_config.format")
         body["response_format"] = {
             "type": "json_schema",
             "json_schema": {"name": "output", "schema": req.output_config.format.schema},
@@ -190,7 +192,8 @@ def chat_tools(
             )
         return None, None, None
     functions = []
-    for tool in tools:
+    for index, tool in enumerate(tools):
+        check_schema(tool.input_schema, f"tools[{index}].input_schema")
         function: JsonObject = {"name": tool.name, "parameters": tool.input_schema}
         if tool.description:
             function["description"] = tool.description

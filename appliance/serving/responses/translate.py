@@ -30,6 +30,7 @@ import msgspec
 from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject
 from appliance.openai_schema import REFUSED, ChatCompletionRequest, ResponsesRequest
+from appliance.serving.schema_limits import check_schema
 
 Text = Annotated[str, msgspec.Meta(max_length=1_000_000)]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
@@ -159,6 +160,8 @@ def chat_tools(tools: list[JsonObject]) -> list[JsonObject]:
             tool = msgspec.convert(raw, _FunctionTool)
         except msgspec.ValidationError as exc:
             raise BadRequest(f"tools[{index}]: {exc}", param="tools") from None
+        if tool.parameters is not None:
+            check_schema(tool.parameters, f"tools[{index}].parameters")
         function: JsonObject = {"name": tool.name}
         for field in ("description", "parameters", "strict"):
             if getattr(tool, field) is not None:
@@ -202,6 +205,7 @@ def response_format(text: JsonObject | None) -> JsonObject | None:
             schema = msgspec.convert(fmt, _JsonSchemaFormat)
         except msgspec.ValidationError as exc:
             raise BadRequest(f"text.format: {exc}", param="text") from None
+        check_schema(schema.schema, "text.format")
         json_schema: JsonObject = {"name": schema.name, "schema": schema.schema}
         if schema.strict is not None:
             json_schema["strict"] = schema.strict
