@@ -6,7 +6,7 @@ Default pairs: the three sets in tests/data (see tests/semantic_eval.py for what
 it was written). The default threshold's numbers are enforced by
 tests/unit/test_cache_semantic_eval.py; this script prints the tables around them. Two decisions
 are scored at each threshold: `cosine` (similarity alone) and `cache` (the cache's own search:
-similarity and the lexical check, `appliance.cache.semantic.compatible`), which is what the
+similarity and the lexical check, `appliance.cache.lexical.compatible`), which is what the
 appliance does.
 """
 
@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from appliance.cache.embedder import DEFAULT_MODEL, LlamaCppEmbedder  # noqa: E402
-from appliance.cache.semantic import compatible  # noqa: E402
+from appliance.cache.lexical import compatible  # noqa: E402
 from tests.semantic_eval import ALL_SETS, Embedded, embed, load_pairs, score  # noqa: E402
 
 THRESHOLDS = (0.75, 0.80, 0.85, 0.88, 0.90, 0.92, 0.93, 0.94, 0.95, 0.96, 0.97, 0.98)

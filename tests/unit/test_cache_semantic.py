@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from appliance.cache.embedder import DEFAULT_MODEL, DEFAULT_MODEL_SHA256, LlamaCppEmbedder, file_sha256
-from appliance.cache.semantic import compatible, signature
+from appliance.cache.lexical import compatible, signature
 from tests.cachekit import MODEL, chat, chat_result, completion, completion_result, make_cache, principal
 
 WHO = principal(1)
