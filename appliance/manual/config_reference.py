@@ -27,7 +27,7 @@ PAGE = Path(__file__).resolve().parents[2] / "docs" / "configuration-reference.m
 
 INTRO = """# Configuration reference
 
-Every setting of the appliance, generated from the settings model (`appliance/settings.py`) by
+Every setting of the appliance, generated from the settings model (`appliance/settings/`) by
 `python -m appliance.manual.config_reference`; a test fails when this page and the model differ.
 Each setting is read from its `APPLIANCE_*` environment variable first, then from the TOML file named by
 `APPLIANCE_CONFIG` (system installs: `/etc/appliance/appliance.toml`, where the key is the setting's

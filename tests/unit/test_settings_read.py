@@ -1,6 +1,6 @@
 """Every setting of the configuration reference is read by product code.
 
-A setting counts as read when some product module (outside ``appliance/settings.py``,
+A setting counts as read when some product module (outside ``appliance/settings/``,
 where the fields are only declared) reads it from a settings object: an attribute
 load ``<settings>.<field>`` or a ``getattr(<settings>, "<field>")``, where the
 receiver is a name or attribute called ``settings`` or ``*_settings``
@@ -18,7 +18,7 @@ from appliance.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("appliance", "drivers", "webui", "models", "systemd")
-DECLARATION = ROOT / "appliance" / "settings.py"
+DECLARATION = ROOT / "appliance" / "settings"
 
 #: Settings that nothing reads yet, each with what is missing. An entry must go once the setting is read.
 KNOWN_UNWIRED: dict[str, str] = {}
@@ -52,7 +52,7 @@ def product_reads() -> set[str]:
     found: set[str] = set()
     for folder in PRODUCT:
         for path in sorted((ROOT / folder).rglob("*.py")):
-            if path != DECLARATION:
+            if DECLARATION not in path.parents:
                 found |= reads_in(path.read_text())
     return found
 
