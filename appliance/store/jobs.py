@@ -89,8 +89,12 @@ class Job:
             "finished_at": self.finished_at,
         }
 
-    def _emit(self, type_: str, **extra: str) -> JsonObject:
+    def _emit(self, type_: str, *, state: str | None = None, **extra: str) -> JsonObject:
+        """Append an event; with ``state``, the job enters that state in the same step, so a follower never sees
+        the new state without its event (a finished job whose last event is still to come)."""
         with self._lock:
+            if state is not None:
+                self.state = state
             event = {
                 "seq": next(self._seq),
                 "type": type_,
@@ -109,6 +113,12 @@ class Job:
     def events_after(self, seq: int) -> list[JsonObject]:
         with self._lock:
             return [e for e in self._events if e["seq"] > seq]
+
+    def events_and_finished(self, seq: int) -> tuple[list[JsonObject], bool]:
+        """The events after ``seq`` and whether the job has ended, read together: once it has, its last event
+        is among them (or was read before)."""
+        with self._lock:
+            return [e for e in self._events if e["seq"] > seq], self.finished
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the job ends (tests, CLI helpers); True if it ended."""
@@ -263,8 +273,8 @@ class JobRegistry:
         """Events of a job from ``after`` on, until it ends (for SSE)."""
         job = self.get(job_id)
         while True:
-            finished = job.finished  # read before the events so the final event is never missed
-            for event in job.events_after(after):
+            events, finished = job.events_and_finished(after)
+            for event in events:
                 after = event["seq"]
                 yield event
             if finished:
@@ -277,8 +287,7 @@ class JobRegistry:
             if job.cancel_event.is_set():
                 self._finish(job, "cancelled", message="cancelled before it started")
                 return
-            job.state = "running"
-            job._emit("state")
+            job._emit("state", state="running")
             self._write(job)
             ctx = JobContext(job, on_progress=self._write_throttled)
             try:
@@ -321,8 +330,7 @@ class JobRegistry:
         job.result = result
         job.error = error
         job.finished_at = time.time()
-        job.state = state  # last: `finished` flips only when the rest is in place
-        job._emit("state")
+        job._emit("state", state=state)  # last, with its event: `finished` flips only when the rest is in place
         self._write(job)
         self._last_db_write.pop(job.id, None)
 
