@@ -28,6 +28,7 @@ from appliance.planner.types import PlanRow
 from appliance.serving.names import ModelNames
 from appliance.store.bundles import bundle_stream
 from appliance.store.jobs import Job, JobContext, JobRegistry
+from appliance.store.refusals import check_downloaded
 from appliance.store.store import ModelStore, VariantInfo
 
 # Facts fields too large or too sensitive for list views (the template is untrusted text).
@@ -179,7 +180,7 @@ class ModelsController(Controller):
     @post("/{name:str}/verify", status_code=202, sync_to_thread=True)
     def verify(self, store: ModelStore, changes: StoreChanges, name: str) -> JsonObject:
         info = store.get(name)
-        store.check_downloaded(info)
+        check_downloaded(info)
         return changes.start("verify", info.name, lambda ctx: store.verify(info.name, ctx=ctx))
 
     @post("/{name:str}/quantize", status_code=202, sync_to_thread=True)

@@ -30,6 +30,7 @@ from appliance.store import imports as imp
 from appliance.store import split_gguf
 from appliance.store.hub.listing import quant_of
 from appliance.store.installs import Installer
+from appliance.store.integrity import size_on_disk
 from appliance.store.jobs import JobContext
 from appliance.store.paths import StoreLayout, check_part, names_from_filename, slug
 from appliance.store.registry import VariantRegistry
@@ -113,7 +114,7 @@ def register_found(layout: StoreLayout, registry: VariantRegistry, ctx: JobConte
     found = find_models(layout.root)
     for f in found:
         relative = layout.relative(f.path)
-        size = split_gguf.size_of(f.path) if f.format == "gguf" else sum(x.size for x in imp.tree_files(f.path))
+        size = size_on_disk(f.path, f.format)
         old = known.get((f.family, f.variant))
         if old is not None and old.path == relative and old.size_bytes == size and old.status == "ready":
             continue

@@ -15,7 +15,10 @@ operations take a :class:`~appliance.store.jobs.JobContext` for progress and
 cancel; without one they run silently. The rows live in
 :mod:`appliance.store.registry`, downloads in :mod:`appliance.store.download`
 (behind the SSRF checks of :mod:`appliance.store.pull`), file policy and hashing
-in :mod:`appliance.store.imports`, the quantizer in :mod:`appliance.store.quantize`.
+in :mod:`appliance.store.imports`, the quantizer in :mod:`appliance.store.quantize`;
+what a pull or an import names is read by :mod:`appliance.store.sources`, bundles
+are installed by :mod:`appliance.store.bundle_import`, and the refusals of a
+read-only store or an offline appliance are :mod:`appliance.store.refusals`.
 """
 
 from __future__ import annotations
@@ -24,9 +27,7 @@ import builtins
 import contextlib
 import logging
 import os
-import re
 import shutil
-import uuid
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -37,23 +38,22 @@ from appliance.catalog import Catalog, load_catalog
 from appliance.errors import BadRequest, Conflict, ModelNotFound
 from appliance.jsontypes import JsonObject
 from appliance.settings import Settings
-from appliance.store import bundles, readonly, split_gguf
-from appliance.store import imports as imp
+from appliance.store import bundles, readonly, refusals
 from appliance.store import quantize as quantizer
-from appliance.store.disk import check_free_space
+from appliance.store.bundle_import import install_bundle
 from appliance.store.download import Downloader
-from appliance.store.errors import ModelCorrupt, ModelNotDownloaded, ModelNotReady, Offline, RefusedImport, StoreReadOnly
+from appliance.store.errors import ModelCorrupt, ModelNotReady
 from appliance.store.hub.client import HubClient
 from appliance.store.hub.credentials import HubCredentials
 from appliance.store.hub.pulls import Chooser, HubPull, offers_of, plan_pull, run_pull
 from appliance.store.hub.spec import is_hub_spec, parse_spec
 from appliance.store.installs import BusyNames, Installer
+from appliance.store.integrity import digest_on_disk, size_on_disk
 from appliance.store.jobs import JobContext, NullContext
 from appliance.store.paths import StoreLayout, parse_name
-from appliance.store.paths import names_from_filename as _names_from_filename
-from appliance.store.paths import slug as _slug
 from appliance.store.pull import check_url
 from appliance.store.registry import VariantRegistry
+from appliance.store.sources import import_source, pull_source
 from appliance.store.variants import ResolvedVariant, VariantInfo
 
 log = logging.getLogger("appliance.store.store")
@@ -102,7 +102,7 @@ class ModelStore:
     def resolve(self, name: str) -> ResolvedVariant:
         """The installed, ready variant a name means; raises for missing, unfinished or corrupt ones."""
         info = self.get(name)
-        self.check_downloaded(info)
+        refusals.check_downloaded(info)
         if info.status == "downloading":
             raise ModelNotReady(f"The model `{info.name}` is still being installed.", param="model")
         if info.status != "ready":
@@ -124,32 +124,8 @@ class ModelStore:
         """Check a pull before it becomes a job: (url, sha256, family, variant). Raises 4xx errors."""
         self._refuse_writes("url")
         self._refuse_offline()
-        if is_hub_spec(url):
-            raise BadRequest("a hub pull (hf:ORG/REPO) is prepared with prepare_hub_pull", param="url", code="invalid_url")
-        if sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", sha256 or ""):
-            raise BadRequest("sha256 must be 64 hex digits", param="sha256", code="invalid_sha256")
-        family = variant = None
-        if name is not None:
-            family, variant = parse_name(name)
-        if url is None:
-            if family is None:
-                raise BadRequest("give a url, or the name of a catalog model", param="url")
-            entry = self.catalog.variant(family, variant)
-            if entry is None:
-                raise ModelNotFound(f"`{name}` is not in the catalog; give its url", param="name")
-            if entry.url is None or entry.format != "gguf":
-                raise BadRequest(f"`{name}` is not a single-file download; import it from a local folder instead", param="name")
-            url, sha256, variant = str(entry.url), sha256 or entry.sha256, entry.name
-        else:
-            known = self.catalog.by_url(url)
-            if known is not None:
-                family, variant = family or known[0].name, variant or known[1].name
-                sha256 = sha256 or known[1].sha256
-            elif family is None or variant is None:
-                guessed_family, guessed_variant = _names_from_filename(url.split("?", 1)[0].rsplit("/", 1)[-1])
-                family, variant = family or guessed_family, variant or guessed_variant
+        url, sha256, family, variant = pull_source(self.catalog, url, sha256=sha256, name=name)
         check_url(url, self.settings.allow_private_pull_hosts)
-        assert family is not None and variant is not None
         self.registry.refuse_installed(family, variant)
         return url, sha256.lower() if sha256 else None, family, variant
 
@@ -231,65 +207,18 @@ class ModelStore:
         return readonly.register_found(self.layout, self.registry, ctx or NullContext())
 
     def check_scannable(self) -> None:
-        if not self.read_only:
-            raise Conflict(
-                "only a read-only store (setting store_read_only = true) is scanned; install models by pull or import",
-                code="store_writable",
-            )
+        refusals.check_scannable(self.read_only)
 
     def _refuse_writes(self, param: str = "name") -> None:
-        if self.read_only:
-            raise StoreReadOnly(
-                "the model store is read-only (setting store_read_only = true): the appliance never writes "
-                "there; add or remove model files in the folder itself, then rescan",
-                param=param,
-            )
-
-    @staticmethod
-    def check_downloaded(info: VariantInfo) -> None:
-        """ModelNotDownloaded for a variant only listed on the hub (``available``): it has no files yet."""
-        if info.available:
-            raise ModelNotDownloaded(
-                f"The model `{info.name}` is available on the hub but not downloaded; pull it first "
-                f"(appliancectl models pull {info.name}).",
-                param="model",
-            )
+        refusals.refuse_writes(self.read_only, param)
 
     def _refuse_offline(self) -> None:
-        if self.settings.offline:
-            raise Offline(
-                "the appliance is offline (setting offline = true): it makes no outbound request, so models "
-                "cannot be pulled; import a file, a folder or an offline bundle instead",
-                param="url",
-            )
+        refusals.refuse_offline(self.settings.offline)
 
     def prepare_import(self, path: str, name: str | None = None) -> tuple[Path, str, str, str]:
         """Check an import before it becomes a job: (source, format, family, variant)."""
         self._refuse_writes("path")
-        source = imp.check_source_path(path)
-        if source.resolve().is_relative_to(self.layout.root):
-            raise BadRequest("that path is already inside the model store", param="path", code="invalid_path")
-        if source.is_file() and bundles.is_bundle(source):
-            manifest = bundles.read_manifest(source)
-            family, variant = parse_name(name) if name is not None else (manifest.family, manifest.variant)
-            family, variant = family or manifest.family, variant or manifest.variant
-            self.registry.refuse_installed(family, variant)
-            return source, "bundle", family, variant
-        fmt = "safetensors" if source.is_dir() else "gguf"
-        if fmt == "safetensors":
-            imp.scan_hf_folder(source)  # refuse code, pickles and remote code now, not in the job
-        else:
-            with open(source, "rb") as f:
-                if f.read(4) != b"GGUF":
-                    raise RefusedImport("only GGUF files or Hugging Face safetensors folders can be imported", param="path")
-        given_family, given_variant = parse_name(name) if name is not None else (None, None)
-        if given_family is not None and given_variant is not None:
-            guessed = (given_family, given_variant)
-        elif fmt == "gguf":
-            guessed = _names_from_filename(source.name)
-        else:
-            guessed = (_slug(source.name), imp.guess_hf_variant(source))
-        family, variant = given_family or guessed[0], given_variant or guessed[1]
+        source, fmt, family, variant = import_source(path, name, store_root=self.layout.root)
         self.registry.refuse_installed(family, variant)
         return source, fmt, family, variant
 
@@ -298,50 +227,10 @@ class ModelStore:
         ctx = ctx or NullContext()
         source, fmt, family, variant = self.prepare_import(path, name)
         if fmt == "bundle":
-            return self._import_bundle(source, family, variant, ctx)
+            return install_bundle(self.installer, self.layout, source, family, variant, ctx)
         if fmt == "gguf":
             return self.installer.import_gguf(source, family, variant, ctx)
         return self.installer.import_hf(source, family, variant, ctx)
-
-    def _import_bundle(self, source: Path, family: str, variant: str, ctx: JobContext) -> VariantInfo:
-        """Unpack and verify an offline bundle in the store's trash, then install its files along the one path."""
-        manifest = bundles.read_manifest(source)
-        check_free_space(self.layout.root, manifest.size_bytes)
-        work = self.layout.trash_dir() / f"bundle-{uuid.uuid4().hex}"
-        work.mkdir(mode=0o700)
-        try:
-            manifest, digests = bundles.unpack_bundle(source, work, ctx)
-
-            def move(relative: str, target: Path) -> str:
-                os.replace(self.layout.inside(work / relative), target)
-                return digests[relative]
-
-            origin = f"bundle:{manifest.source or manifest.name}"
-            files = manifest.files
-            if manifest.format == "safetensors":
-                return self.installer.install_hf_files(
-                    family, variant, source=origin, ctx=ctx, files=[(f.path, f.size) for f in files], write=move
-                )
-            if len(files) == 1:
-                return self.installer.install_gguf(
-                    family,
-                    variant,
-                    source=origin,
-                    ctx=ctx,
-                    expected_sha256=files[0].sha256,
-                    write=lambda partial: move(files[0].path, partial),
-                )
-            return self.installer.install_gguf_parts(
-                family,
-                variant,
-                source=origin,
-                ctx=ctx,
-                count=len(files),
-                write=lambda number, partial: move(files[number - 1].path, partial),
-                resumable=lambda _exc: False,
-            )
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
 
     def export_bundle(self, name: str, *, ctx: JobContext | None = None) -> tuple[JsonObject, builtins.list[tuple[str, Path]]]:
         """An installed variant's bundle manifest and files, after hashing them again (refused if they changed)."""
@@ -377,17 +266,13 @@ class ModelStore:
         """Hash the files again; a mismatch marks the variant corrupt, a match (re)marks it ready."""
         ctx = ctx or NullContext()
         info = self.get(name)
-        self.check_downloaded(info)
+        refusals.check_downloaded(info)
         with self._busy.claim(info.family, info.variant):
             path = self.layout.absolute(info.path)
             ctx.stage("hashing")
+            digest: str | None
             try:
-                if info.format == "gguf" and split_gguf.is_split(path):
-                    digest, size = split_gguf.hash_parts(path, ctx)
-                elif info.format == "gguf":
-                    digest, size = imp.hash_file(path, ctx, total=info.size_bytes), path.stat().st_size
-                else:
-                    digest, size = imp.hash_tree(path, ctx)
+                digest, size = digest_on_disk(path, info.format, ctx, expected_size=info.size_bytes)
             except FileNotFoundError:
                 digest, size = None, -1
             ok = digest is not None and size == info.size_bytes and (info.sha256 is None or digest == info.sha256)
@@ -424,16 +309,14 @@ class ModelStore:
         if variant is None:
             raise BadRequest("name the variant: family:variant", param="name", code="invalid_model_name")
         info = self.get(name)
-        self.check_downloaded(info)
+        refusals.check_downloaded(info)
         self.registry.set_default(family, info.variant)
         return self.get(name)
 
 
 def _size_on_disk(path: Path, fmt: str) -> int:
     try:
-        if fmt == "gguf":
-            return split_gguf.size_of(path)
-        return sum(f.size for f in imp.tree_files(path))
+        return size_on_disk(path, fmt)
     except OSError:
         return -1
 

@@ -9,7 +9,8 @@ import pytest
 
 from appliance.errors import BadRequest, Conflict, ModelNotFound
 from appliance.store.default_model import seed_default_model
-from appliance.store.store import ModelCorrupt, ModelStore, _names_from_filename
+from appliance.store.paths import names_from_filename
+from appliance.store.store import ModelCorrupt, ModelStore
 from tests.ggufkit import make_tiny_gguf
 from tests.storekit import make_store, sha256_file
 
@@ -31,10 +32,10 @@ def test_import_gguf_copies_inspects_and_hashes(store: ModelStore, tiny_gguf: Pa
 
 
 def test_names_are_derived_from_the_file_name() -> None:
-    assert _names_from_filename("Llama-3.2-1B-Instruct-Q4_K_M.gguf") == ("llama-3.2-1b-instruct", "q4_k_m")
-    assert _names_from_filename("gemma-3-270m-q4_k_m.gguf") == ("gemma-3-270m", "q4_k_m")
-    assert _names_from_filename("mixtral-8x7b-instruct-v0.1.Q8_0.gguf") == ("mixtral-8x7b-instruct-v0.1", "q8_0")
-    assert _names_from_filename("weird name!.gguf") == ("weird-name", "gguf")
+    assert names_from_filename("Llama-3.2-1B-Instruct-Q4_K_M.gguf") == ("llama-3.2-1b-instruct", "q4_k_m")
+    assert names_from_filename("gemma-3-270m-q4_k_m.gguf") == ("gemma-3-270m", "q4_k_m")
+    assert names_from_filename("mixtral-8x7b-instruct-v0.1.Q8_0.gguf") == ("mixtral-8x7b-instruct-v0.1", "q8_0")
+    assert names_from_filename("weird name!.gguf") == ("weird-name", "gguf")
 
 
 def test_variants_side_by_side_and_family_default(store: ModelStore, tiny_gguf: Path, tmp_path: Path) -> None:
