@@ -1,6 +1,8 @@
-"""Cache (stats, global policy, purge), settings (read-only, with where each value came from), audit log, console users."""
+"""Cache (stats, global policy, purge), audit log, console users (the settings page is ``routes_settings``)."""
 
 from __future__ import annotations
+
+import secrets
 
 import anyio
 from litestar import Request, Response, get, post
@@ -18,12 +20,10 @@ from appliance.db.engine import session
 from appliance.db.tables import AuditLog, User
 from appliance.errors import BadRequest
 from appliance.settings import Settings
-from appliance.tls.context import served_certificate
 from appliance.webui.cache_view import cache_context
 from appliance.webui.context import Console, ConsoleUser
 from appliance.webui.gate import needs
 from appliance.webui.render import TemplateContext, page, partial
-from appliance.webui.settings_view import settings_rows
 
 AUDIT_PAGE = 100
 
@@ -67,12 +67,6 @@ async def cache_policy(
     return partial(request, "_cache.html", **cache_context(cache, db, settings, keyring, "Cache policy saved."))
 
 
-# ------------------------------------------------------------------ settings
-@get("/settings", include_in_schema=False, sync_to_thread=True)
-def settings_page(request: Request, settings: Settings) -> Response:
-    return page(request, "settings.html", active="settings", rows=settings_rows(settings), tls=served_certificate(settings))
-
-
 # ------------------------------------------------------------------ audit
 @get("/audit", include_in_schema=False, sync_to_thread=True)
 def audit_page(request: Request, db: Engine) -> Response:
@@ -95,7 +89,14 @@ def audit_page(request: Request, db: Engine) -> Response:
 
 
 # ------------------------------------------------------------------ users
+def _one_time(username: str, password: str) -> dict[str, str]:
+    """A one-time password to show once, with an id of its own for its card (a user may get several)."""
+    return {"username": username, "password": password, "card": secrets.token_hex(4)}
+
+
 def _users(db: Engine, message: str | None = None, one_time: dict[str, str] | None = None) -> TemplateContext:
+    """The users table; ``one_time`` (a new one-time password) is appended to the page's list of them, which
+    the table's own updates leave alone, so each stays on screen until dismissed."""
     with session(db) as s:
         users = list(s.execute(select(User).order_by(User.username)).scalars())
     return {"users": users, "roles": ROLES, "message": message, "one_time": one_time}
@@ -114,11 +115,7 @@ async def users_create(request: Request, db: Engine, audit: AuditTrail, user: Co
     password = generate_password(username)
     create_user(db, username, password, role=role, must_change_password=True)
     audit.record(user.actor, "user.create", username, f"role={role}")
-    return partial(
-        request,
-        "_users.html",
-        **_users(db, f"{username} added as {role}.", one_time={"username": username, "password": password}),
-    )
+    return partial(request, "_users.html", **_users(db, f"{username} added as {role}.", one_time=_one_time(username, password)))
 
 
 @post("/users/{user_id:int}/role", guards=[needs("admin")], include_in_schema=False)
@@ -162,7 +159,11 @@ async def users_reset(
     return partial(
         request,
         "_users.html",
-        **_users(db, f"{row.username} has a new one-time password.", one_time={"username": row.username, "password": password}),
+        **_users(
+            db,
+            f"{row.username} has a new one-time password.",
+            one_time=_one_time(row.username, password),
+        ),
     )
 
 
@@ -170,7 +171,6 @@ HANDLERS = [
     cache_page,
     cache_purge,
     cache_policy,
-    settings_page,
     audit_page,
     users_page,
     users_create,
