@@ -165,6 +165,9 @@
     var control = elt.closest("form") || elt;
     slotAfter(control).replaceChildren();
     xhr.consoleOrigin = {control: control, where: locator(control)};
+    // remembered now: a button that hx-disabled-elt disables while the request runs (Load) drops the focus to <body>
+    var active = document.activeElement;
+    if (active && active !== document.body && control.contains(active)) xhr.consoleFocus = locator(active);
   });
 
   document.addEventListener("htmx:beforeSwap", function (event) {
