@@ -12,7 +12,6 @@ collaborators it names (``appliance.api.dependencies``).
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import logging
 import secrets
@@ -110,8 +109,8 @@ class Services:
         self.responses = ResponsesService(self.gateway, self.response_store)
         self.files = FileStore(settings, self.db)
         self.batch_store = BatchStore(self.db)
-        batch_gateway = copy.copy(self.gateway)  # the same gateway, whose settles a batch line holds until it is recorded
-        batch_gateway.meter = LineMeter(self.meter)  # type: ignore[assignment]
+        # the same gateway, whose settles a batch line holds until it is recorded
+        batch_gateway = self.gateway.metered_by(LineMeter(self.meter))  # type: ignore[arg-type]
         self.figures = BoxFigures(settings, self.db, self._decode_capacity)
         capacity = Capacity(settings, self.router, self.names, self.figures.interactive_attainment)
         self.batch_runner = BatchRunner(settings, self.batch_store, self.files, batch_gateway, capacity, self.keyring)

@@ -20,7 +20,8 @@ from litestar.types import Message
 from appliance.accounts.keys import Principal
 from appliance.batch.lines import ENDPOINTS, RequestLine, decode_body
 from appliance.errors import ApplianceError, EngineUnavailable, QuotaExceeded, RateLimited, error_envelope
-from appliance.serving.gateway import EngineAnswerError, Gateway
+from appliance.serving.engine_errors import EngineAnswerError
+from appliance.serving.gateway import Gateway
 
 log = logging.getLogger("appliance.batch.line_call")
 
