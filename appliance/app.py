@@ -32,6 +32,7 @@ from appliance.api.planning import PlanningController
 from appliance.api.request import ApplianceRequest
 from appliance.api.responses import ResponsesController
 from appliance.api.usage import CONTROLLERS as USAGE_CONTROLLERS
+from appliance.api.settings import SettingsController
 from appliance.api.users import UsersController
 from appliance.services import Services
 from appliance.settings import Settings
@@ -98,6 +99,7 @@ def _route_handlers() -> list[ControllerRouterHandler]:
         OllamaController,
         OllamaAdminController,
         *console_handlers(),
+        SettingsController,
         manual_router(),
     ]
 

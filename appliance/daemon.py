@@ -38,6 +38,7 @@ from appliance.monitoring.gauges import register_tls_gauge
 from appliance.planner.service import cluster_view
 from appliance.sdnotify import notify, watchdog_interval, watchdog_loop
 from appliance.settings import Settings, load_settings
+from appliance.settings.runtime import RESTART_EXIT_CODE
 from appliance.tls.context import TlsContext
 from appliance.tls.expiry import CHECK_EVERY_SECONDS, ExpiryWatch
 from appliance.tls.hsts import StrictTransport
@@ -116,7 +117,7 @@ async def _start_redirect(settings: Settings, limits: EdgeLimits, common: dict[s
     return server, task
 
 
-async def serve(settings: Settings) -> None:
+async def serve(settings: Settings) -> bool:
     tls = _tls_listener(settings)
     app = create_app(settings)
     common: dict[str, Any] = dict(
@@ -215,7 +216,15 @@ async def serve(settings: Settings) -> None:
     )
     cluster_view(settings)  # with ray_address: the Ray cluster is read in a thread; the log says what it found
 
-    done, _ = await asyncio.wait({public_task, admin_task, asyncio.create_task(stop.wait())}, return_when=asyncio.FIRST_COMPLETED)
+    restart = asyncio.create_task(app.state.services.runtime_settings.restart_requested.wait(), name="restart-request")
+    done, _ = await asyncio.wait(
+        {public_task, admin_task, asyncio.create_task(stop.wait()), restart}, return_when=asyncio.FIRST_COMPLETED
+    )
+    if restart in done:
+        log.info("restart asked for: draining")
+        notify("STOPPING=1")
+    else:
+        restart.cancel()
     admin.should_exit = True
     public.should_exit = True
     if redirect is not None:
@@ -230,9 +239,10 @@ async def serve(settings: Settings) -> None:
         error = task.exception() if task in (public_task, admin_task) else None
         if error is not None:
             raise error
+    return restart in done
 
 
-def run_loop(main: Coroutine[object, object, None]) -> None:
+def run_loop(main: Coroutine[object, object, bool]) -> bool:
     """Run the daemon's event loop: uvloop (libuv), as the engines' workers do.
 
     uvicorn's own ``loop`` setting applies only when uvicorn runs the loop itself; the daemon runs
@@ -241,11 +251,12 @@ def run_loop(main: Coroutine[object, object, None]) -> None:
     """
     import uvloop
 
-    uvloop.run(main)
+    return uvloop.run(main)
 
 
 def run(settings: Settings) -> int:
-    """Run the daemon in the foreground until SIGTERM. Returns the exit code."""
+    """Run the daemon in the foreground until SIGTERM or a restart request. Returns the exit code: 0, or
+    RESTART_EXIT_CODE after a restart asked for from the console or the API (systemd starts the service again)."""
     setup_logging(settings.log_level, settings.log_format, settings.log_dir if settings.data_dir.exists() else None)
     allocator = use_jemalloc(settings.allocator, given_settings(settings))
     lock = DataDirLock(settings.lock_path)
@@ -258,13 +269,13 @@ def run(settings: Settings) -> int:
         if allocator == "system":
             map_large_blocks()
         log.info("C allocator: %s", allocator)
-        run_loop(serve(settings))
+        restart = run_loop(serve(settings))
     except ApplianceError as exc:
         print(f"applianced: error: {exc.message}", file=sys.stderr)
         return 2
     finally:
         lock.release()
-    return 0
+    return RESTART_EXIT_CODE if restart else 0
 
 
 def _first_admin(settings: Settings) -> None:

@@ -53,6 +53,8 @@ from appliance.store.store import ModelStore, ResolvedVariant
 
 log = logging.getLogger("appliance.services")
 
+from appliance.settings.config_file import config_file_path
+from appliance.settings.runtime import RuntimeSettings, under_systemd
 ALERT_POLL_SECONDS = 5  # how soon a raised budget alert reaches the webhook
 
 
@@ -84,6 +86,9 @@ class Services:
         self.energy = EnergyMeter()
         self.load_planner = LoadPlanner(settings, self.db)
         self.load_events = LoadEvents()
+        self.runtime_settings = RuntimeSettings(
+            settings, self.audit, config_file_path(), after_live_change=self._settings_changed, supervised=under_systemd()
+        )
         self.router = Router(
             settings,
             make_plan=self._plan,
@@ -187,15 +192,15 @@ class Services:
             self.meter.release_stale, "interval", seconds=60, id="stale-reservations", coalesce=True, max_instances=1
         )
         scheduler.add_job(self._backup, "cron", hour=3, minute=17, id="daily-backup", coalesce=True, max_instances=1)
-        if self.alerts.enabled:
-            scheduler.add_job(
-                self.alerts.deliver_due,
-                "interval",
-                seconds=ALERT_POLL_SECONDS,
-                id="budget-alerts",
-                coalesce=True,
-                max_instances=1,
-            )
+        # Scheduled whether or not a webhook is set now: the webhook can be set at runtime (deliver_due does nothing without it).
+        scheduler.add_job(
+            self.alerts.deliver_due,
+            "interval",
+            seconds=ALERT_POLL_SECONDS,
+            id="budget-alerts",
+            coalesce=True,
+            max_instances=1,
+        )
         scheduler.start()
         self.scheduler = scheduler
 
@@ -240,6 +245,11 @@ class Services:
             status, body = await instance.engine.client.get("/stats")
         speed = decode_speed_from_stats(json.loads(body)) if status == 200 else None
         if speed is not None:
+    def _settings_changed(self, names: set[str]) -> None:
+        """After live settings changed: forget what was derived from the old values."""
+        if "default_model" in names:
+            self.names.forget()  # the `default` alias follows default_model
+
             await asyncio.to_thread(record_decode_speed, self.db, instance.plan, speed)
 
     def after_restore(self) -> None:

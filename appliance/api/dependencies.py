@@ -37,6 +37,7 @@ from appliance.serving.router import Router
 from appliance.settings import Settings
 from appliance.store.jobs import JobRegistry
 from appliance.store.store import ModelStore
+from appliance.settings.runtime import RuntimeSettings
 
 if TYPE_CHECKING:
     from appliance.services import Services
@@ -52,6 +53,10 @@ def provide_settings(state: State) -> Settings:
 
 def provide_db(state: State) -> Engine:
     return _services(state).db
+def provide_runtime_settings(state: State) -> RuntimeSettings:
+    return _services(state).runtime_settings
+
+
 
 
 def provide_keyring(state: State) -> KeyRing:
@@ -152,6 +157,7 @@ def dependencies() -> dict[str, Provide]:
         "quotas": provide_quotas,
         "metrics": provide_metrics,
         "cache": provide_cache,
+        "runtime_settings": provide_runtime_settings,
         "router": provide_router,
         "gateway": provide_gateway,
         "load_events": provide_load_events,

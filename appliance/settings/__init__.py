@@ -74,6 +74,10 @@ class Settings(ConsoleFields, StoreFields, NetworkFields, UsageFields, EngineFie
         """Where the value of setting ``name`` came from."""
         return self._origins.get(name, DEFAULT_ORIGIN)
 
+    def set_origin(self, name: str, origin: SettingOrigin) -> None:
+        """Record where setting ``name`` comes from now, after a change at runtime wrote it to the config file."""
+        self._origins[name] = origin
+
     @classmethod
     def settings_customise_sources(
         cls,

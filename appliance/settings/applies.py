@@ -1,0 +1,122 @@
+"""When a changed setting takes effect: at once ("live") or at the next start ("restart").
+
+A setting is live only where every collaborator reads it from the one settings object each time it
+needs it, and a test changes it on a running daemon and sees the new value used
+(``tests/integration/test_runtime_settings.py``, ``tests/browser/test_console_runtime_settings.py``).
+Everything else is copied at construction (the listener, the engines, the planner, the cache's
+tables, the access guard, the console's sign-in options, the scheduler's intervals) or has not been
+proved live yet, and is marked "restart": the file is changed now and the daemon uses the value
+after its next start.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Applies = Literal["live", "restart"]
+
+#: Every setting, reviewed one by one: "live" where a test proves a change is used at once, else "restart".
+#: Some "restart" settings are read at each use but have no such test yet (request timeouts, cache TTL,
+#: prices): they stay "restart" until one proves them.
+APPLIES: dict[str, Applies] = {
+    # The service: the data dir, listener, logging and allocator are set up once at start.
+    "data_dir": "restart",
+    "host": "restart",
+    "port": "restart",
+    "allowed_hosts": "restart",
+    "log_level": "restart",
+    "log_format": "restart",
+    "allocator": "restart",
+    # Models and engines: plans, queues and engine processes copy these when they are made.
+    # default_model is live: the `default` alias is resolved again after a change.
+    "default_model": "live",
+    "seed_default_model": "restart",
+    "max_loaded_instances": "restart",
+    "memory_budget_gib": "restart",
+    "memory_margin_gib": "restart",
+    "idle_unload_seconds": "restart",
+    "load_timeout_seconds": "restart",
+    "request_timeout_seconds": "restart",
+    "embedding_inputs_in_flight_per_key": "restart",
+    "queue_size": "restart",
+    "queue_timeout_seconds": "restart",
+    "drain_timeout_seconds": "restart",
+    "engine_threads": "restart",
+    "engine_adapt_threads": "restart",
+    "engine_parallel": "restart",
+    "engine_context": "restart",
+    "engine_kv_cache_type": "restart",
+    "min_decode_tokens_per_s": "restart",
+    "latency_targets": "restart",
+    "backend": "restart",
+    "speculative_ngram": "restart",
+    "vllm_python": "restart",
+    "ray_address": "restart",
+    # Usage: the cache's tables and embedder, the batch runner and the access guard copy these at start;
+    # currency is live: every page and report reads it as it renders.
+    "currency": "live",
+    "cache_enabled": "restart",
+    "cache_ttl_seconds": "restart",
+    "cache_max_entries": "restart",
+    "cache_counts_against_quota": "restart",
+    "semantic_cache_threshold": "restart",
+    "semantic_cache_enabled": "restart",
+    "cache_embedding_model": "restart",
+    "cache_embedding_threads": "restart",
+    "responses_ttl_hours": "restart",
+    "request_log_days": "restart",  # the request log's writer copies both when it is made
+    "request_log_max_rows": "restart",
+    "metrics_public": "restart",
+    "files_max_bytes": "restart",
+    "files_quota_bytes_per_key": "restart",
+    "batch_max_lines": "restart",
+    "batch_price_factor": "restart",
+    "batch_max_in_flight": "restart",
+    "batch_reserved_slots": "restart",
+    "batch_holdback_attainment": "restart",
+    "box_cost_per_hour": "restart",
+    "energy_price_per_kwh": "restart",
+    "box_power_watts": "restart",
+    # The HTTP listener and TLS are built once at start.
+    "trusted_proxies": "restart",
+    "max_connections": "restart",
+    "header_timeout_seconds": "restart",
+    "body_timeout_seconds": "restart",
+    "max_header_bytes": "restart",
+    "max_header_count": "restart",
+    "anonymous_connections_per_address": "restart",
+    "tls": "restart",
+    "tls_cert_file": "restart",
+    "tls_key_file": "restart",
+    "tls_hsts_seconds": "restart",
+    "tls_redirect_port": "restart",
+    # The model store and its hub client are built once at start.
+    "allow_private_pull_hosts": "restart",
+    "hub_url": "restart",
+    "hub_token_file": "restart",
+    "store_read_only": "restart",
+    "offline": "restart",
+    # The console: sessions and sign-in are set up at start; the alert webhook is live (each delivery
+    # reads its URL and secret).
+    "session_secret": "restart",
+    "budget_alert_percent": "restart",
+    "alert_webhook_url": "live",
+    "alert_webhook_secret": "live",
+    "local_login_enabled": "restart",
+    "console_public_url": "restart",
+    "oidc_issuer": "restart",
+    "oidc_client_id": "restart",
+    "oidc_client_secret": "restart",
+    "oidc_client_secret_file": "restart",
+    "oidc_provider_name": "restart",
+    "oidc_scopes": "restart",
+    "oidc_username_claim": "restart",
+    "oidc_groups_claim": "restart",
+    "oidc_group_roles": "restart",
+    "oidc_default_role": "restart",
+}
+
+
+def applies(name: str) -> Applies:
+    """When a change of setting ``name`` takes effect."""
+    return APPLIES.get(name, "restart")

@@ -1,0 +1,100 @@
+"""Settings changed on the running daemon through ``PATCH /admin/settings``, each seen taking effect (or waiting
+for a restart) through the API.
+
+The daemon reads a commented config file. Setting the alert webhook (URL and secret) live makes the next
+budget alert arrive there, signed with the new secret, with no restart; the currency and the default model
+change what the API answers at once; a restart setting is written to the file and marked pending; bad values
+are 400 naming the field, a setting the environment sets is 409, and only admins may read or change settings.
+The file keeps its comments, and the audit log has each change with the secret masked.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+
+import pytest
+
+from tests.daemon import start_daemon
+from tests.webhookkit import Receiver
+
+SECRET = "runtime-webhook-secret"
+CONFIG = '# written by hand\ncurrency = "USD"  # prices are in dollars\n'
+
+pytestmark = pytest.mark.slow
+
+
+def _rows(admin) -> dict[str, dict]:
+    response = admin.get("/admin/settings/")
+    assert response.status_code == 200, response.text
+    return {row["name"]: row for row in response.json()["settings"]}
+
+
+def test_settings_change_live_wait_for_restart_or_are_refused(tmp_path):
+    config = tmp_path / "appliance.toml"
+    config.write_text(CONFIG)
+    receiver = Receiver()
+    daemon = start_daemon(tmp_path, APPLIANCE_CONFIG=str(config))
+    try:
+        user = daemon.create_key("not-admin")
+        with daemon.client(user) as client:
+            assert client.get("/admin/settings/").status_code == 403
+            assert client.patch("/admin/settings/", json={"currency": "EUR"}).status_code == 403
+        with daemon.admin() as admin:
+            rows = _rows(admin)
+            assert rows["currency"] == {**rows["currency"], "value": "USD", "source": "config file", "applies": "live"}
+            assert rows["engine_context"]["source"] == "environment" and rows["engine_context"]["editable"] is False
+
+            bad = admin.patch("/admin/settings/", json={"max_loaded_instances": 0})
+            assert bad.status_code == 400 and bad.json()["error"]["param"] == "max_loaded_instances"
+            bad = admin.patch("/admin/settings/", json={"alert_webhook_url": receiver.url})
+            assert bad.status_code == 400 and bad.json()["error"]["param"] == "alert_webhook_url"
+            assert "alert_webhook_secret" in bad.json()["error"]["message"]
+            refused = admin.patch("/admin/settings/", json={"engine_context": 1024})
+            assert refused.status_code == 409 and "APPLIANCE_ENGINE_CONTEXT" in refused.json()["error"]["message"]
+            assert config.read_text() == CONFIG  # nothing refused was written
+
+            changed = admin.patch(
+                "/admin/settings/",
+                json={"alert_webhook_url": receiver.url, "alert_webhook_secret": SECRET, "currency": "EUR"},
+            )
+            assert changed.status_code == 200, changed.text
+            shown = {c["name"]: c for c in changed.json()["changed"]}
+            assert shown["alert_webhook_secret"]["after"] == "(set)" and SECRET not in changed.text
+            assert admin.get("/admin/usage/box").json()["currency"] == "EUR"  # live: no restart
+
+            admin.put("/admin/quotas/key:" + user[:12], json={"tokens_per_day": 300, "alert_percent": 5}).raise_for_status()
+        with daemon.client(user) as client:
+            body = {"model": "default", "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0.0}
+            for seed in range(3):
+                assert client.post("/v1/completions", json={**body, "seed": seed}).status_code == 200
+        deadline = time.monotonic() + 30
+        while not receiver.received and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert receiver.received, "the budget alert did not reach the webhook set at runtime"
+        headers, payload = receiver.received[0]
+        assert receiver.signature_ok(headers, payload, SECRET)
+        assert json.loads(payload)["dimension"] == "tokens_per_day"
+
+        with daemon.admin() as admin:
+            assert admin.get("/admin/aliases").json()["default"] == "gemma-3-270m:q4_k_m"
+            assert admin.patch("/admin/settings/", json={"default_model": "gemma-3-270m"}).status_code == 200
+            assert admin.get("/admin/aliases").json()["default"] == "gemma-3-270m"  # the alias follows at once
+
+            assert admin.patch("/admin/settings/", json={"queue_size": 16}).status_code == 200
+            rows = _rows(admin)
+            assert rows["queue_size"]["value"] == 64 and rows["queue_size"]["pending_restart"] is True
+            assert rows["queue_size"]["pending_value"] == 16 and rows["queue_size"]["applies"] == "restart"
+
+        text = config.read_text()
+        assert text.startswith('# written by hand\ncurrency = "EUR"  # prices are in dollars\n')
+        assert "queue_size = 16" in text and f'alert_webhook_secret = "{SECRET}"' in text
+        with sqlite3.connect(daemon.data_dir / "appliance.db") as conn:
+            audit = conn.execute("SELECT target, detail FROM audit_log WHERE action = 'settings.change'").fetchall()
+        assert ("queue_size", "64 -> 16 (restart)") in audit
+        assert ("alert_webhook_secret", "'(not set)' -> '(set)' (live)") in audit
+        assert not any(SECRET in (detail or "") for _, detail in audit)
+    finally:
+        daemon.stop()
+        receiver.close()
