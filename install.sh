@@ -8,6 +8,14 @@
 #   ./install.sh --with-vllm     also prepare a separate vLLM environment (NVIDIA GPU hosts)
 #   ./install.sh --rebuild-engine  build llama.cpp again for this host's GPU (after adding a GPU or driver)
 #   ./install.sh --uninstall [--purge]
+#   ./install.sh --make-bundle FILE [--version-suffix S] [--wheels-from EARLIER-BUNDLE]
+#                                on a connected machine: one archive with everything a box of this OS and CPU needs
+#                                (wheels with llama.cpp built for this host's flavour, the default model, Debian packages,
+#                                the sources, a manifest with every member's sha256); --wheels-from takes the
+#                                dependencies from an earlier bundle instead of the network
+#   ./install.sh --bundle FILE [--local|--system]
+#                                install from such an archive with no network; a bundle whose manifest does not verify is
+#                                refused (later upgrades: appliancectl upgrade --bundle FILE)
 #
 # llama.cpp is built for the host's accelerator: CUDA on NVIDIA, HIP on AMD with ROCm, else the
 # CPU (tools/engine_build.sh --print-plan shows the choice).
@@ -16,16 +24,21 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-mode="" with_vllm=0 uninstall=0 purge=0 rebuild_engine=0 passthrough=()
-for arg in "$@"; do
+mode="" with_vllm=0 uninstall=0 purge=0 rebuild_engine=0 passthrough=() make_bundle="" bundle="" version_suffix="" wheels_from=""
+while [[ $# -gt 0 ]]; do
+  arg="$1"; shift
   case "$arg" in
+    --make-bundle) make_bundle="${1:?--make-bundle needs a file name}"; shift ;;
+    --bundle) bundle="${1:?--bundle needs a file}"; shift ;;
+    --version-suffix) version_suffix="${1:?--version-suffix needs a suffix such as .post1}"; shift ;;
+    --wheels-from) wheels_from="$(realpath "${1:?--wheels-from needs a bundle}")"; shift ;;
     --system) mode=system ;;
     --local) mode=local ;;
     --with-vllm) with_vllm=1 ;;
     --uninstall) uninstall=1 ;;
     --purge) purge=1 ;;
     --rebuild-engine) rebuild_engine=1 ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) passthrough+=("$arg") ;;
   esac
 done
@@ -70,13 +83,45 @@ if [[ $rebuild_engine -eq 1 ]]; then
   exit 0
 fi
 
-# 1. A Python 3.11+ with venv and a compiler for llama-cpp-python.
-python=""
-for candidate in python3.13 python3.12 python3.11 python3; do
-  if command -v "$candidate" >/dev/null && "$candidate" -c 'import sys, venv; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
-    python="$(command -v "$candidate")"; break
+find_python() {
+  local candidate
+  for candidate in python3.13 python3.12 python3.11 python3; do
+    if command -v "$candidate" >/dev/null && "$candidate" -c 'import sys, venv; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+      command -v "$candidate"; return
+    fi
+  done
+}
+
+# From a bundle: verified, unpacked into <prefix>/releases/<version>, the missing Debian packages and the venv
+# installed from it alone (no network), then `appliancectl install` as below.
+if [[ -n "$bundle" ]]; then
+  [[ $with_vllm -eq 0 ]] || die "--with-vllm is not available from a bundle (the vLLM environment is not in it)"
+  bundle="$(realpath "$bundle")"
+  python="$(find_python)"
+  [[ -n "$python" ]] || die "needs Python 3.11+ to read the bundle; on a minimal Debian install the bundle's own packages first:
+    mkdir /tmp/appliance-debs && tar -xf $bundle -C /tmp/appliance-debs debs && dpkg -i /tmp/appliance-debs/debs/*.deb"
+  release_args=()
+  if [[ $mode == system ]]; then
+    [[ $EUID -eq 0 ]] || die "--system needs root"
+    prefix=/opt/appliance
+  else
+    prefix="$here/.appliance"
+    [[ -e "$here/.venv" && ! -L "$here/.venv" ]] && die "$here/.venv is a venv from the sources; remove it to install from a bundle here"
+    [[ $EUID -eq 0 ]] || release_args+=(--no-debs)
   fi
-done
+  say "Installing from the bundle $bundle into $prefix"
+  PYTHONPATH="$here" "$python" -m appliance.release install "$bundle" --prefix "$prefix" "${release_args[@]}" ||
+    die "the bundle was not installed (see above)"
+  if [[ $mode == system ]]; then
+    exec /opt/appliance/venv/bin/appliancectl install --system "${passthrough[@]}"
+  fi
+  ln -sfn .appliance/venv "$here/.venv"
+  cd "$here"
+  exec "$here/.venv/bin/appliancectl" install --local "${passthrough[@]}"
+fi
+
+# 1. A Python 3.11+ with venv and a compiler for llama-cpp-python.
+python="$(find_python)"
 need_build_tools=0
 command -v cc >/dev/null && command -v cmake >/dev/null || need_build_tools=1
 if [[ -z "$python" || $need_build_tools -eq 1 ]]; then
@@ -87,6 +132,18 @@ if [[ -z "$python" || $need_build_tools -eq 1 ]]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv python3-dev build-essential cmake >/dev/null
   python="$(command -v python3)"
   "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || die "this system's python3 is older than 3.11"
+fi
+
+# A bundle for air-gapped boxes: built in a throwaway venv, nothing installed here.
+if [[ -n "$make_bundle" ]]; then
+  build="$(mktemp -d)"
+  trap 'rm -rf "$build"' EXIT
+  say "Making the bundle $make_bundle (build venv in $build)"
+  "$python" -m venv "$build/venv"
+  "$build/venv/bin/python" -m pip install -q --upgrade pip
+  PYTHONPATH="$here" "$build/venv/bin/python" -m appliance.release make "$make_bundle" \
+    ${version_suffix:+--version-suffix "$version_suffix"} ${wheels_from:+--wheels-from "$wheels_from"}
+  exit 0
 fi
 
 # jemalloc, the daemon's C allocator (the `allocator` setting): glibc's heaps grow under a long mixed load.

@@ -5,6 +5,8 @@
 #                                                      flavour: cuda, rocm or cpu); build nothing
 #   tools/engine_build.sh --python VENV/bin/python     install it into that environment (if not there yet)
 #   tools/engine_build.sh --python PY --rebuild        build it again even if installed (after a GPU or driver change)
+#   tools/engine_build.sh --python PY --wheel-dir DIR  build the wheel into DIR instead of installing it (for a bundle:
+#                                                      install.sh --make-bundle); the flavour goes to DIR/engine.json
 #
 # Flavours:
 #   cuda  an NVIDIA GPU (nvidia-smi on PATH, /dev/nvidia0 or /proc/driver/nvidia): -DGGML_CUDA=on with the
@@ -24,13 +26,14 @@ LLAMACPP_VERSION=0.3.36
 CUDA_WHEELS=(nvidia-cuda-nvcc-cu12==12.9.* nvidia-cuda-runtime-cu12==12.9.* nvidia-cuda-cccl-cu12==12.9.* nvidia-cublas-cu12==12.9.*)
 root="${APPLIANCE_HW_ROOT:-}"
 
-print_plan=0 rebuild=0 python=""
+print_plan=0 rebuild=0 python="" wheel_dir=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --print-plan) print_plan=1 ;;
     --rebuild) rebuild=1 ;;
     --python) python="${2:?--python needs an interpreter}"; shift ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --wheel-dir) wheel_dir="${2:?--wheel-dir needs a folder}"; shift ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "engine_build.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -136,7 +139,7 @@ venv="$(cd "$(dirname "$python")/.." && pwd)"
 record="$venv/appliance-engine.json"
 installed_flavour() { sed -n 's/.*"flavour": *"\([a-z]*\)".*/\1/p' "$record" 2>/dev/null; }
 have="$("$python" -c 'import importlib.metadata as m; print(m.version("llama_cpp_python"))' 2>/dev/null || true)"
-if [[ $rebuild -eq 0 && "$have" == "$LLAMACPP_VERSION" && "$(installed_flavour)" == "$flavour" ]]; then
+if [[ -z "$wheel_dir" && $rebuild -eq 0 && "$have" == "$LLAMACPP_VERSION" && "$(installed_flavour)" == "$flavour" ]]; then
   say "llama-cpp-python $have ($flavour) is installed; nothing to build"
   exit 0
 fi
@@ -171,13 +174,23 @@ if [[ $flavour == cuda && $toolkit == wheels:* ]]; then
 else
   for line in "${env_lines[@]}"; do build_env+=("$line"); done
 fi
-pip_args=(install -q --no-binary llama-cpp-python)
+if [[ -n "$wheel_dir" ]]; then
+  # The wheel alone, for a bundle; its dependencies come with the rest of the bundle's wheels.
+  pip_args=(wheel -q --no-deps --no-binary llama-cpp-python -w "$wheel_dir")
+else
+  pip_args=(install -q --no-binary llama-cpp-python)
+  # A first install brings llama-cpp-python's dependencies (numpy, ...); a rebuild replaces the library alone.
+  [[ $rebuild -eq 1 || -n "$have" ]] && pip_args+=(--force-reinstall --no-deps)
+fi
 [[ -n "$pip_cache" ]] && pip_args+=("$pip_cache")
-# A first install brings llama-cpp-python's dependencies (numpy, ...); a rebuild replaces the library alone.
-[[ $rebuild -eq 1 || -n "$have" ]] && pip_args+=(--force-reinstall --no-deps)
 pip_args+=("llama-cpp-python==$LLAMACPP_VERSION")
 env "${build_env[@]}" CMAKE_ARGS="$cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc 2>/dev/null || echo 2)" \
   "$python" -m pip "${pip_args[@]}" || die "building llama-cpp-python for $flavour failed (see above)"
+if [[ -n "$wheel_dir" ]]; then
+  printf '{"flavour": "%s", "version": "%s", "cmake_args": "%s"}\n' "$flavour" "$LLAMACPP_VERSION" "$cmake_args" > "$wheel_dir/engine.json"
+  say "llama-cpp-python $LLAMACPP_VERSION ($flavour) wheel written to $wheel_dir"
+  exit 0
+fi
 
 gpu="$("$python" -c 'import llama_cpp; print(str(bool(llama_cpp.llama_supports_gpu_offload())).lower())' 2>/dev/null || echo false)"
 if [[ $flavour != cpu && $gpu != true ]]; then
