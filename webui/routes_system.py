@@ -1,4 +1,4 @@
-"""Cache (stats, global policy, purge), settings (read-only, with where each value came from), audit log, console users."""
+"""Cache (stats, global policy, purge), audit log, console users (the settings page is ``routes_settings``)."""
 
 from __future__ import annotations
 
@@ -20,12 +20,10 @@ from appliance.db.engine import session
 from appliance.db.tables import AuditLog, User
 from appliance.errors import BadRequest
 from appliance.settings import Settings
-from appliance.tls.context import served_certificate
 from appliance.webui.cache_view import cache_context
 from appliance.webui.context import Console, ConsoleUser
 from appliance.webui.gate import needs
 from appliance.webui.render import TemplateContext, page, partial
-from appliance.webui.settings_view import settings_rows
 
 AUDIT_PAGE = 100
 
@@ -67,12 +65,6 @@ async def cache_policy(
     }
     set_subject_policy(cache, keyring, db, audit, user.actor, "global", None, policy)
     return partial(request, "_cache.html", **cache_context(cache, db, settings, keyring, "Cache policy saved."))
-
-
-# ------------------------------------------------------------------ settings
-@get("/settings", include_in_schema=False, sync_to_thread=True)
-def settings_page(request: Request, settings: Settings) -> Response:
-    return page(request, "settings.html", active="settings", rows=settings_rows(settings), tls=served_certificate(settings))
 
 
 # ------------------------------------------------------------------ audit
@@ -179,7 +171,6 @@ HANDLERS = [
     cache_page,
     cache_purge,
     cache_policy,
-    settings_page,
     audit_page,
     users_page,
     users_create,
