@@ -81,7 +81,7 @@ class Services:
         self.names = ModelNames(settings, self.db, self.store)
         self.meter = Meter(settings, self.db)
         self.metrics = self.meter.metrics
-        self.quotas = QuotaService(self.db, self.meter)
+        self.quotas = QuotaService(self.db, self.meter, families=self.store.family_names)
         self.alerts = AlertNotifier(settings, self.db)
         self.energy = EnergyMeter()
         self.load_planner = LoadPlanner(settings, self.db)

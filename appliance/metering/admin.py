@@ -13,7 +13,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from sqlalchemy import Engine, delete, select, text
@@ -25,6 +25,7 @@ from appliance.db.tables import ApiKey, AuditLog, Price, Quota, Team
 from appliance.errors import BadRequest, Conflict, NotFound
 from appliance.jsontypes import JsonObject
 from appliance.metering.meter import Meter
+from appliance.metering.pricing import refuse_unknown_family
 from appliance.metering.quotas import BY_NAME, DIMENSIONS, Windows
 from appliance.metering.window_spend import spent_sql, sync_sql, window_state
 
@@ -45,10 +46,19 @@ class Subject:
 class QuotaService:
     """Quotas, prices and teams. ``meter`` (optional) is told about changes at once."""
 
-    def __init__(self, db: Engine, meter: Meter | None = None, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        db: Engine,
+        meter: Meter | None = None,
+        clock: Callable[[], float] = time.time,
+        families: Callable[[], Collection[str]] | None = None,
+    ):
+        """``families`` names the model families a price may be set for (the catalog's and the installed ones);
+        without it any well-formed name is taken."""
         self.db = db
         self.meter = meter
         self._clock = clock
+        self._families = families
 
     # -- subjects ---------------------------------------------------------------------
     def resolve(self, subject: str) -> Subject:
@@ -233,8 +243,11 @@ class QuotaService:
             return row.model_dump()
 
     def set_price(self, model: str, changes: dict[str, float | None], actor: str) -> JsonObject:
-        """Set the given rates (per million tokens); a new row starts at zero."""
+        """Set the given rates (per million tokens); a new row starts at zero. A family the appliance does not know
+        is refused (a typo would price nothing); its variant may be one still to be installed."""
         self._check_model(model)
+        if self._families is not None and model != "*":
+            refuse_unknown_family(model.partition(":")[0], self._families())
         rates: dict[str, float] = {}
         for name, value in changes.items():
             if name not in PRICE_FIELDS:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
+
+from appliance.errors import BadRequest
 
 PER = 1_000_000.0
 
@@ -37,6 +39,19 @@ def candidates(model: str, variant: str | None) -> list[str]:
     names = [f"{family}:{variant}"] if variant else []
     names += [family, "*"]
     return names
+
+
+def refuse_unknown_family(family: str, known: Collection[str]) -> None:
+    """A price for a family the appliance does not know would never apply (requests name installed models, which
+    belong to the catalog's families or to ones an import added): refuse it, naming the families it knows."""
+    if family in known:
+        return
+    names = ", ".join(sorted(known)) or "none yet"
+    raise BadRequest(
+        f"No model family named {family}. A price names *, a known family or family:variant; known families: {names}.",
+        param="model",
+        code="unknown_model_family",
+    )
 
 
 def cost_of(rate: Rate, *, prompt_tokens: int, completion_tokens: int, cached_tokens: int, cache_hit: bool) -> float:

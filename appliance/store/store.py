@@ -95,6 +95,10 @@ class ModelStore:
     def list(self) -> list[VariantInfo]:
         return self.registry.list()
 
+    def family_names(self) -> builtins.list[str]:
+        """Every family the appliance knows: those in the catalog and those installed (imports may add others)."""
+        return sorted({*self.catalog.families, *(v.family for v in self.list())})
+
     def get(self, name: str) -> VariantInfo:
         """The variant ``family:variant`` (or the family's default), whatever its status."""
         return self.registry.get(name)
