@@ -31,8 +31,8 @@ from appliance.api.openai import OpenAIController
 from appliance.api.planning import PlanningController
 from appliance.api.request import ApplianceRequest
 from appliance.api.responses import ResponsesController
-from appliance.api.usage import CONTROLLERS as USAGE_CONTROLLERS
 from appliance.api.settings import SettingsController
+from appliance.api.usage import CONTROLLERS as USAGE_CONTROLLERS
 from appliance.api.users import UsersController
 from appliance.services import Services
 from appliance.settings import Settings

@@ -48,13 +48,13 @@ from appliance.serving.responses.service import ResponsesService
 from appliance.serving.responses.stored import ResponseStore
 from appliance.serving.router import EngineLike, Instance, Router
 from appliance.settings import Settings
+from appliance.settings.config_file import config_file_path
+from appliance.settings.runtime import RuntimeSettings, under_systemd
 from appliance.store.jobs import JobRegistry
 from appliance.store.store import ModelStore, ResolvedVariant
 
 log = logging.getLogger("appliance.services")
 
-from appliance.settings.config_file import config_file_path
-from appliance.settings.runtime import RuntimeSettings, under_systemd
 ALERT_POLL_SECONDS = 5  # how soon a raised budget alert reaches the webhook
 
 
@@ -214,6 +214,11 @@ class Services:
         for name in await self.router.unload_idle(self.settings.idle_unload_seconds):
             self.audit.record("scheduler", "model.unload_idle", name)
 
+    def _settings_changed(self, names: set[str]) -> None:
+        """After live settings changed: forget what was derived from the old values."""
+        if "default_model" in names:
+            self.names.forget()  # the `default` alias follows default_model
+
     # ------------------------------------------------------------ loading
     def is_loaded(self, name: str) -> bool:
         return self.router.is_loaded(name)  # asked on deletes, after construction
@@ -245,11 +250,6 @@ class Services:
             status, body = await instance.engine.client.get("/stats")
         speed = decode_speed_from_stats(json.loads(body)) if status == 200 else None
         if speed is not None:
-    def _settings_changed(self, names: set[str]) -> None:
-        """After live settings changed: forget what was derived from the old values."""
-        if "default_model" in names:
-            self.names.forget()  # the `default` alias follows default_model
-
             await asyncio.to_thread(record_decode_speed, self.db, instance.plan, speed)
 
     def after_restore(self) -> None:

@@ -35,9 +35,9 @@ from appliance.serving.responses.service import ResponsesService
 from appliance.serving.responses.stored import ResponseStore
 from appliance.serving.router import Router
 from appliance.settings import Settings
+from appliance.settings.runtime import RuntimeSettings
 from appliance.store.jobs import JobRegistry
 from appliance.store.store import ModelStore
-from appliance.settings.runtime import RuntimeSettings
 
 if TYPE_CHECKING:
     from appliance.services import Services
@@ -53,10 +53,10 @@ def provide_settings(state: State) -> Settings:
 
 def provide_db(state: State) -> Engine:
     return _services(state).db
+
+
 def provide_runtime_settings(state: State) -> RuntimeSettings:
     return _services(state).runtime_settings
-
-
 
 
 def provide_keyring(state: State) -> KeyRing:
