@@ -1,10 +1,11 @@
 """The Ollama API under /api: translated to the internal requests and served by the one gateway.
 
 Chat, generate and embed requests become OpenAI-shaped bodies
-(:mod:`appliance.serving.ollama.translate`) and go through
+(:mod:`appliance.serving.ollama.to_openai`) and go through
 :meth:`Gateway.handle`, so they are authenticated, admitted, cached, routed
 and metered exactly as ``/v1`` requests are; the answer is rewritten into
-Ollama's objects, streamed as NDJSON by default. Pulls and deletes are the
+Ollama's objects (:mod:`~appliance.serving.ollama.answers`), streamed as NDJSON by default
+(:mod:`~appliance.serving.ollama.streams`). Pulls and deletes are the
 store's own, for admin keys only. Errors come out as ``{"error": "..."}``
 (the one handler, :mod:`appliance.api.errors`, keys on the path family).
 """
@@ -28,7 +29,7 @@ from appliance.errors import ApplianceError, BadRequest, PermissionDenied
 from appliance.jsontypes import JsonObject
 from appliance.serving.gateway import Gateway
 from appliance.serving.names import ModelNames
-from appliance.serving.ollama import translate, views
+from appliance.serving.ollama import answers, streams, to_openai, views
 from appliance.serving.ollama.schema import (
     ChatRequest,
     DeleteRequest,
@@ -51,7 +52,7 @@ def _line(obj: JsonObject) -> bytes:
     return _encoder.encode(obj) + b"\n"
 
 
-async def ndjson(sse: AsyncIterable[bytes | str], translator: translate.StreamTranslator) -> AsyncIterator[bytes]:
+async def ndjson(sse: AsyncIterable[bytes | str], translator: streams.StreamTranslator) -> AsyncIterator[bytes]:
     """The gateway's SSE stream as Ollama's NDJSON: one object per line, the last with ``done: true``.
 
     If the client leaves, the gateway's stream is closed at once (not when it is collected), so
@@ -74,10 +75,10 @@ async def ndjson(sse: AsyncIterable[bytes | str], translator: translate.StreamTr
             await close()
 
 
-def _timings(started_ns: int) -> translate.Timings:
+def _timings(started_ns: int) -> answers.Timings:
     # a plain answer arrives whole: the prompt and the generation are not timed apart
     total = time.perf_counter_ns() - started_ns
-    return translate.Timings(total=total, prompt=0, generation=total)
+    return answers.Timings(total=total, prompt=0, generation=total)
 
 
 def _plain(response: Response) -> JsonObject:
@@ -150,11 +151,11 @@ class OllamaController(Controller):
         started = time.perf_counter_ns()
         if not data.messages:
             return self._loaded(data.model, principal, names, started, chat=True)
-        response = await gateway.handle(request, principal, "chat", translate.chat_request(data))
+        response = await gateway.handle(request, principal, "chat", to_openai.chat_request(data))
         if isinstance(response, Stream):
-            return self._stream(response, translate.StreamTranslator(data.model, chat=True, started_ns=started))
+            return self._stream(response, streams.StreamTranslator(data.model, chat=True, started_ns=started))
         return Response(
-            content=translate.chat_answer(_plain(response), data.model, _timings(started)), headers=_passed_headers(response)
+            content=answers.chat_answer(_plain(response), data.model, _timings(started)), headers=_passed_headers(response)
         )
 
     @post("/generate", summary="Generate (NDJSON stream unless stream is false)", status_code=200)
@@ -162,32 +163,32 @@ class OllamaController(Controller):
         self, request: Request, data: GenerateRequest, gateway: Gateway, principal: Principal, names: ModelNames
     ) -> Response:
         started = time.perf_counter_ns()
-        body = translate.generate_request(data)
+        body = to_openai.generate_request(data)
         if not data.prompt:
             return self._loaded(data.model, principal, names, started, chat=False)
         endpoint = "completions" if data.raw else "chat"
         response = await gateway.handle(request, principal, endpoint, body)
         if isinstance(response, Stream):
-            return self._stream(response, translate.StreamTranslator(data.model, chat=False, started_ns=started))
+            return self._stream(response, streams.StreamTranslator(data.model, chat=False, started_ns=started))
         return Response(
-            content=translate.generate_answer(_plain(response), data.model, _timings(started)), headers=_passed_headers(response)
+            content=answers.generate_answer(_plain(response), data.model, _timings(started)), headers=_passed_headers(response)
         )
 
     @post("/embed", summary="Embed one or more inputs", status_code=200)
     async def embed(self, request: Request, data: EmbedRequest, gateway: Gateway, principal: Principal) -> Response:
         started = time.perf_counter_ns()
-        response = await gateway.handle(request, principal, "embeddings", translate.embed_request(data))
+        response = await gateway.handle(request, principal, "embeddings", to_openai.embed_request(data))
         return Response(
-            content=translate.embed_answer(_plain(response), data.model, _timings(started)), headers=_passed_headers(response)
+            content=answers.embed_answer(_plain(response), data.model, _timings(started)), headers=_passed_headers(response)
         )
 
     @post("/embeddings", summary="Embed one prompt (Ollama's older route)", status_code=200)
     async def embeddings(self, request: Request, data: EmbeddingsRequest, gateway: Gateway, principal: Principal) -> Response:
-        response = await gateway.handle(request, principal, "embeddings", translate.embed_request(data))
-        return Response(content=translate.embeddings_answer(_plain(response)), headers=_passed_headers(response))
+        response = await gateway.handle(request, principal, "embeddings", to_openai.embed_request(data))
+        return Response(content=answers.embeddings_answer(_plain(response)), headers=_passed_headers(response))
 
     @staticmethod
-    def _stream(response: Stream, translator: translate.StreamTranslator) -> Stream:
+    def _stream(response: Stream, translator: streams.StreamTranslator) -> Stream:
         headers = {k: v for k, v in _passed_headers(response).items() if k.lower() != "cache-control"}
         return Stream(
             ndjson(stream_source(response), translator), media_type=NDJSON, headers={**headers, "cache-control": "no-cache"}
@@ -199,7 +200,7 @@ class OllamaController(Controller):
         target = names.resolve(model)
         if not principal.may_use(target.name):
             raise PermissionDenied(f"This key may not use the model `{model}`.", param="model", code="model_not_allowed")
-        out: JsonObject = {"model": model, "created_at": translate.now_rfc3339()}
+        out: JsonObject = {"model": model, "created_at": answers.now_rfc3339()}
         if chat:
             out["message"] = {"role": "assistant", "content": ""}
         else:

@@ -7,7 +7,7 @@ import pytest
 
 from appliance.errors import BadRequest
 from appliance.openai_schema import ChatCompletionRequest, CompletionRequest
-from appliance.serving.ollama import translate as t
+from appliance.serving.ollama import answers, streams, to_openai
 from appliance.serving.ollama.schema import ChatRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest
 
 
@@ -20,7 +20,7 @@ def generate(**fields):
 
 
 def test_options_map_to_sampling_fields():
-    body = t.chat_request(
+    body = to_openai.chat_request(
         chat(
             options={
                 "temperature": 0.2,
@@ -45,23 +45,23 @@ def test_options_map_to_sampling_fields():
 
 @pytest.mark.parametrize("num_predict", [-1, -2, 0])
 def test_num_predict_without_a_cap(num_predict):
-    assert t.chat_request(chat(options={"num_predict": num_predict})).max_tokens is None
+    assert to_openai.chat_request(chat(options={"num_predict": num_predict})).max_tokens is None
 
 
 def test_stream_is_the_default_and_asks_for_usage():
-    body = t.chat_request(chat())
+    body = to_openai.chat_request(chat())
     assert body.stream is True and body.stream_options.include_usage is True
-    plain = t.chat_request(chat(stream=False))
+    plain = to_openai.chat_request(chat(stream=False))
     assert plain.stream is False and plain.stream_options is None
 
 
 @pytest.mark.parametrize("option, value", [("mirostat", 2), ("typical_p", 0.5), ("tfs_z", 0.9), ("repeat_last_n", 128)])
 def test_options_the_engines_do_not_serve_are_refused_by_name(option, value):
     with pytest.raises(BadRequest) as info:
-        t.chat_request(chat(options={option: value}))
+        to_openai.chat_request(chat(options={option: value}))
     assert info.value.param == f"options.{option}"
     neutral = {"mirostat": 0, "typical_p": 1.0, "tfs_z": 1.0, "repeat_last_n": 64}[option]
-    t.chat_request(chat(options={option: neutral}))  # the neutral value passes
+    to_openai.chat_request(chat(options={option: neutral}))  # the neutral value passes
 
 
 def test_unknown_option_is_refused():
@@ -70,25 +70,28 @@ def test_unknown_option_is_refused():
 
 
 def test_format_json_and_schema():
-    assert t.chat_request(chat(format="json")).response_format.type == "json_object"
+    assert to_openai.chat_request(chat(format="json")).response_format.type == "json_object"
     schema = {"type": "object", "properties": {"age": {"type": "integer"}}, "required": ["age"]}
-    fmt = t.chat_request(chat(format=schema)).response_format
+    fmt = to_openai.chat_request(chat(format=schema)).response_format
     assert fmt.type == "json_schema" and fmt.json_schema["schema"] == schema
-    assert t.chat_request(chat(format="")).response_format is None
+    assert to_openai.chat_request(chat(format="")).response_format is None
 
 
 def test_think_becomes_the_template_switch():
-    assert t.chat_request(chat(think=False)).chat_template_kwargs == {"enable_thinking": False}
-    assert t.chat_request(chat(think="high")).chat_template_kwargs == {"enable_thinking": True, "reasoning_effort": "high"}
-    assert t.chat_request(chat()).chat_template_kwargs is None
+    assert to_openai.chat_request(chat(think=False)).chat_template_kwargs == {"enable_thinking": False}
+    assert to_openai.chat_request(chat(think="high")).chat_template_kwargs == {
+        "enable_thinking": True,
+        "reasoning_effort": "high",
+    }
+    assert to_openai.chat_request(chat()).chat_template_kwargs is None
 
 
 def test_images_and_logprobs_are_refused():
     with pytest.raises(BadRequest) as info:
-        t.chat_request(chat(messages=[{"role": "user", "content": "what is this?", "images": ["aGk="]}]))
+        to_openai.chat_request(chat(messages=[{"role": "user", "content": "what is this?", "images": ["aGk="]}]))
     assert info.value.param == "images"
     with pytest.raises(BadRequest) as info:
-        t.chat_request(chat(logprobs=True))
+        to_openai.chat_request(chat(logprobs=True))
     assert info.value.param == "logprobs"
 
 
@@ -107,27 +110,27 @@ def test_tool_history_gets_ids_that_pair_calls_with_answers():
         {"role": "tool", "tool_name": "weather", "content": "sunny"},
     ]
     tools = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]
-    body = t.chat_request(chat(messages=messages, tools=tools))
+    body = to_openai.chat_request(chat(messages=messages, tools=tools))
     assistant = body.messages[1]
     assert assistant.content is None
     assert [c["id"] for c in assistant.tool_calls] == ["call_0", "call_1"]
     assert json.loads(assistant.tool_calls[0]["function"]["arguments"]) == {"city": "Paris"}
     assert [(m.tool_call_id, m.content) for m in body.messages[2:]] == [("call_1", "10:00"), ("call_0", "sunny")]
     assert body.tools == tools
-    assert t.chat_request(chat(tools=[])).tools is None  # the official client sends an empty list
+    assert to_openai.chat_request(chat(tools=[])).tools is None  # the official client sends an empty list
 
 
 def test_generate_is_a_chat_turn_with_the_system_prompt():
-    body = t.generate_request(generate(system="Be brief.", options={"num_predict": 5}))
+    body = to_openai.generate_request(generate(system="Be brief.", options={"num_predict": 5}))
     assert isinstance(body, ChatCompletionRequest)
     assert [(m.role, m.content) for m in body.messages] == [("system", "Be brief."), ("user", "hi")]
     assert body.max_tokens == 5
 
 
 def test_raw_generate_is_a_completion_without_openai_default_cap():
-    body = t.generate_request(generate(raw=True, stream=False))
+    body = to_openai.generate_request(generate(raw=True, stream=False))
     assert isinstance(body, CompletionRequest) and body.prompt == "hi" and body.max_tokens is None
-    assert t.generate_request(generate(raw=True, options={"num_predict": 3})).max_tokens == 3
+    assert to_openai.generate_request(generate(raw=True, options={"num_predict": 3})).max_tokens == 3
 
 
 @pytest.mark.parametrize(
@@ -143,15 +146,15 @@ def test_raw_generate_is_a_completion_without_openai_default_cap():
 )
 def test_generate_refusals_name_the_field(fields, param):
     with pytest.raises(BadRequest) as info:
-        t.generate_request(generate(**fields))
+        to_openai.generate_request(generate(**fields))
     assert info.value.param == param
 
 
 def test_embed_requests():
-    assert t.embed_request(msgspec.convert({"model": "m", "input": ["a", "b"]}, EmbedRequest)).input == ["a", "b"]
-    assert t.embed_request(msgspec.convert({"model": "m", "prompt": "a"}, EmbeddingsRequest)).input == "a"
+    assert to_openai.embed_request(msgspec.convert({"model": "m", "input": ["a", "b"]}, EmbedRequest)).input == ["a", "b"]
+    assert to_openai.embed_request(msgspec.convert({"model": "m", "prompt": "a"}, EmbeddingsRequest)).input == "a"
     with pytest.raises(BadRequest) as info:
-        t.embed_request(msgspec.convert({"model": "m", "input": "a", "dimensions": 64}, EmbedRequest))
+        to_openai.embed_request(msgspec.convert({"model": "m", "input": "a", "dimensions": 64}, EmbedRequest))
     assert info.value.param == "dimensions"
 
 
@@ -214,7 +217,7 @@ COMPLETION_STREAM = [
 
 
 def test_chat_answer_has_ollama_counts_and_durations():
-    out = t.chat_answer(CHAT_ANSWER, "default", t.Timings(total=900, prompt=0, generation=900))
+    out = answers.chat_answer(CHAT_ANSWER, "default", answers.Timings(total=900, prompt=0, generation=900))
     assert out["message"] == {"role": "assistant", "content": "Blue."}
     assert out["model"] == "default" and out["done"] is True and out["done_reason"] == "stop"
     assert (out["prompt_eval_count"], out["eval_count"], out["total_duration"], out["eval_duration"]) == (11, 3, 900, 900)
@@ -222,7 +225,7 @@ def test_chat_answer_has_ollama_counts_and_durations():
 
 
 def test_tool_calls_come_back_with_object_arguments():
-    out = t.chat_answer(TOOL_ANSWER, "m", t.Timings(total=1))
+    out = answers.chat_answer(TOOL_ANSWER, "m", answers.Timings(total=1))
     assert out["message"]["tool_calls"] == [
         {"id": "call_abc", "function": {"index": 0, "name": "weather", "arguments": {"city": "Paris"}}}
     ]
@@ -230,7 +233,7 @@ def test_tool_calls_come_back_with_object_arguments():
 
 
 def test_streamed_tool_call_fragments_are_joined():
-    translator = t.StreamTranslator("m", chat=True, started_ns=0)
+    translator = streams.StreamTranslator("m", chat=True, started_ns=0)
     objects = [obj for i, event in enumerate(TOOL_STREAM) for obj in translator.event(event, 10 + i)] + translator.finish(100)
     assert objects[0]["message"]["tool_calls"][0]["function"] == {"index": 0, "name": "weather", "arguments": {"city": "Paris"}}
     assert objects[0]["done"] is False
@@ -239,7 +242,7 @@ def test_streamed_tool_call_fragments_are_joined():
 
 
 def test_streamed_text_reassembles_with_timings():
-    translator = t.StreamTranslator("default", chat=True, started_ns=1_000)
+    translator = streams.StreamTranslator("default", chat=True, started_ns=1_000)
     objects = []
     for now, event in zip((5_000, 6_000, 7_000, 7_500), TEXT_STREAM, strict=True):
         objects += translator.event(event, now)
@@ -252,20 +255,20 @@ def test_streamed_text_reassembles_with_timings():
 
 
 def test_streamed_completion_for_generate():
-    translator = t.StreamTranslator("m", chat=False, started_ns=0)
+    translator = streams.StreamTranslator("m", chat=False, started_ns=0)
     objects = [obj for event in COMPLETION_STREAM for obj in translator.event(event, 1)] + translator.finish(2)
     assert "".join(o["response"] for o in objects) == " Paris."
     assert objects[-1]["eval_count"] == 2 and "message" not in objects[-1]
 
 
 def test_streamed_chat_turn_for_generate():
-    translator = t.StreamTranslator("m", chat=False, started_ns=0)
+    translator = streams.StreamTranslator("m", chat=False, started_ns=0)
     objects = [obj for event in TEXT_STREAM for obj in translator.event(event, 1)] + translator.finish(2)
     assert "".join(o["response"] for o in objects) == "Blue." and objects[-1]["done"] is True
 
 
 def test_engine_error_mid_stream_ends_with_an_error_object():
-    translator = t.StreamTranslator("m", chat=True, started_ns=0)
+    translator = streams.StreamTranslator("m", chat=True, started_ns=0)
     objects = translator.event(TEXT_STREAM[0], 1)
     objects += translator.event(b'data: {"error": {"message": "The engine stopped.", "type": "server_error"}}', 2)
     objects += translator.finish(3)
@@ -277,6 +280,6 @@ def test_embed_answers():
         "data": [{"index": 1, "embedding": [0.0, 1.0]}, {"index": 0, "embedding": [1.0, 0.0]}],
         "usage": {"prompt_tokens": 4},
     }
-    out = t.embed_answer(result, "m", t.Timings(total=5))
+    out = answers.embed_answer(result, "m", answers.Timings(total=5))
     assert out["embeddings"] == [[1.0, 0.0], [0.0, 1.0]] and out["prompt_eval_count"] == 4
-    assert t.embeddings_answer(result) == {"embedding": [1.0, 0.0]}
+    assert answers.embeddings_answer(result) == {"embedding": [1.0, 0.0]}

@@ -2,7 +2,7 @@
 
 As on the OpenAI surface, nothing a client sends is dropped in silence: an
 unknown field is a 400 naming it, and every declared field either changes the
-answer (it is translated by :mod:`appliance.serving.ollama.translate`), is
+answer (it is translated by :mod:`appliance.serving.ollama.to_openai`), is
 refused (a 400 naming it) when it asks for something the appliance does not do,
 or is listed in :data:`IGNORED_OPTIONS` / documented in the README as ignored.
 """
