@@ -30,10 +30,12 @@ from appliance.api.ollama import OllamaAdminController, OllamaController
 from appliance.api.openai import OpenAIController
 from appliance.api.planning import PlanningController
 from appliance.api.request import ApplianceRequest
+from appliance.api.requests import RequestsController
 from appliance.api.responses import ResponsesController
 from appliance.api.settings import SettingsController
 from appliance.api.usage import CONTROLLERS as USAGE_CONTROLLERS
 from appliance.api.users import UsersController
+from appliance.requestlog.entry import RequestEntry
 from appliance.services import Services
 from appliance.settings import Settings
 from appliance.webui import console_handlers
@@ -93,6 +95,7 @@ def _route_handlers() -> list[ControllerRouterHandler]:
         JobsController,
         PlanningController,
         *USAGE_CONTROLLERS,
+        RequestsController,
         MetricsController,
         CacheController,
         UsersController,
@@ -207,4 +210,11 @@ def wrap(app: Litestar, settings: Settings, *, local: bool = False) -> Appliance
         if services is not None:
             services.metrics.observe_overhead(endpoint, seconds)
 
-    return ApplianceASGI(app, settings.allowed_hosts, local=local, observe_overhead=observe_overhead)
+    def record_request(entry: RequestEntry) -> None:
+        services = getattr(app.state, "services", None)
+        if services is not None:
+            services.request_log.record(entry)
+
+    return ApplianceASGI(
+        app, settings.allowed_hosts, local=local, observe_overhead=observe_overhead, record_request=record_request
+    )

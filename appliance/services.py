@@ -15,6 +15,7 @@ import asyncio
 import json
 import logging
 import secrets
+from datetime import UTC, datetime
 from pathlib import Path
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -38,6 +39,7 @@ from appliance.metering.meter import Meter
 from appliance.monitoring.gauges import register_box_gauges
 from appliance.planner.service import hub_chooser
 from appliance.planner.types import Plan
+from appliance.requestlog.writer import RequestLog
 from appliance.serving.engines import EngineProcess
 from appliance.serving.gateway import Gateway
 from appliance.serving.load_events import LoadEvents
@@ -119,6 +121,7 @@ class Services:
         self.figures = BoxFigures(settings, self.db, self._decode_capacity)
         capacity = Capacity(settings, self.router, self.names, self.figures.interactive_attainment)
         self.batch_runner = BatchRunner(settings, self.batch_store, self.files, batch_gateway, capacity, self.keyring)
+        self.request_log = RequestLog(settings.db_path, days=settings.request_log_days, max_rows=settings.request_log_max_rows)
         self.scheduler: AsyncIOScheduler | None = None
         self._register_gauges()
 
@@ -131,6 +134,7 @@ class Services:
 
             seed_default_model(self.settings, self.store)
         await self.meter.start()
+        self.request_log.start()
         await self.batch_runner.start()
         self._start_scheduler()
 
@@ -140,6 +144,7 @@ class Services:
         await self.batch_runner.stop()
         await self.router.stop_all()
         self.prompt_counts.close()
+        await asyncio.to_thread(self.request_log.stop)
         await self.meter.stop()
         self.cache.close()
         await asyncio.to_thread(self.jobs.shutdown)
@@ -191,6 +196,15 @@ class Services:
         scheduler.add_job(
             self.meter.release_stale, "interval", seconds=60, id="stale-reservations", coalesce=True, max_instances=1
         )
+        scheduler.add_job(
+            self._prune_request_log,
+            "interval",
+            minutes=1,
+            next_run_time=datetime.now(UTC),
+            id="request-log-prune",
+            coalesce=True,
+            max_instances=1,
+        )
         scheduler.add_job(self._backup, "cron", hour=3, minute=17, id="daily-backup", coalesce=True, max_instances=1)
         # Scheduled whether or not a webhook is set now: the webhook can be set at runtime (deliver_due does nothing without it).
         scheduler.add_job(
@@ -203,6 +217,9 @@ class Services:
         )
         scheduler.start()
         self.scheduler = scheduler
+
+    async def _prune_request_log(self) -> None:
+        await asyncio.to_thread(self.request_log.prune)
 
     async def _backup(self) -> None:
         from appliance.db.backup import scheduled_backup

@@ -22,6 +22,7 @@ from litestar.types import ExceptionHandlersMap, Guard
 from sqlalchemy import Engine
 
 from appliance.api.peer_guard import mark_authenticated
+from appliance.api.request_trace import HTTP_REASONS, note_reason
 from appliance.db.engine import session
 from appliance.db.tables import User
 from appliance.errors import ApplianceError, PermissionDenied
@@ -149,18 +150,21 @@ def _error(request: Request, status: int, message: str, headers: dict[str, str] 
 
 
 def on_appliance_error(request: Request, exc: ApplianceError) -> Response:
+    note_reason(request.scope, exc.code, exc.type)
     if exc.status >= 500:
         log.warning("console action failed: %s", exc.message, extra={"fields": {"path": request.url.path}})
     return _error(request, exc.status, exc.message, exc.headers)
 
 
 def on_http_exception(request: Request, exc: HTTPException) -> Response:
+    note_reason(request.scope, HTTP_REASONS.get(exc.status_code), "server_error" if exc.status_code >= 500 else None)
     message = exc.detail if exc.status_code < 500 else "Internal server error."
     return _error(request, exc.status_code, message, dict(exc.headers or {}))
 
 
 def on_unexpected(request: Request, exc: Exception) -> Response:
     log.exception("console error on %s", request.url.path)
+    note_reason(request.scope, "internal_error")
     return _error(request, 500, "Something went wrong; the details are in the appliance log.")
 
 

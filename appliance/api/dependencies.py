@@ -28,6 +28,7 @@ from appliance.metering.admin import QuotaService
 from appliance.metering.box_figures import BoxFigures
 from appliance.metering.meter import Meter
 from appliance.metrics import Metrics
+from appliance.requestlog.writer import RequestLog
 from appliance.serving.gateway import Gateway
 from appliance.serving.load_events import LoadEvents
 from appliance.serving.names import ModelNames
@@ -135,6 +136,10 @@ def provide_after_restore(state: State) -> Callable[[], None]:
     return _services(state).after_restore
 
 
+def provide_request_log(state: State) -> RequestLog:
+    return _services(state).request_log
+
+
 def provide_principal(request: Request) -> Principal:
     return principal_of(request)
 
@@ -166,6 +171,7 @@ def dependencies() -> dict[str, Provide]:
         "files": provide_files,
         "batch_store": provide_batch_store,
         "batch_runner": provide_batch_runner,
+        "request_log": provide_request_log,
         "after_restore": provide_after_restore,
         "figures": provide_figures,
         "principal": provide_principal,

@@ -17,10 +17,12 @@ Deadlines for headers and bodies and the caps on header size are the HTTP
 protocol's (:mod:`appliance.api.http_protocol`): they act before a request
 reaches any ASGI code.
 
-It also starts each request's clock (:mod:`appliance.serving.timing`): every
-response carries ``x-appliance-overhead-ms``, the daemon's own time up to the
-response's first byte, and the overhead of each request the gateway served is
-observed at its last byte.
+It also starts each request's clock and names it (:mod:`appliance.serving.timing`):
+every response carries ``x-request-id`` and ``x-appliance-overhead-ms``, the
+daemon's own time up to the response's first byte, and the overhead of each
+request the gateway served is observed at its last byte. Each request that ends
+is handed to the request log (:mod:`appliance.api.request_trace`), refusals made
+here included.
 
 Authentication is not done here: each route declares who may call it and one
 guard checks that after routing (``appliance.api.access``). Requests that arrive on
@@ -39,6 +41,7 @@ from litestar.types import ASGIApp, HTTPResponseBodyEvent, HTTPResponseStartEven
 
 from appliance.api.access import LOCAL_MARK
 from appliance.api.http_protocol import TARGET_AUTHORITY
+from appliance.api.request_trace import RequestRecorder, RequestTrace, note_reason
 from appliance.errors import ApplianceError, BadRequest, HostNotAllowed
 from appliance.serving.timing import HEADER, SCOPE_KEY, RequestTiming
 
@@ -100,7 +103,7 @@ def canonical(raw_path: bytes) -> bool:
 
 
 class ApplianceASGI:
-    """Host check and canonical paths in front of the Litestar app."""
+    """Host check and canonical paths in front of the Litestar app; each request's id, clock and log entry."""
 
     def __init__(
         self,
@@ -109,9 +112,11 @@ class ApplianceASGI:
         *,
         local: bool = False,
         observe_overhead: OverheadObserver | None = None,
+        record_request: RequestRecorder | None = None,
     ):
         self.app = app
         self._observe = observe_overhead
+        self._record = record_request
         self._allowed = frozenset(h.lower() for h in allowed_hosts)
         self._local = local
 
@@ -119,51 +124,56 @@ class ApplianceASGI:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
+        trace = None
         if scope["type"] == "http":
             timing = RequestTiming()
             scope[SCOPE_KEY] = timing  # type: ignore[literal-required]  # Scope's TypedDict lists only ASGI's keys
             send = self._timed_send(send, timing)
+            if self._record is not None:
+                trace = RequestTrace(scope, timing, self._record)
+                send = trace.wrap(send)
         if self._local:
             scope[LOCAL_MARK] = True  # type: ignore[literal-required]  # Scope's TypedDict lists only ASGI's keys
-        else:
+        try:
+            refusal = self._refusal(scope)
+            if refusal is not None:
+                note_reason(scope, refusal.code, refusal.type)
+                await send_error(send, refusal)
+                return
+            await self.app(scope, receive, send)
+        finally:
+            if trace is not None:
+                trace.finish()
+
+    def _refusal(self, scope: Scope) -> ApplianceError | None:
+        """What no route should see: a Host not allowed, a target naming another host, a path not in canonical
+        form, a query parameter given twice. None when the request may be routed."""
+        if not self._local:
             hosts = [value for key, value in scope.get("headers") or () if key == b"host"]
             if not host_allowed(hosts, self._allowed):
                 shown = b", ".join(hosts).decode("latin-1")[:200]
-                await send_error(send, HostNotAllowed(f"Host {shown!r} is not allowed. Add it to APPLIANCE_ALLOWED_HOSTS."))
-                return
+                return HostNotAllowed(f"Host {shown!r} is not allowed. Add it to APPLIANCE_ALLOWED_HOSTS.")
             target = scope.get(TARGET_AUTHORITY)  # set by the listener's protocol for an absolute-form target
             if not target_matches_host(target if isinstance(target, bytes) else None, hosts):
-                await send_error(
-                    send,
-                    BadRequest(
-                        "The request target names a host other than the Host header; send the path alone.",
-                        code="target_host_mismatch",
-                    ),
+                return BadRequest(
+                    "The request target names a host other than the Host header; send the path alone.",
+                    code="target_host_mismatch",
                 )
-                return
         raw_path = scope.get("raw_path") or scope["path"].encode("utf-8", "surrogateescape")
         if not canonical(raw_path):
-            await send_error(
-                send,
-                BadRequest(
-                    "The request path is not in canonical form (no '//', '.' or '..' "
-                    "segments, encoded '/', '.', ';', '%' or NUL bytes).",
-                    code="non_canonical_path",
-                ),
+            return BadRequest(
+                "The request path is not in canonical form (no '//', '.' or '..' "
+                "segments, encoded '/', '.', ';', '%' or NUL bytes).",
+                code="non_canonical_path",
             )
-            return
         repeated = repeated_query_name(scope.get("query_string") or b"")
         if repeated is not None:
-            await send_error(
-                send,
-                BadRequest(
-                    f"The query parameter {repeated!r} is given more than once; every parameter here takes one value.",
-                    param=repeated,
-                    code="repeated_query_parameter",
-                ),
+            return BadRequest(
+                f"The query parameter {repeated!r} is given more than once; every parameter here takes one value.",
+                param=repeated,
+                code="repeated_query_parameter",
             )
-            return
-        await self.app(scope, receive, send)
+        return None
 
     def _timed_send(self, send: Send, timing: RequestTiming) -> Send:
         observe = self._observe

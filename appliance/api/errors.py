@@ -19,6 +19,7 @@ import msgspec
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
+from appliance.api.request_trace import HTTP_REASONS, note_reason
 from appliance.errors import ApplianceError, BadRequest, error_envelope
 from appliance.jsontypes import JsonObject
 from appliance.openai_schema import REFUSED
@@ -60,6 +61,7 @@ def _error_shape(request: Request) -> str | None:
 
 
 def _respond(request: Request, status: int, body: JsonObject, headers: dict[str, str] | None = None) -> Response:
+    note_reason(request.scope, body["error"].get("code"), body["error"].get("type"))  # the request log's reason
     shape = _error_shape(request)
     if shape == _OLLAMA:
         return Response(
@@ -119,7 +121,9 @@ def handle_http_exception(request: Request, exc: HTTPException) -> Response:
         return _invalid_field(request, found.group(2), f"{found.group(1)} (parameter '{found.group(2)}')")
     type_ = _STATUS_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     detail = exc.detail if status < 500 else "Internal server error."
-    return _respond(request, status, error_envelope(detail, type_, None, None), dict(exc.headers or {}))
+    response = _respond(request, status, error_envelope(detail, type_, None, None), dict(exc.headers or {}))
+    note_reason(request.scope, HTTP_REASONS.get(status), type_)
+    return response
 
 
 def handle_unexpected(request: Request, exc: Exception) -> Response:

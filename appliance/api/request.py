@@ -27,6 +27,7 @@ from litestar import Request
 from litestar.response import Stream
 from litestar.types import Empty
 
+from appliance.api.request_trace import note_model
 from appliance.errors import BadRequest
 from appliance.jsontypes import JsonValue
 
@@ -55,6 +56,7 @@ class ApplianceRequest(Request):
             if deep:
                 raise BadRequest(f"The JSON body is nested more than {MAX_JSON_DEPTH} levels deep.", code="json_too_deep")
             data = await super().json()
+            note_model(self.scope, data)  # the request log's model, read once here
             _check_types(self, data)
             return data
         return await super().json()

@@ -392,3 +392,6 @@ class BatchResult(SQLModel, table=True):
     body: str  # JSON: the response body, or the error envelope
     done: bool = False
     created_at: float = Field(default_factory=now)
+
+
+from appliance.db.request_log import RequestLogRow  # noqa: E402,F401  (registers request_log on the metadata)

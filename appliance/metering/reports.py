@@ -226,9 +226,9 @@ def to_csv(report: JsonObject) -> str:
 
 
 def _csv_number(column: str, value: object) -> object:
-    """A number as the CSV writes it (a computed figure, so no formula guard); any other cell through ``_csv_cell``."""
+    """A number as the CSV writes it (a computed figure, so no formula guard); any other cell through ``csv_cell``."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return _csv_cell(value)
+        return csv_cell(value)
     if column in _CSV_INTEGERS:
         return int(round(value))
     decimals = _CSV_DECIMALS.get(column)
@@ -238,7 +238,7 @@ def _csv_number(column: str, value: object) -> object:
     return f"{0:.{decimals}f}" if float(text) == 0 else text  # never "-0.000000"
 
 
-def _csv_cell(value: object) -> object:
+def csv_cell(value: object) -> object:
     # A cell starting with = + - @ would be a formula to a spreadsheet (CSV injection).
     if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
         return "'" + value

@@ -9,8 +9,6 @@ it instead of passing the pieces along one by one.
 from __future__ import annotations
 
 import contextlib
-import itertools
-import secrets
 import time
 from dataclasses import dataclass, field
 
@@ -27,16 +25,6 @@ from appliance.store.store import ResolvedVariant
 Body = ChatCompletionRequest | CompletionRequest | EmbeddingRequest
 
 
-#: Request ids: 48 random bits drawn once per process, then a counter (no system call per request).
-_ID_PREFIX = "req_" + secrets.token_hex(6)
-_ID_COUNTER = itertools.count(1)
-
-
-def new_request_id() -> str:
-    """``req_`` and 24 hex digits, unique within the process and, with its random half, across restarts."""
-    return f"{_ID_PREFIX}{next(_ID_COUNTER):012x}"
-
-
 @dataclass
 class RequestContext:
     principal: Principal
@@ -46,13 +34,17 @@ class RequestContext:
     headers: Headers  # the client's request headers (cache-control, cache policy overrides)
     stream: bool
     ledger_endpoint: str  # the endpoint's name in the usage ledger (the API the client spoke)
-    request_id: str = field(default_factory=new_request_id)
     started: float = field(default_factory=time.perf_counter)
     admission: Admission | None = None  # set once the meter has admitted it
     energy: EnergyMark | None = None
     timing: RequestTiming = field(default_factory=RequestTiming)  # the edge's, when the request came through it
     prompt_charge: int = 0  # the prompt tokens charged if the request ends before the engine reports usage
     engine_took: bool = False  # the request was handed to the engine: from here on its prompt is charged
+
+    @property
+    def request_id(self) -> str:
+        """The request's id: the edge's (:class:`RequestTiming`), made when the request arrived."""
+        return self.timing.request_id
 
     @property
     def model(self) -> str:

@@ -1,7 +1,8 @@
-"""Where a request's time goes: in the daemon, or waiting for the engine.
+"""A request's id, and where its time goes: in the daemon, or waiting for the engine.
 
 The HTTP edge starts a :class:`RequestTiming` when a request arrives and puts it
-in the ASGI scope; the gateway adds every wait on the engine (the answer's
+in the ASGI scope. It names the request (:attr:`RequestTiming.request_id`, the
+``x-request-id`` of every answer, the ledger's and the request log's id); the gateway adds every wait on the engine (the answer's
 headers, its body, each streamed chunk). What is left is the daemon's own cost:
 authentication, admission, the cache, routing, metering and relaying bytes.
 The edge reports it in ``x-appliance-overhead-ms`` on every response (up to the
@@ -11,6 +12,8 @@ response's first byte) and, for requests the gateway served, observes it in the
 
 from __future__ import annotations
 
+import itertools
+import secrets
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,11 +22,21 @@ from contextlib import contextmanager
 SCOPE_KEY = "appliance.timing"
 HEADER = b"x-appliance-overhead-ms"
 
+#: Request ids: 48 random bits drawn once per process, then a counter (no system call per request).
+_ID_PREFIX = "req_" + secrets.token_hex(6)
+_ID_COUNTER = itertools.count(1)
+
+
+def new_request_id() -> str:
+    """``req_`` and 24 hex digits, unique within the process and, with its random half, across restarts."""
+    return f"{_ID_PREFIX}{next(_ID_COUNTER):012x}"
+
 
 class RequestTiming:
-    __slots__ = ("started", "engine_s", "endpoint")
+    __slots__ = ("request_id", "started", "engine_s", "endpoint")
 
     def __init__(self) -> None:
+        self.request_id = new_request_id()
         self.started = time.perf_counter()
         self.engine_s = 0.0
         self.endpoint: str | None = None  # set by the gateway when it serves the request

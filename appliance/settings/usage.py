@@ -8,7 +8,8 @@ from pydantic import BaseModel, Field
 
 
 class UsageFields(BaseModel):
-    """The currency, the response cache, stored responses, /metrics access, files and batches, and the box's costs."""
+    """The currency, the response cache, stored responses, the request log, /metrics access, files and batches, and the
+    box's costs."""
 
     currency: str = Field(
         default="USD",
@@ -57,6 +58,22 @@ class UsageFields(BaseModel):
         description=(
             "How long a /v1/responses answer is kept for `previous_response_id` and `GET /v1/responses/{id}`, in hours. A "
             "request with `store: false` is not kept at all."
+        ),
+    )
+    request_log_days: int = Field(
+        default=14,
+        ge=1,
+        description=(
+            "How many days the request log (console Requests page, `/admin/requests`) keeps each request, served, refused "
+            "or failed; older rows are pruned every minute."
+        ),
+    )
+    request_log_max_rows: int = Field(
+        default=500_000,
+        ge=1000,
+        description=(
+            "Most requests the request log keeps (a row is about 200 bytes); past it by 1,000 rows, the oldest are deleted. "
+            "A flood of refused requests therefore never grows the table further."
         ),
     )
     metrics_public: bool = Field(
