@@ -8,13 +8,14 @@ from litestar import Request, Response, get, post
 
 from appliance.errors import ApplianceError, BadRequest, NotFound
 from appliance.settings import SECRET_SETTINGS, Settings
+from appliance.settings.editor import text_value
 from appliance.settings.runtime import RuntimeSettings
 from appliance.store.store import ModelStore
 from appliance.tls.context import served_certificate
 from appliance.webui.context import ConsoleUser
 from appliance.webui.gate import needs
 from appliance.webui.render import page, partial
-from appliance.webui.settings_view import form_value, settings_context
+from appliance.webui.settings_view import settings_context
 
 
 @get("/settings", include_in_schema=False, sync_to_thread=True)
@@ -45,7 +46,7 @@ async def settings_change(
     try:
         if name in SECRET_SETTINGS and not typed.strip():
             raise BadRequest(f"{name}: type the new secret (the field never shows the current one).", param=name)
-        value = form_value(name, typed)
+        value = text_value(name, typed)
         changes = await anyio.to_thread.run_sync(runtime_settings.change, user.actor, {name: value})
         message = "Applied now." if changes[0].applies == "live" else "Saved: applies at the next restart."
     except ApplianceError as exc:

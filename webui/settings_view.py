@@ -1,50 +1,17 @@
 """The settings page: each setting's row (value with secrets masked, where it came from, when a change applies),
-and the typed value of a setting read back from its form field."""
+with what its form field shows and offers."""
 
 from __future__ import annotations
 
 import json
-import types
 import typing
-from pathlib import Path
 
 from pydantic import SecretStr
 
-from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject
 from appliance.settings import SECRET_SETTINGS, Settings
 from appliance.settings.runtime import RuntimeSettings
 from appliance.store.store import ModelStore
-
-_TEXT = (str, Path, SecretStr)
-
-
-def _is_text(annotation: object) -> bool:
-    """Whether a field's type is written as plain text (text, a path, a secret, one of some words)."""
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin is typing.Literal:
-        return all(isinstance(a, str) for a in args)
-    if origin in (typing.Union, types.UnionType):
-        present = [a for a in args if a is not type(None)]
-        return len(present) == 1 and _is_text(present[0])
-    return annotation in _TEXT
-
-
-def form_value(name: str, text: str) -> object:
-    """The value an admin typed for setting ``name``: text as it is for text settings, JSON for the others
-    (``true``, ``8080``, ``["a", "b"]``); an empty field means "back to the default" (``None``)."""
-    field = Settings.model_fields.get(name)
-    if field is None:
-        raise BadRequest(f"There is no setting `{name}`.", param=name)
-    text = text.strip()
-    if not text:
-        return None
-    if _is_text(field.annotation):
-        return text
-    try:
-        return json.loads(text)
-    except ValueError:
-        raise BadRequest(f'{name}: write a JSON value (true, 8080, ["a", "b"], {{"k": "v"}}).', param=name) from None
 
 
 def typed_text(row: JsonObject) -> str:

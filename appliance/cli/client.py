@@ -62,6 +62,15 @@ def admin_client(ctx: click.Context, timeout: float = 600.0) -> httpx.Client:
     return httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://appliance", timeout=timeout)
 
 
+def daemon_reachable(ctx: click.Context) -> bool:
+    """Whether commands go to a daemon: one named by --url, or the local one whose admin socket exists."""
+    obj = ctx.find_root().obj or {}
+    if obj.get("url"):
+        return True
+    settings = obj.get("settings") or load_settings()
+    return bool(settings.admin_socket.exists())
+
+
 def check(response: httpx.Response) -> JsonValue:
     """The JSON body of a successful response, or a ClickException with the API's message."""
     if response.status_code >= 400:

@@ -10,8 +10,12 @@ the file, so writing the file would change nothing.
 
 from __future__ import annotations
 
+import json
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import SecretStr, ValidationError
@@ -20,6 +24,37 @@ from appliance.errors import BadRequest, Conflict
 from appliance.settings import SECRET_SETTINGS, Settings
 from appliance.settings.applies import Applies, applies
 from appliance.settings.config_writer import REMOVE
+
+_TEXT = (str, Path, SecretStr)
+
+
+def _is_text(annotation: object) -> bool:
+    """Whether a field's type is written as plain text (text, a path, a secret, one of some words)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return all(isinstance(a, str) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        present = [a for a in args if a is not type(None)]
+        return len(present) == 1 and _is_text(present[0])
+    return annotation in _TEXT
+
+
+def text_value(name: str, text: str) -> object:
+    """The value an admin typed (in the console or on the command line) for setting ``name``: text as it
+    is for text settings, JSON for the others (``true``, ``8080``, ``["a", "b"]``); an empty text means "back to
+    the default" (``None``)."""
+    field = Settings.model_fields.get(name)
+    if field is None:
+        raise BadRequest(f"There is no setting `{name}`.", param=name)
+    text = text.strip()
+    if not text:
+        return None
+    if _is_text(field.annotation):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise BadRequest(f'{name}: write a JSON value (true, 8080, ["a", "b"], {{"k": "v"}}).', param=name) from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 import time
 
 import pytest
@@ -87,8 +89,14 @@ def test_settings_change_live_wait_for_restart_or_are_refused(tmp_path):
             assert rows["queue_size"]["value"] == 64 and rows["queue_size"]["pending_restart"] is True
             assert rows["queue_size"]["pending_value"] == 16 and rows["queue_size"]["applies"] == "restart"
 
+        cli_env = {**daemon.env, "APPLIANCE_CONFIG": str(config)}
+        said = _appliancectl(cli_env, "config", "set", "currency", "CHF")
+        assert "currency: 'EUR' -> 'CHF' (applied now)" in said
+        assert "currency = 'CHF'  (config file; live)" in _appliancectl(cli_env, "config", "show")
+        assert "queue_size = 64  (default; restart; pending restart: 16)" in _appliancectl(cli_env, "config", "show")
+
         text = config.read_text()
-        assert text.startswith('# written by hand\ncurrency = "EUR"  # prices are in dollars\n')
+        assert text.startswith('# written by hand\ncurrency = "CHF"  # prices are in dollars\n')
         assert "queue_size = 16" in text and f'alert_webhook_secret = "{SECRET}"' in text
         with sqlite3.connect(daemon.data_dir / "appliance.db") as conn:
             audit = conn.execute("SELECT target, detail FROM audit_log WHERE action = 'settings.change'").fetchall()
@@ -98,3 +106,12 @@ def test_settings_change_live_wait_for_restart_or_are_refused(tmp_path):
     finally:
         daemon.stop()
         receiver.close()
+    # with the daemon stopped, `config set` writes the file for the next start
+    said = _appliancectl(cli_env, "config", "set", "batch_max_lines", "100")
+    assert "batch_max_lines: 50000 -> 100 (the daemon is not running" in said and "batch_max_lines = 100" in config.read_text()
+
+
+def _appliancectl(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "appliance.cli", *args], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
