@@ -16,7 +16,7 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 
 from appliance.accounts.users import ensure_initial_admin
-from appliance.cli.setup import _write_private, initial_admin_password, password_file
+from appliance.cli.initial_password import initial_admin_password, password_file, write_private
 from appliance.settings import Settings
 
 log = logging.getLogger("appliance.cli.first_admin")
@@ -35,7 +35,7 @@ def ensure_first_admin(settings: Settings, engine: Engine) -> Path | None:
     password = ensure_initial_admin(engine)
     if password is not None:
         try:
-            _write_private(path, password)
+            write_private(path, password)
         except OSError as exc:
             log.error(
                 "created the console user `admin`, but its one-time password could not be saved to %s (%s);"

@@ -21,6 +21,7 @@ from pathlib import Path
 import click
 import httpx
 
+from appliance.cli.initial_password import initial_admin_password, password_file
 from appliance.db import engine as dbmod
 from appliance.errors import ConfigError
 from appliance.settings import SYSTEM_CONFIG_PATH, Settings, load_settings
@@ -33,7 +34,6 @@ SYSTEM_PREFIX = Path("/opt/appliance")
 UNIT_NAME = "appliance.service"
 UNIT_PATH = Path("/etc/systemd/system") / UNIT_NAME
 SERVICE_USER = "appliance"
-INITIAL_PASSWORD_FILE = "initial-admin-password"
 
 
 def systemd_is_init() -> bool:
@@ -82,54 +82,6 @@ def prepare_data(settings, echo=click.echo) -> str | None:
         return initial_admin_password(settings, engine)
     finally:
         engine.dispose()
-
-
-def password_file(settings) -> Path:
-    return Path(settings.data_dir) / INITIAL_PASSWORD_FILE
-
-
-def initial_admin_password(settings, engine) -> str | None:
-    """The first admin's one-time password while it is still the one to sign in with, else None.
-
-    A new password is kept in ``<data dir>/initial-admin-password`` (mode 0600)
-    until the admin has changed it, so a later step that fails (the service not
-    starting, say) or a re-run still shows it; once it no longer signs in, or
-    the admin no longer must change it, the file is removed.
-    """
-    from sqlalchemy import select
-    from sqlmodel import col
-
-    from appliance.accounts.users import ensure_initial_admin, verify_password
-    from appliance.db.engine import session
-    from appliance.db.tables import User
-
-    path = password_file(settings)
-    password = ensure_initial_admin(engine)
-    if password is not None:
-        try:
-            _write_private(path, password)
-        except OSError:
-            click.echo(f"First sign-in: user `admin`, one-time password `{password}` (it could not be saved to {path}).")
-            raise
-        return password
-    if not path.is_file():
-        return None
-    kept = path.read_text().strip()
-    with session(engine) as s:
-        admin = s.execute(select(User).where(col(User.username) == "admin")).scalars().first()
-        still_valid = admin is not None and admin.must_change_password and verify_password(admin.password_hash, kept)
-    if still_valid:
-        return kept
-    path.unlink(missing_ok=True)
-    return None
-
-
-def _write_private(path: Path, text: str) -> None:
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text + "\n")
-    os.chmod(path, 0o600)
 
 
 def wait_ready(url: str, timeout: float = 180.0, verify: str | bool = True) -> bool:

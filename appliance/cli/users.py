@@ -60,7 +60,7 @@ def register(group: click.Group) -> None:
         It is kept in <data dir>/initial-admin-password (mode 0600; root's after a system
         install, so run this with sudo there) until `admin` has chosen their own.
         """
-        from appliance.cli.setup import password_file
+        from appliance.cli.initial_password import password_file
 
         path = password_file(ctx.find_root().obj["settings"])
         try:
