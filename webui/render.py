@@ -18,6 +18,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from litestar import MediaType, Request, Response
 
 from appliance import __version__
+from appliance.accounts.labels import key_label
 from appliance.store.quantize import targets_for
 from appliance.webui import charts
 from appliance.webui.context import ROLE_RANK, console_user, csrf_for
@@ -100,6 +101,7 @@ def _environment() -> Environment:
         timechart=charts.time_chart,
         version=__version__,
         quantize_targets=targets_for,
+        key_label=key_label,
     )
     return env
 

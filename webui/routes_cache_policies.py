@@ -13,6 +13,7 @@ from litestar.datastructures import FormMultiDict
 from sqlalchemy.engine import Engine
 
 from appliance.accounts.keys import KeyRing
+from appliance.accounts.labels import key_label
 from appliance.cache.responses import ResponseCache
 from appliance.cache.subjects import Scope, set_subject_policy
 from appliance.db.audit import AuditTrail
@@ -76,9 +77,10 @@ def _answer(
 
 
 def _label(scope: Scope, subject: int | None, keyring: KeyRing, db: Engine) -> str:
-    """How the page names the subject: ``team:<name>`` or ``key:<prefix>``."""
+    """How the page names the subject: ``team:<name>``, or a key as ``name (prefix…)``."""
     if scope == "key" and subject is not None:
-        return f"key:{keyring.get(subject).prefix}"
+        key = keyring.get(subject)
+        return key_label(key.name, key.prefix, key.id)
     with session(db) as s:
         team = s.get(Team, subject)
     return f"team:{team.name}" if team is not None else f"team:{subject}"

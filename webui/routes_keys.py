@@ -198,7 +198,7 @@ async def set_quota(request: Request, subject: str, quotas: QuotaService, keys_v
     if not subject.startswith(("key:", "team:")):
         raise BadRequest("unknown quota subject", param="subject")
     result = quotas.set_quota(subject, _quota_changes(form), user.actor)
-    return keys_view.fragment(request, message=f"Quota of {result['subject']} saved.")
+    return keys_view.fragment(request, message=f"Quota of {result['label']} saved.")
 
 
 @post("/teams/create", guards=[needs("admin")], dependencies=KEYS_VIEW, include_in_schema=False)

@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 from litestar import Request, Response, get
 from sqlalchemy.engine import Engine
 
+from appliance.accounts.labels import key_label
 from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject
 from appliance.metering.economics import OwnerRates, box_totals, report_owner_cost
@@ -124,7 +125,7 @@ def _series(report: JsonObject, view: UsageView) -> Series:
 
 def _label(by: str, row: JsonObject) -> str:
     if by == "key":
-        return f"{row.get('key_name')} ({row.get('key')}…)" if row.get("key") else "console / local"
+        return key_label(row.get("key_name"), row.get("key"), row.get("key_id")) if row.get("key_id") else "console / local"
     if by == "team":
         return row.get("team") or "no team"
     return str(row.get(by) or "–")

@@ -16,6 +16,7 @@ from typing import Literal
 from sqlalchemy.engine import Engine
 
 from appliance.accounts.keys import KeyRing, Principal
+from appliance.accounts.labels import key_label
 from appliance.cache.keys import Policy, validate_policy
 from appliance.cache.responses import ResponseCache
 from appliance.db.audit import AuditTrail
@@ -72,7 +73,7 @@ def team_policy(cache: ResponseCache, team: Team) -> SubjectPolicy:
 
 def key_policy(cache: ResponseCache, row: ApiKey) -> SubjectPolicy:
     stored = json.loads(row.cache_policy) if row.cache_policy else None
-    return SubjectPolicy("key", row.id, f"key:{row.prefix}", stored, cache.policy_for(_key_principal(row)))
+    return SubjectPolicy("key", row.id, key_label(row.name, row.prefix), stored, cache.policy_for(_key_principal(row)))
 
 
 def set_subject_policy(

@@ -67,7 +67,9 @@ _STATES = {"ok": "ok", "reached": "limit reached", "over": "OVER LIMIT"}
 
 
 def _print_quota(body: dict) -> None:
-    table = Table("limit", "value", "spent", "reserved", "remaining", "state", "resets", title=body["subject"])
+    table = Table(
+        "limit", "value", "spent", "reserved", "remaining", "state", "resets", title=body.get("label") or body["subject"]
+    )
     usage = body.get("usage", {})
     for d in DIMENSIONS:
         u = usage.get(d.name, {})

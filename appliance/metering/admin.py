@@ -20,6 +20,7 @@ from sqlalchemy import Engine, delete, select, text
 from sqlalchemy.orm import Session
 from sqlmodel import col
 
+from appliance.accounts.labels import key_label
 from appliance.db.engine import session
 from appliance.db.tables import ApiKey, AuditLog, Price, Quota, Team
 from appliance.errors import BadRequest, Conflict, NotFound
@@ -40,7 +41,8 @@ MODEL_NAME = re.compile(r"^(\*|[A-Za-z0-9][A-Za-z0-9._-]{0,127}(:[A-Za-z0-9._-]{
 class Subject:
     type: str  # key | team
     id: int
-    label: str  # key:<prefix> | team:<name>
+    label: str  # key:<prefix> | team:<name>: what resolves to it again
+    display: str  # how it is shown: a key as ``name (prefix…)``, a team as ``team:<name>``
 
 
 class QuotaService:
@@ -75,13 +77,13 @@ class QuotaService:
                 key = s.execute(query).scalars().first()
                 if key is None:
                     raise NotFound(f"No API key {name}.")
-                return Subject("key", key.id, f"key:{key.prefix}")
+                return Subject("key", key.id, f"key:{key.prefix}", key_label(key.name, key.prefix, key.id))
             team = s.execute(select(Team).where(col(Team.name) == name)).scalars().first()
             if team is None and name.isdigit():
                 team = s.get(Team, int(name))
             if team is None:
                 raise NotFound(f"No team {name}.")
-            return Subject("team", team.id, f"team:{team.name}")
+            return Subject("team", team.id, f"team:{team.name}", f"team:{team.name}")
 
     # -- quotas -------------------------------------------------------------------------
     def get_quota(self, subject: str) -> JsonObject:
@@ -96,6 +98,7 @@ class QuotaService:
             limits = {d.name: (getattr(row, d.name) if row else None) for d in DIMENSIONS}
             return {
                 "subject": sub.label,
+                "label": sub.display,
                 "limits": limits,
                 "alert_percent": row.alert_percent if row else None,
                 "usage": self._usage(s, sub, limits),

@@ -16,6 +16,9 @@ alert to ``alert_webhook_url`` as JSON, signed like this::
 A failed delivery (connection error, timeout, non-2xx) is retried with exponential
 backoff, up to :data:`MAX_ATTEMPTS` times; the last error stays on the alert. No
 request ever waits for a webhook.
+
+Every alert names a key as :func:`appliance.accounts.labels.key_label` does:
+``reporting-app (ak_N5X07USWQ…)``.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 import httpx
 from sqlalchemy import Engine, text
 
+from appliance.accounts.labels import subject_label as label_of
 from appliance.metering.quotas import DIMENSIONS, Windows
 from appliance.settings import Settings
 
@@ -56,17 +60,17 @@ _RAISE = (
     " ON CONFLICT (counter_id) DO NOTHING"
     " RETURNING id, subject_type, subject_id, dimension, limit_value, spent, percent"
 )
-_LABEL = (
-    "SELECT CASE ?1 WHEN 'key' THEN 'key:' || (SELECT prefix FROM api_keys WHERE id = ?2)"
-    " ELSE 'team:' || (SELECT name FROM teams WHERE id = ?2) END"
+_NAMES = (
+    "SELECT (SELECT name FROM api_keys WHERE ?1 = 'key' AND id = ?2), (SELECT prefix FROM api_keys WHERE ?1 = 'key' AND id = ?2),"
+    " (SELECT name FROM teams WHERE ?1 = 'team' AND id = ?2)"
 )
 _AUDIT = "INSERT INTO audit_log (created_at, actor, action, target, detail) VALUES (?, 'system', 'budget.alert', ?, ?)"
 
 
 def subject_label(conn: sqlite3.Connection, subject_type: str, subject_id: int) -> str:
-    """``key:<prefix>`` or ``team:<name>`` (``key:#7`` once the key or team is gone)."""
-    label = conn.execute(_LABEL, (subject_type, subject_id)).fetchone()[0]
-    return label or f"{subject_type}:#{subject_id}"
+    """``name (prefix…)`` for a key, ``team:<name>`` for a team (``key:#7`` once the key or team is gone)."""
+    key_name, key_prefix, team_name = conn.execute(_NAMES, (subject_type, subject_id)).fetchone()
+    return label_of(subject_type, subject_id, key_name=key_name, key_prefix=key_prefix, team_name=team_name)
 
 
 def raise_budget_alert(conn: sqlite3.Connection, counter_id: int, now: float, default_percent: float) -> int | None:
@@ -114,22 +118,28 @@ class Alert:
 
 
 def labelled(table: str, alias: str) -> tuple[str, str]:
-    """SQL for rows of ``table`` (with ``subject_type`` and ``subject_id``) and their subject's label.
+    """SQL for rows of ``table`` (with ``subject_type`` and ``subject_id``) and what their subject is called.
 
-    Returns the label expression (``key:<prefix>`` or ``team:<name>``; NULL once the key or
-    team is gone) and the FROM clause joining the keys and teams."""
-    label = f"CASE {alias}.subject_type WHEN 'key' THEN 'key:' || k.prefix ELSE 'team:' || t.name END"
+    Returns the columns naming the subject (the key's name and prefix, the team's name; NULL where they do not
+    apply or the key or team is gone), which :func:`label_of_row` turns into a label, and the FROM clause joining
+    the keys and teams."""
+    names = "k.name, k.prefix, t.name"
     joins = (
         f"{table} {alias} LEFT JOIN api_keys k ON {alias}.subject_type = 'key' AND k.id = {alias}.subject_id"
         f" LEFT JOIN teams t ON {alias}.subject_type = 'team' AND t.id = {alias}.subject_id"
     )
-    return label, joins
+    return names, joins
 
 
-_LABEL_OF_ALERT, _ALERTS_LABELLED = labelled("budget_alerts", "a")
+def label_of_row(subject_type: str, subject_id: int, key_name: str | None, key_prefix: str | None, team_name: str | None) -> str:
+    """The label of a row read with :func:`labelled`'s columns."""
+    return label_of(subject_type, subject_id, key_name=key_name, key_prefix=key_prefix, team_name=team_name)
+
+
+_NAMES_OF_ALERT, _ALERTS_LABELLED = labelled("budget_alerts", "a")
 _SELECT = (
     "SELECT a.id, a.created_at, a.subject_type, a.subject_id, a.dimension, a.window_start, a.limit_value, a.spent, a.percent,"
-    f" a.attempts, a.delivered_at, a.last_error, a.dismissed_at, {_LABEL_OF_ALERT} FROM {_ALERTS_LABELLED}"
+    f" a.attempts, a.delivered_at, a.last_error, a.dismissed_at, {_NAMES_OF_ALERT} FROM {_ALERTS_LABELLED}"
 )
 
 
@@ -139,13 +149,13 @@ def _alerts(db: Engine, where: str, params: dict[str, object]) -> list[Alert]:
     with db.connect() as conn:
         rows = conn.execute(text(f"{_SELECT} {where}"), params).all()
     out = []
-    for id_, created, stype, sid, dim, start, limit, spent, percent, attempts, delivered, error, dismissed, label in rows:
+    for id_, created, stype, sid, dim, start, limit, spent, percent, attempts, delivered, error, dismissed, *names in rows:
         _, end = windows.bounds(by_name[dim].window, start) if dim in by_name else (start, start)
         out.append(
             Alert(
                 id_,
                 created,
-                label or f"{stype}:#{sid}",
+                label_of_row(stype, sid, *names),
                 dim,
                 start,
                 end,

@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, text
 
-from appliance.metering.alerts import labelled
+from appliance.metering.alerts import label_of_row, labelled
 from appliance.metering.quotas import DIMENSIONS, Windows
 
 _BUDGETS = {d.name: d for d in DIMENSIONS if d.budget}
-_LABEL, _COUNTERS_LABELLED = labelled("quota_counters", "c")
+_NAMES, _COUNTERS_LABELLED = labelled("quota_counters", "c")
 #: Spending younger than this says too little about a rate to forecast from.
 MIN_ELAPSED_SECONDS = 60.0
 
@@ -54,17 +54,17 @@ def budget_forecasts(db: Engine, now: float) -> list[BudgetForecast]:
     with db.connect() as conn:
         rows = conn.execute(
             text(
-                f"SELECT c.subject_type, c.subject_id, c.dimension, c.limit_value, c.spent, {_LABEL} FROM {_COUNTERS_LABELLED}"
+                f"SELECT c.subject_type, c.subject_id, c.dimension, c.limit_value, c.spent, {_NAMES} FROM {_COUNTERS_LABELLED}"
                 f" WHERE c.limit_value > 0 AND ({clauses}) ORDER BY c.spent / c.limit_value DESC"
             ),
             params,
         ).all()
     out = []
-    for subject_type, subject_id, dimension, limit, spent, label in rows:
+    for subject_type, subject_id, dimension, limit, spent, *names in rows:
         start, end = current[dimension]
         out.append(
             BudgetForecast(
-                label or f"{subject_type}:#{subject_id}",
+                label_of_row(subject_type, subject_id, *names),
                 dimension,
                 start,
                 end,

@@ -134,7 +134,10 @@ def test_a_key_cache_policy_set_in_the_console_changes_x_cache(signed_in, consol
         s.page.click("[data-testid=policy-save]")
         s.page.wait_for_selector(f"tr[data-subject='key:{key_id}'] .badge.bad")
         assert "enabled off" in s.page.locator(f"tr[data-subject='key:{key_id}']").inner_text()
-        assert f"Cache policy of key:{secret[:12]} saved." in s.page.locator("[data-testid=policy-feedback]").inner_text()
+        assert (
+            f"Cache policy of cache-policy ({secret[:12]}…) saved."
+            in s.page.locator("[data-testid=policy-feedback]").inner_text()
+        )
         s.shoot("cache-policies")
         assert _complete(api, **body).headers["x-cache"] == "miss"  # the cached answer is no longer served to this key
 

@@ -64,14 +64,14 @@ def test_one_signed_alert_per_window_and_a_dead_receiver_costs_nothing(tmp_path)
         assert receiver.signature_ok(headers, body, SECRET)
         payload = json.loads(body)
         assert (payload["subject"], payload["dimension"], payload["limit"], payload["percent"]) == (
-            f"key:{secret[:12]}",
+            f"alerted ({secret[:12]}…)",
             "tokens_per_day",
             300.0,
             5.0,
         )
         assert payload["spent"] >= 15
         assert _audit(alerting) == [
-            ("system", f"key:{secret[:12]}", f"tokens_per_day reached 5% of its limit: {payload['spent']:g} of 300")
+            ("system", f"alerted ({secret[:12]}…)", f"tokens_per_day reached 5% of its limit: {payload['spent']:g} of 300")
         ]
     finally:
         alerting.stop()

@@ -41,7 +41,7 @@ async def test_crossing_the_default_share_raises_one_alert_per_window(meter, db,
     assert alerts(db) == []  # 70% < 80%
     await spend(meter, key, "r2", 100)
     assert alerts(db) == [("key", key.id, "tokens_per_day", 1000.0, 800.0, 80.0)]
-    assert audit(db) == [("system", "budget.alert", "key:ak_a", "tokens_per_day reached 80% of its limit: 800 of 1000")]
+    assert audit(db) == [("system", "budget.alert", "a (ak_a…)", "tokens_per_day reached 80% of its limit: 800 of 1000")]
     await spend(meter, key, "r3", 150)
     await spend(meter, key, "r4", 10)
     assert len(alerts(db)) == 1 and len(audit(db)) == 1  # once per window, however far past the threshold
@@ -109,7 +109,7 @@ async def test_an_alert_is_delivered_once_with_a_valid_signature(meter, db, tmp_
     assert headers["x-appliance-signature"] == f"sha256={expected}"
     assert headers["content-type"] == "application/json"
     payload = json.loads(body)
-    assert payload["type"] == "budget.alert" and payload["subject"] == "key:ak_a"
+    assert payload["type"] == "budget.alert" and payload["subject"] == "a (ak_a…)"
     assert (payload["dimension"], payload["limit"], payload["spent"], payload["percent"]) == ("tokens_per_day", 10.0, 10.0, 80.0)
     assert payload["window_end"] - payload["window_start"] == DAY
     assert rows(db, "SELECT attempts, delivered_at IS NOT NULL, last_error FROM budget_alerts") == [(1, 1, None)]
@@ -171,7 +171,7 @@ async def test_forecasts_cover_current_budget_windows_only(meter, db, clock):
     await spend(meter, key, "r1", 500)
     clock.advance(3600)
     [f] = budget_forecasts(db, clock())
-    assert (f.subject, f.dimension, f.spent, f.limit, f.used_percent) == ("key:ak_a", "tokens_per_day", 500.0, 1000.0, 50.0)
+    assert (f.subject, f.dimension, f.spent, f.limit, f.used_percent) == ("a (ak_a…)", "tokens_per_day", 500.0, 1000.0, 50.0)
     assert f.reached_at == clock() + 3630.0  # 500 in the 3,630 s since midnight: 500 more take as long again
     clock.advance(86400)
     assert budget_forecasts(db, clock()) == []  # yesterday's counter is no forecast for today

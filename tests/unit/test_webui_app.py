@@ -279,7 +279,10 @@ def test_budget_alerts_show_as_a_banner_and_on_their_page_until_dismissed(app):
     viewer = signed_in(app, "victor")  # the app is running from here on
     _raise_budget_alert(app)
     banner = viewer.get("/alerts/banner").text
-    assert 'data-testid="alerts-banner"' in banner and "key:ak_budget reached 50% of its tokens per day (60 of 100)" in banner
+    assert (
+        'data-testid="alerts-banner"' in banner
+        and "budgeted (ak_budget…) reached 50% of its tokens per day (60 of 100)" in banner
+    )
     assert 'hx-get="/alerts/banner"' in viewer.get("/").text  # every page loads the banner
     listing = viewer.get("/alerts").text
     assert listing.count('data-testid="alert-row"') == 1 and "Dismiss" not in listing  # viewers cannot dismiss
