@@ -25,6 +25,8 @@ def settings_page(request: Request, runtime_settings: RuntimeSettings, store: Mo
         "settings.html",
         active="settings",
         tls=served_certificate(runtime_settings.settings),
+        error=None,
+        message=None,
         **settings_context(runtime_settings, store),
     )
 
