@@ -16,6 +16,7 @@ from appliance import __version__
 from appliance.api.access import Access, AccessGuard, requires
 from appliance.api.admin import AliasesController, InstancesController, KeysController, OpsController
 from appliance.api.anthropic import AnthropicController
+from appliance.api.audit import AuditController
 from appliance.api.batches import BatchesController
 from appliance.api.cache import CacheController
 from appliance.api.dependencies import dependencies
@@ -94,6 +95,7 @@ def _route_handlers() -> list[ControllerRouterHandler]:
         ModelsController,
         JobsController,
         PlanningController,
+        AuditController,
         *USAGE_CONTROLLERS,
         RequestsController,
         MetricsController,

@@ -1,23 +1,26 @@
-"""Cache (stats, global policy, purge), audit log, console users (the settings page is ``routes_settings``)."""
+"""Cache (stats, global policy, purge), audit log (filtered, paged, CSV export), console users (settings: ``routes_settings``)."""
 
 from __future__ import annotations
 
 import secrets
+import time
+from urllib.parse import urlencode
 
 import anyio
 from litestar import Request, Response, get, post
-from sqlalchemy import or_, select
+from litestar.response import Stream
+from sqlalchemy import select
 from sqlalchemy.engine import Engine
-from sqlmodel import col
 
 from appliance.accounts import user_admin
 from appliance.accounts.keys import KeyRing
 from appliance.accounts.users import ROLES, create_user, generate_password, hash_password
+from appliance.api.audit import audit_filter, csv_response
 from appliance.cache.responses import ResponseCache
 from appliance.cache.subjects import set_subject_policy
-from appliance.db.audit import AuditTrail
+from appliance.db.audit import AuditFilter, AuditTrail, filter_choices, read_page
 from appliance.db.engine import session
-from appliance.db.tables import AuditLog, User
+from appliance.db.tables import User
 from appliance.errors import BadRequest
 from appliance.settings import Settings
 from appliance.webui.cache_view import cache_context
@@ -26,6 +29,7 @@ from appliance.webui.gate import needs
 from appliance.webui.render import TemplateContext, page, partial
 
 AUDIT_PAGE = 100
+AUDIT_PARAMS = ("from", "to", "actor", "action", "q")
 
 
 # ------------------------------------------------------------------ cache
@@ -68,24 +72,50 @@ async def cache_policy(
 
 
 # ------------------------------------------------------------------ audit
+def _audit_filter(request: Request) -> AuditFilter:
+    params = request.query_params
+    return audit_filter(
+        time.time(),
+        start=params.get("from"),
+        to=params.get("to"),
+        actor=params.get("actor"),
+        action=params.get("action"),
+        text=params.get("q"),
+    )
+
+
 @get("/audit", include_in_schema=False, sync_to_thread=True)
 def audit_page(request: Request, db: Engine) -> Response:
-    query = select(AuditLog).order_by(col(AuditLog.id).desc()).limit(AUDIT_PAGE + 1)
-    before = request.query_params.get("before", "")
-    if before.isdigit():
-        query = query.where(col(AuditLog.id) < int(before))
-    q = (request.query_params.get("q") or "").strip()[:64]
-    if q:
-        # The text is matched as written: LIKE's wildcards (% and _) in it are escaped, so
-        # `login_failed` or a key prefix finds exactly what it names.
-        query = query.where(
-            or_(*(col(column).contains(q, autoescape=True) for column in (AuditLog.actor, AuditLog.action, AuditLog.target)))
-        )
-    with session(db) as s:
-        rows = list(s.execute(query).scalars())
-    more = len(rows) > AUDIT_PAGE
-    rows = rows[:AUDIT_PAGE]
-    return page(request, "audit.html", active="audit", rows=rows, q=q, next_before=rows[-1].id if more and rows else None)
+    """The audit log, newest first, filtered by date range, actor, action and text, a page at a time."""
+    shown = {k: (request.query_params.get(k) or "").strip()[:64] for k in AUDIT_PARAMS}
+    actors, actions = filter_choices(db)
+    error = None
+    try:
+        filters = _audit_filter(request)
+    except BadRequest as exc:
+        filters, error = AuditFilter(), exc.message
+    after = request.query_params.get("after", "")
+    result = read_page(db, filters, after=int(after) if after.isdigit() else None, limit=AUDIT_PAGE) if error is None else None
+    query = urlencode({k: v for k, v in shown.items() if v})
+    return page(
+        request,
+        "audit.html",
+        active="audit",
+        rows=result.rows if result else [],
+        shown=shown,
+        actors=actors,
+        actions=actions,
+        error=error,
+        query=query,
+        paged=after.isdigit(),
+        next_after=result.next_after if result else None,
+    )
+
+
+@get("/audit.csv", guards=[needs("admin")], include_in_schema=False)
+async def audit_csv(request: Request, db: Engine) -> Stream:
+    """The rows the page's filters match, every page of them, as CSV (admins only)."""
+    return csv_response(db, _audit_filter(request), time.time())
 
 
 # ------------------------------------------------------------------ users
@@ -172,6 +202,7 @@ HANDLERS = [
     cache_purge,
     cache_policy,
     audit_page,
+    audit_csv,
     users_page,
     users_create,
     users_role,
