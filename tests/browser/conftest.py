@@ -46,7 +46,11 @@ def console_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running
     from appliance.accounts.users import create_user
     from appliance.db.engine import make_engine
 
-    running = start_daemon(tmp_path_factory.mktemp("console"), APPLIANCE_ALLOW_PRIVATE_PULL_HOSTS='["127.0.0.1"]')
+    base = tmp_path_factory.mktemp("console")
+    config = base / "appliance.toml"  # a config file, as installs have, so settings can be changed from the console
+    config.write_text("# the console tests' daemon\n")
+    running = start_daemon(base, APPLIANCE_ALLOW_PRIVATE_PULL_HOSTS='["127.0.0.1"]', APPLIANCE_CONFIG=str(config))
+    running.config_file = config
     engine = make_engine(running.data_dir / "appliance.db")
     # The daemon made `admin` on its empty data dir, as the installer would: its one-time password is in this file.
     running.initial_password = (running.data_dir / "initial-admin-password").read_text().strip()
