@@ -12,6 +12,7 @@ within 5 s, and a light chat beside each must be answered.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -111,12 +112,12 @@ ENTRY_POINTS: dict[str, tuple[str, Callable[[dict], dict], str]] = {
     "ollama chat format": (
         "/api/chat",
         lambda s: {"model": "default", "messages": HI, "format": s, "stream": False, "options": {"num_predict": 8}},
-        "response_format",
+        "format",
     ),
     "ollama generate format": (
         "/api/generate",
         lambda s: {"model": "default", "prompt": "Hi", "format": s, "stream": False, "options": {"num_predict": 8}},
-        "response_format",
+        "format",
     ),
 }
 
@@ -159,7 +160,8 @@ def _names_the_field(response, field: str) -> bool:
     error = body.get("error")
     if isinstance(error, dict) and error.get("param"):
         return error["param"] == field
-    return field in response.text  # Anthropic's and Ollama's error shapes carry no param: the message names it
+    # Anthropic's and Ollama's error shapes carry no param: the message names it (as a whole name: not `response_format`)
+    return re.search(rf"(?<![\w.]){re.escape(field)}\b", response.text) is not None
 
 
 @pytest.mark.parametrize("entry", list(ENTRY_POINTS))

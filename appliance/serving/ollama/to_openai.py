@@ -32,6 +32,7 @@ from appliance.serving.ollama.schema import (
     Think,
     ToolCall,
 )
+from appliance.serving.schema_limits import check_schema
 
 
 def _refuse(param: str, message: str) -> BadRequest:
@@ -72,6 +73,7 @@ def response_format(fmt: Format) -> ResponseFormat | None:
         return None
     if fmt == "json":
         return ResponseFormat(type="json_object")
+    check_schema(fmt, "format")
     return ResponseFormat(type="json_schema", json_schema={"name": "format", "schema": fmt, "strict": True})
 
 
