@@ -1,13 +1,15 @@
-"""Budget alerts: the banner every page loads, the Alerts page, and dismissing an alert."""
+"""Budget alerts: the banner every page loads, the Alerts page, dismissing an alert, and a test of the webhook."""
 
 from __future__ import annotations
+
+import time
 
 from litestar import Request, Response, get, post
 from sqlalchemy.engine import Engine
 
 from appliance.db.audit import AuditTrail
-from appliance.errors import NotFound
-from appliance.metering.alerts import MAX_ATTEMPTS, dismiss_alert, list_alerts
+from appliance.errors import BadRequest, NotFound
+from appliance.metering.alerts import MAX_ATTEMPTS, dismiss_alert, list_alerts, send_test
 from appliance.settings import Settings
 from appliance.webui.context import ConsoleUser
 from appliance.webui.gate import needs
@@ -43,4 +45,15 @@ def dismiss(request: Request, alert_id: int, db: Engine, settings: Settings, aud
     return partial(request, "_alerts.html", **_alerts_context(db, settings, message=f"Alert {alert_id} dismissed."))
 
 
-HANDLERS = [alerts_banner, alerts_page, dismiss]
+@post("/alerts/test", guards=[needs("admin")], include_in_schema=False)
+async def test_webhook(request: Request, settings: Settings, audit: AuditTrail, user: ConsoleUser) -> Response:
+    """Send a signed test event to the alert webhook now and show what it answered; audited either way."""
+    if not (settings.alert_webhook_url and settings.alert_webhook_secret):
+        raise BadRequest("No alert webhook is configured (alert_webhook_url and alert_webhook_secret).")
+    result = await send_test(settings, time.time())
+    outcome = f"status={result.status}" if result.error is None else result.error
+    audit.record(user.actor, "alert.webhook_test", "alert_webhook_url", outcome)
+    return partial(request, "_alert_test.html", result=result)
+
+
+HANDLERS = [alerts_banner, alerts_page, dismiss, test_webhook]

@@ -192,8 +192,8 @@ def sign(secret: str, timestamp: str, body: bytes) -> str:
     return f"sha256={digest}"
 
 
-async def post_signed(client: httpx.AsyncClient, settings: Settings, payload: dict[str, object], now: float) -> str | None:
-    """POST ``payload`` to the alert webhook, signed with its secret; None when it took it, else why not."""
+async def _post(client: httpx.AsyncClient, settings: Settings, payload: dict[str, object], now: float) -> httpx.Response:
+    """POST ``payload`` to the alert webhook, signed with its secret (raises httpx.HTTPError when it cannot)."""
     body = json.dumps(payload, separators=(",", ":")).encode()
     timestamp = str(int(now))
     headers = {
@@ -202,13 +202,45 @@ async def post_signed(client: httpx.AsyncClient, settings: Settings, payload: di
         "X-Appliance-Timestamp": timestamp,
         "X-Appliance-Signature": sign(settings.alert_webhook_secret or "", timestamp, body),
     }
+    return await client.post(settings.alert_webhook_url or "", content=body, headers=headers)
+
+
+def _unreachable(exc: httpx.HTTPError) -> str:
+    return f"{type(exc).__name__}: could not reach the webhook"
+
+
+async def post_signed(client: httpx.AsyncClient, settings: Settings, payload: dict[str, object], now: float) -> str | None:
+    """POST ``payload`` to the alert webhook, signed with its secret; None when it took it, else why not."""
     try:
-        response = await client.post(settings.alert_webhook_url or "", content=body, headers=headers)
+        response = await _post(client, settings, payload, now)
     except httpx.HTTPError as exc:
-        return f"{type(exc).__name__}: could not reach the webhook"
+        return _unreachable(exc)
     if not 200 <= response.status_code < 300:
         return f"the webhook answered {response.status_code}"
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookTest:
+    """What the webhook did with a test event: the status it answered, or why it could not be reached."""
+
+    status: int | None
+    error: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300
+
+
+async def send_test(settings: Settings, now: float, *, transport: httpx.AsyncBaseTransport | None = None) -> WebhookTest:
+    """POST a ``webhook.test`` event to the alert webhook, signed and sent as alerts are (no retry)."""
+    payload: dict[str, object] = {"type": "webhook.test", "created_at": now, "message": "A test event from the appliance."}
+    async with webhook_client(transport) as client:
+        try:
+            response = await _post(client, settings, payload, now)
+        except httpx.HTTPError as exc:
+            return WebhookTest(None, _unreachable(exc))
+    return WebhookTest(response.status_code, None)
 
 
 def webhook_client(transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
