@@ -27,6 +27,7 @@ from appliance.metering.reports import query_usage, to_csv
 from appliance.metering.series import DAY, Bucket, bucket_for, bucket_label, bucket_starts
 from appliance.metering.usage_filters import RANGES, UsageFilters, custom_range, filter_choices, preset_range, resolve_filters
 from appliance.settings import Settings
+from appliance.webui.chart_axes import TimeAxis
 from appliance.webui.gate import is_htmx
 from appliance.webui.money import money
 from appliance.webui.render import page, partial
@@ -34,7 +35,14 @@ from appliance.webui.render import page, partial
 DEFAULT_RANGE = "30d"
 MAX_CHART_DAYS = 1000
 CSV_GROUPS = ("hour", "day", "model", "key", "team")
-RANGE_NAMES = {"today": "Today", "7d": "Last 7 days", "30d": "Last 30 days", "month": "This month", "custom": "Custom"}
+RANGE_NAMES = {
+    "24h": "Last 24 hours",
+    "today": "Today",
+    "7d": "Last 7 days",
+    "30d": "Last 30 days",
+    "month": "This month",
+    "custom": "Custom",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +116,7 @@ def _report(db: Engine, view: UsageView, by: tuple[str, ...], now: float) -> Jso
 class Series:
     """A report by hour or day laid out for the charts: every bucket of the range, empty ones included, oldest first."""
 
-    labels: list[str]
+    axis: TimeAxis
     rows: list[JsonObject]
 
     def measure(self, name: str, empty: float | None = 0) -> list[float | None]:
@@ -118,9 +126,9 @@ class Series:
 
 def _series(report: JsonObject, view: UsageView) -> Series:
     by_label = {r[view.bucket]: r for r in report["rows"]}
-    labels = [bucket_label(t, view.bucket) for t in bucket_starts(view.filters.since, view.filters.until, view.bucket)]
-    shown = [label[5:16].replace("T", " ") if view.bucket == "hour" else label for label in labels]
-    return Series(labels=shown, rows=[by_label.get(label) or {} for label in labels])
+    starts = bucket_starts(view.filters.since, view.filters.until, view.bucket)
+    rows = [by_label.get(bucket_label(t, view.bucket)) or {} for t in starts]
+    return Series(axis=TimeAxis(starts=tuple(starts), bucket=view.bucket), rows=rows)
 
 
 def _label(by: str, row: JsonObject) -> str:

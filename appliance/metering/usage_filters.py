@@ -18,7 +18,8 @@ from appliance.errors import BadRequest
 from appliance.metering.reports import DEFAULT_RANGE_SECONDS, parse_time
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-RANGES = ("today", "7d", "30d", "month", "custom")
+RANGES = ("24h", "today", "7d", "30d", "month", "custom")
+HOUR_S = 3600
 MAX_NAME = 200
 
 
@@ -60,7 +61,11 @@ def custom_range(
 
 
 def preset_range(name: str, now: float) -> tuple[float, float]:
-    """``[since, until)`` of a named range, in whole UTC days ending with today."""
+    """``[since, until)`` of a named range: the last 24 whole UTC hours (this one included), or whole UTC days ending
+    with today."""
+    if name == "24h":
+        next_hour = (int(now) // HOUR_S + 1) * HOUR_S
+        return float(next_hour - 24 * HOUR_S), float(next_hour)
     today = datetime.fromtimestamp(now, UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     tomorrow = (today + timedelta(days=1)).timestamp()
     if name == "today":

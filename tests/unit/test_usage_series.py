@@ -11,6 +11,7 @@ from appliance.errors import BadRequest
 from appliance.metering.reports import query_usage, to_csv
 from appliance.metering.series import bucket_for, bucket_label, bucket_starts, percentile
 from appliance.metering.usage_filters import custom_range, filter_choices, parse_to, preset_range, resolve_filters
+from appliance.webui.chart_axes import TimeAxis
 from appliance.webui.charts import time_chart
 from tests.meterkit import T0, add_key, add_team, new_db
 
@@ -157,6 +158,7 @@ def test_presets_are_whole_utc_days_ending_today():
     assert preset_range("7d", now) == (T0 + 8 * DAY, T0 + 15 * DAY)
     assert preset_range("30d", now) == (T0 + 15 * DAY - 30 * DAY, T0 + 15 * DAY)
     assert preset_range("month", now) == (T0, T0 + 15 * DAY)
+    assert preset_range("24h", now + 59) == (T0 + 13 * DAY + 6 * HOUR, T0 + 14 * DAY + 6 * HOUR)  # whole hours, this one too
     with pytest.raises(BadRequest) as err:
         preset_range("fortnight", now)
     assert err.value.param == "range"
@@ -215,13 +217,8 @@ class _Parts(HTMLParser):
 
 
 def test_time_chart_names_itself_and_carries_its_numbers_as_a_table():
-    html = time_chart(
-        "c1",
-        "Tokens per day",
-        "Prompt and completion <tokens>",
-        ["2026-01-01", "2026-01-02"],
-        [("In", [10, 0]), ("Out", [5, None])],
-    )
+    axis = TimeAxis(starts=(T0, T0 + DAY), bucket="day")
+    html = time_chart("c1", "Tokens per day", "Prompt and completion <tokens>", axis, [("In", [10, 0]), ("Out", [5, None])])
     parts = _Parts()
     parts.feed(str(html))
     svg = next(a for t, a in parts.tags if t == "svg")
@@ -229,9 +226,11 @@ def test_time_chart_names_itself_and_carries_its_numbers_as_a_table():
     assert ("title", {"id": "c1-t"}) in parts.tags and ("desc", {"id": "c1-d"}) in parts.tags
     assert "Prompt and completion <tokens>" in parts.text  # escaped, read back as text
     assert "<tokens>" not in str(html)
-    assert sum(1 for t, _ in parts.tags if t == "rect") == 2  # zero and missing values draw no bar
+    bars = [a for t, a in parts.tags if t == "rect" and a.get("class") != "hit"]
+    assert len(bars) == 2  # zero and missing values draw no bar
     assert ("table", {"class": "visually-hidden", "data-testid": "c1-table"}) in parts.tags
     cells = [t for t in parts.text if t.strip()]
-    assert cells[-10:] == ["Tokens per day", "Time", "In", "Out", "2026-01-01", "10", "5", "2026-01-02", "0", "–"]
-    lines = str(time_chart("c2", "p50", "d", ["a", "b", "c"], [("p50", [1.0, None, 3.0])], kind="lines"))
+    assert cells[-10:] == ["Tokens per day", "Time (UTC)", "In", "Out", axis.label(0), "10", "5", axis.label(1), "0", "–"]
+    three = TimeAxis(starts=(T0, T0 + DAY, T0 + 2 * DAY), bucket="day")
+    lines = str(time_chart("c2", "p50", "d", three, [("p50", [1.0, None, 3.0])], kind="lines"))
     assert lines.count("<polyline") == 1 and "<script" not in lines and "style=" not in lines
