@@ -115,3 +115,22 @@ def _appliancectl(env: dict[str, str], *args: str) -> str:
     done = subprocess.run([sys.executable, "-m", "appliance.cli", *args], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def test_a_restart_asked_for_drains_and_exits_for_systemd_to_start_again(tmp_path):
+    config = tmp_path / "appliance.toml"
+    config.write_text(CONFIG)
+    daemon = start_daemon(tmp_path, APPLIANCE_CONFIG=str(config))
+    try:
+        user = daemon.create_key("not-admin")
+        with daemon.client(user) as client:
+            assert client.post("/admin/settings/restart").status_code == 403
+        with daemon.admin() as admin:
+            answer = admin.post("/admin/settings/restart")
+            assert answer.status_code == 202 and answer.json() == {"restarting": True, "comes_back": False}
+        assert daemon.proc.wait(60) == 75  # Restart=on-failure starts the service again on this status
+        assert "restart asked for: draining" in daemon.log()
+        with sqlite3.connect(daemon.data_dir / "appliance.db") as conn:
+            assert conn.execute("SELECT actor FROM audit_log WHERE action = 'daemon.restart'").fetchall() == [("local-admin",)]
+    finally:
+        daemon.stop()
