@@ -34,6 +34,8 @@ NAV = (
     ("playground", "/playground", "Playground", "operator"),
     ("keys", "/keys", "Keys & teams", "viewer"),
     ("usage", "/usage", "Usage", "viewer"),
+    ("requests", "/requests", "Requests", "operator"),
+    ("batches", "/batches", "Batches", "viewer"),
     ("alerts", "/alerts", "Alerts", "viewer"),
     ("cache", "/cache", "Cache", "viewer"),
     ("prices", "/prices", "Prices", "viewer"),

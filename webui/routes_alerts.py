@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from litestar import Request, Response, get, post
+from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from appliance.db.audit import AuditTrail
@@ -22,11 +23,24 @@ def alerts_banner(request: Request, db: Engine) -> Response:
     return partial(request, "_alerts_banner.html", alerts=list_alerts(db, include_dismissed=False, limit=5))
 
 
+def _alert_keys(db: Engine) -> dict[int, str]:
+    """The prefix of the key each recent alert is about, for the link to that key's requests."""
+    with db.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT a.id, k.prefix FROM budget_alerts a JOIN api_keys k ON k.id = a.subject_id"
+                " WHERE a.subject_type = 'key' ORDER BY a.id DESC LIMIT 200"
+            )
+        )
+        return {int(alert_id): prefix for alert_id, prefix in rows}
+
+
 def _alerts_context(db: Engine, settings: Settings, message: str | None = None) -> TemplateContext:
     return {
         "alerts": list_alerts(db),
+        "alert_keys": _alert_keys(db),
         "webhook": settings.alert_webhook_url,
-        "default_percent": settings.budget_alert_percent,
+        "default_shares": settings.budget_alert_shares(),
         "max_attempts": MAX_ATTEMPTS,
         "message": message,
     }

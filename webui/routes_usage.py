@@ -26,6 +26,7 @@ from appliance.metering.forecast import budget_forecasts
 from appliance.metering.reports import query_usage, to_csv
 from appliance.metering.series import DAY, Bucket, bucket_for, bucket_label, bucket_starts
 from appliance.metering.usage_filters import RANGES, UsageFilters, custom_range, filter_choices, preset_range, resolve_filters
+from appliance.requestlog.queries import refusals
 from appliance.settings import Settings
 from appliance.webui.chart_axes import TimeAxis
 from appliance.webui.gate import is_htmx
@@ -131,6 +132,20 @@ def _series(report: JsonObject, view: UsageView) -> Series:
     return Series(axis=TimeAxis(starts=tuple(starts), bucket=view.bucket), rows=rows)
 
 
+def _refusals(db: Engine, view: UsageView) -> JsonObject:
+    """Requests the request log holds as refused or failed in the view's range (and key or team), by status and reason,
+    and the query string of the view's range and key on the Requests page."""
+    f = view.filters
+    rows = refusals(db, since=f.since, until=f.until, key_id=f.key_id, team_id=f.team_id)
+    query = urlencode({k: v for k, v in {"since": f"{f.since:.0f}", "until": f"{f.until:.0f}", "key": view.key}.items() if v})
+    return {
+        "rows": rows,
+        "refused": sum(r["requests"] for r in rows if r["status"] < 499),
+        "failed": sum(r["requests"] for r in rows if r["status"] >= 499),
+        "query": query,
+    }
+
+
 def _label(by: str, row: JsonObject) -> str:
     if by == "key":
         return key_label(row.get("key_name"), row.get("key"), row.get("key_id")) if row.get("key_id") else "console / local"
@@ -158,6 +173,7 @@ def usage_page(request: Request, db: Engine, settings: Settings) -> Response:
         totals=over_time["totals"],
         series=_series(over_time, view),
         groups=groups,
+        refusals=_refusals(db, view),
         currency=settings.currency,
     )
     if is_htmx(request) and request.headers.get("hx-history-restore-request") != "true":

@@ -8,18 +8,11 @@ from litestar import Controller, get, post
 
 from appliance.accounts.keys import Principal
 from appliance.api.access import Access, requires
-from appliance.batch.objects import batch_object, list_page
+from appliance.batch.objects import batch_object, batch_objects, list_page
 from appliance.batch.runner import BatchRunner
-from appliance.batch.store import FINAL, BatchStore, check_metadata
-from appliance.db.tables import Batch
+from appliance.batch.store import BatchStore, check_metadata
 from appliance.errors import BadRequest
 from appliance.jsontypes import JsonObject
-
-
-def _described(store: BatchStore, rows: list[Batch]) -> list[JsonObject]:
-    """Batch objects; a batch still running counts its lines from the recorded results."""
-    counts = store.counts([r.id for r in rows if r.status not in FINAL])
-    return [batch_object(r, counts.get(r.id, (0, 0)) if r.status not in FINAL else None) for r in rows]
 
 
 class BatchesController(Controller):
@@ -45,16 +38,16 @@ class BatchesController(Controller):
         self, batch_store: BatchStore, principal: Principal, after: str | None = None, limit: int = 20
     ) -> JsonObject:
         rows, more = await asyncio.to_thread(batch_store.list, principal, after, max(1, min(limit, 100)))
-        data = await asyncio.to_thread(_described, batch_store, rows)
+        data = await asyncio.to_thread(batch_objects, batch_store, rows)
         return list_page(data, more)
 
     @get("/{batch_id:str}", summary="Get a batch (the creating key and admins only)")
     async def retrieve(self, batch_id: str, batch_store: BatchStore, principal: Principal) -> JsonObject:
         row = await asyncio.to_thread(batch_store.get, principal, batch_id)
-        return (await asyncio.to_thread(_described, batch_store, [row]))[0]
+        return (await asyncio.to_thread(batch_objects, batch_store, [row]))[0]
 
     @post("/{batch_id:str}/cancel", summary="Cancel a batch: lines in flight finish, no more start", status_code=200)
     async def cancel(self, batch_id: str, batch_store: BatchStore, batch_runner: BatchRunner, principal: Principal) -> JsonObject:
         row = await asyncio.to_thread(batch_store.cancel, principal, batch_id)
         batch_runner.wake()
-        return (await asyncio.to_thread(_described, batch_store, [row]))[0]
+        return (await asyncio.to_thread(batch_objects, batch_store, [row]))[0]

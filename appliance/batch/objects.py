@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import secrets
 
-from appliance.batch.store import LineResult
+from appliance.batch.store import FINAL, BatchStore, LineResult
 from appliance.db.tables import Batch, BatchFile
 from appliance.jsontypes import JsonObject
 
@@ -63,6 +63,12 @@ def batch_object(row: Batch, counts: tuple[int, int] | None = None) -> JsonObjec
         "request_counts": {"total": row.total, "completed": completed, "failed": failed},
         "metadata": json.loads(row.metadata_json) if row.metadata_json else None,
     }
+
+
+def batch_objects(store: BatchStore, rows: list[Batch]) -> list[JsonObject]:
+    """Batch objects; a batch still running counts its lines from the recorded results."""
+    counts = store.counts([r.id for r in rows if r.status not in FINAL])
+    return [batch_object(r, counts.get(r.id, (0, 0)) if r.status not in FINAL else None) for r in rows]
 
 
 def result_line(result: LineResult) -> JsonObject:
