@@ -1,9 +1,10 @@
 """Writing changed settings into the TOML config file, keeping its comments and layout.
 
 The file is the source of truth: a change is written there first, atomically (a temporary file
-beside it with the same mode and owner, flushed to disk, then renamed over it), so a crash leaves
-either the old file or the new one. ``tomlkit`` edits the parsed document in place, so the admin's
-comments, order and spacing survive; a key set back to its default is removed from the file.
+beside it with the same mode, group and, where the writer may give it, owner, flushed to disk, then
+renamed over it), so a crash leaves either the old file or the new one. ``tomlkit`` edits the parsed
+document in place, so the admin's comments, order and spacing survive; a key set back to its default
+is removed from the file.
 """
 
 from __future__ import annotations
@@ -60,8 +61,7 @@ def write_atomically(path: Path, text: str) -> None:
             out.write(text)
             out.flush()
             os.fchmod(out.fileno(), info.st_mode & 0o7777)
-            if (info.st_uid, info.st_gid) != (os.geteuid(), os.getegid()):
-                os.fchown(out.fileno(), info.st_uid, info.st_gid)
+            _same_owner(out.fileno(), info)
             os.fsync(out.fileno())
         os.replace(temporary, path)
     except BaseException:
@@ -72,6 +72,17 @@ def write_atomically(path: Path, text: str) -> None:
         os.fsync(directory)
     finally:
         os.close(directory)
+
+
+def _same_owner(fd: int, info: os.stat_result) -> None:
+    """Give the new file the old one's owner and group. Only root may give a file away: the service (which is in the
+    config file's group, a system install's root:appliance) keeps the group and becomes the owner itself."""
+    if (info.st_uid, info.st_gid) == (os.fstat(fd).st_uid, os.fstat(fd).st_gid):
+        return
+    try:
+        os.fchown(fd, info.st_uid, info.st_gid)
+    except PermissionError:
+        os.fchown(fd, -1, info.st_gid)
 
 
 def write_changes(path: Path, changes: Mapping[str, object]) -> None:

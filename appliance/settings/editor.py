@@ -102,6 +102,14 @@ def _refusal(error: ValidationError, names: list[str]) -> BadRequest:
     return BadRequest(f"{where or param}: {message}", param=param)
 
 
+#: Settings changed in the config file on the box only, never through the daemon: one names a program the daemon
+#: runs, the other where all its state lives. A console admin who could set them could run any program as the service.
+FILE_ONLY: dict[str, str] = {
+    "vllm_python": "it names a program the daemon runs",
+    "data_dir": "it moves all of the daemon's state",
+}
+
+
 def plan_change(settings: Settings, requested: Mapping[str, object]) -> ChangePlan:
     """Validate ``requested`` against the whole settings model; raise BadRequest naming the field, or Conflict
     for a setting that the environment or the command line sets."""
@@ -111,6 +119,8 @@ def plan_change(settings: Settings, requested: Mapping[str, object]) -> ChangePl
     for name in requested:
         if name not in fields:
             raise BadRequest(f"There is no setting `{name}`.", param=name)
+        if name in FILE_ONLY:
+            raise BadRequest(f"`{name}` is changed in the config file on the box only: {FILE_ONLY[name]}.", param=name)
         origin = settings.origin(name)
         if origin.source in ("environment", "command line"):
             raise Conflict(

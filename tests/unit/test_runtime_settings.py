@@ -81,6 +81,9 @@ def test_a_change_is_validated_with_the_whole_model(config):
         plan_change(settings, {"alert_webhook_url": "https://hooks.example/x"})  # a rule between two settings
     assert bad.value.param == "alert_webhook_url" and "alert_webhook_secret" in bad.value.message
     with pytest.raises(BadRequest) as bad:
+        plan_change(settings, {"vllm_python": "/bin/sh"})  # a program the daemon would run: the file on the box only
+    assert bad.value.param == "vllm_python" and "config file on the box" in bad.value.message
+    with pytest.raises(BadRequest) as bad:
         plan_change(settings, {"no_such_setting": 1})
     assert bad.value.param == "no_such_setting"
 
