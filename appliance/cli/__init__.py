@@ -23,13 +23,30 @@ from appliance.cli import (
     server,
     setup,
     tls,
+    upgrade,
     usage,
     users,
 )
 from appliance.errors import ConfigError
 from appliance.settings import load_settings
 
-SUBCOMMANDS = (server, setup, keys, users, models, instances, planning, usage, cache, batches, bench, ops, tls, monitoring)
+SUBCOMMANDS = (
+    server,
+    setup,
+    keys,
+    users,
+    models,
+    instances,
+    planning,
+    usage,
+    cache,
+    batches,
+    bench,
+    ops,
+    tls,
+    monitoring,
+    upgrade,
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -232,19 +232,6 @@ def register(group: click.Group) -> None:
         sys.exit(run(settings))
 
     @group.command()
-    @click.pass_context
-    def upgrade(ctx: click.Context) -> None:
-        """Upgrade in place: migrate the database forward and restart the service, keeping the data."""
-        settings = ctx.find_root().obj["settings"]
-        dbmod.migrate(settings.db_path)
-        click.echo(f"Database at {settings.db_path} is at the newest schema.")
-        if os.geteuid() == 0 and systemd_is_init() and UNIT_PATH.exists():
-            shutil.copyfile(unit_source(), UNIT_PATH)
-            _run("systemctl", "daemon-reload")
-            _run("systemctl", "restart", UNIT_NAME)
-            click.echo("Service restarted.")
-
-    @group.command()
     @click.option("--purge", is_flag=True, help="Also delete the data dir (database and models) and the config.")
     @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
     @click.pass_context
