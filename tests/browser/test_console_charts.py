@@ -1,6 +1,7 @@
-"""Charts people read, in headless Chromium against the real daemon: the usage charts' time ticks and gridline
-values in their units, a hover title per bucket, the range picker re-drawing the charts through htmx, and the
-overview's sparklines with hover values."""
+"""Charts people read, and the console in the dark, in headless Chromium against the real daemon: the usage charts'
+time ticks and gridline values in their units, a hover title per bucket, the range picker re-drawing the charts
+through htmx, the overview's sparklines with hover values, and the browser's dark preference applied to every page
+(charts included) with readable contrast."""
 
 from __future__ import annotations
 
@@ -111,3 +112,46 @@ def test_overview_sparklines_say_their_values_on_hover(signed_in):
     assert re.fullmatch(r"CPU utilization: \d+%", title), title
     axis = s.page.locator("[data-testid=cpu-card] .spark-axis").first.all_text_contents()[0]
     assert axis.startswith("5 min ago") and axis.endswith("now"), axis
+
+
+COLOURS = """() => {
+  const rgb = (c) => (c.match(/[\\d.]+/g) || []).slice(0, 3).map(Number);
+  const style = (sel, prop) => { const el = document.querySelector(sel); return el ? rgb(getComputedStyle(el)[prop]) : null; };
+  return {body: style("body", "backgroundColor"), ink: style("body", "color"), panel: style(".card", "backgroundColor"),
+          muted: style(".muted", "color"), chart: style("svg.timechart text", "fill"), field: style("select", "backgroundColor")};
+}"""
+
+
+def _luminance(rgb: list[float]) -> float:
+    def channel(c: float) -> float:
+        c /= 255
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (channel(c) for c in rgb)
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def _contrast(a: list[float], b: list[float]) -> float:
+    high, low = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def test_dark_preference_darkens_every_page_with_readable_text(signed_in):
+    s = signed_in("alice")
+    s.goto("/usage?range=24h")
+    light = s.page.evaluate(COLOURS)
+    s.page.emulate_media(color_scheme="dark")
+    dark = s.page.evaluate(COLOURS)
+    assert _luminance(light["body"]) > 0.8 and _luminance(dark["body"]) < 0.05, (light, dark)
+    assert _luminance(dark["ink"]) > 0.7 and dark["chart"] != light["chart"] and dark["field"] != light["field"], dark
+    for colours in (light, dark):
+        assert _contrast(colours["ink"], colours["panel"]) >= 7, colours
+        assert _contrast(colours["muted"], colours["panel"]) >= 4.5, colours
+        assert _contrast(colours["chart"], colours["panel"]) >= 4.5, colours
+    s.shoot("usage-dark")
+    pages = s.page.evaluate("[...document.querySelectorAll('nav.side .nav a')].map(a => a.getAttribute('href'))")
+    assert len(pages) >= 8, pages
+    for path in (p for p in pages if not p.startswith("/docs")):  # the manual has its own stylesheet
+        s.goto(path)
+        shade = s.page.evaluate(COLOURS)
+        assert _luminance(shade["body"]) < 0.05 and _contrast(shade["ink"], shade["panel"] or shade["body"]) >= 7, (path, shade)
