@@ -31,7 +31,7 @@ while [[ $# -gt 0 ]]; do
     --make-bundle) make_bundle="${1:?--make-bundle needs a file name}"; shift ;;
     --bundle) bundle="${1:?--bundle needs a file}"; shift ;;
     --version-suffix) version_suffix="${1:?--version-suffix needs a suffix such as .post1}"; shift ;;
-    --wheels-from) wheels_from="$(realpath "${1:?--wheels-from needs a bundle}")"; shift ;;
+    --wheels-from) wheels_from="$(realpath -e "${1:?--wheels-from needs a bundle}")" || exit 1; shift ;;
     --system) mode=system ;;
     --local) mode=local ;;
     --with-vllm) with_vllm=1 ;;
@@ -140,7 +140,6 @@ if [[ -n "$make_bundle" ]]; then
   trap 'rm -rf "$build"' EXIT
   say "Making the bundle $make_bundle (build venv in $build)"
   "$python" -m venv "$build/venv"
-  "$build/venv/bin/python" -m pip install -q --upgrade pip
   PYTHONPATH="$here" "$build/venv/bin/python" -m appliance.release make "$make_bundle" \
     ${version_suffix:+--version-suffix "$version_suffix"} ${wheels_from:+--wheels-from "$wheels_from"}
   exit 0

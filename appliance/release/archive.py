@@ -9,25 +9,42 @@ Unpacking accepts plain files and folders with relative names only: a link, a de
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tarfile
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from appliance.release.manifest import BundleRefused
 
 
-def pack(folder: Path, dest: Path) -> None:
-    """Write ``folder``'s contents to ``dest`` (members named relative to it), via a partial file renamed into place."""
+class _HashingWriter:
+    """A file that hashes what is written through it, so the bundle's sha256 costs no second read."""
+
+    def __init__(self, out: BinaryIO):
+        self.out = out
+        self.digest = hashlib.sha256()
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        return self.out.write(data)
+
+
+def pack(folder: Path, dest: Path) -> str:
+    """Write ``folder``'s contents to ``dest`` (members named relative to it), via a partial file renamed; its sha256."""
     partial = dest.with_name(dest.name + ".partial")
-    with tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as tar:
-        for path in sorted(folder.rglob("*")):
-            if path.is_file() and not path.is_symlink():
-                info = tar.gettarinfo(str(path), arcname=path.relative_to(folder).as_posix())
-                info.uid = info.gid = 0
-                info.uname = info.gname = "root"
-                with open(path, "rb") as f:
-                    tar.addfile(info, f)
+    with open(partial, "wb") as out:
+        writer = _HashingWriter(out)
+        with tarfile.open(fileobj=writer, mode="w|", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
+            for path in sorted(folder.rglob("*")):
+                if path.is_file() and not path.is_symlink():
+                    info = tar.gettarinfo(str(path), arcname=path.relative_to(folder).as_posix())
+                    info.uid = info.gid = 0
+                    info.uname = info.gname = "root"
+                    with open(path, "rb") as f:
+                        tar.addfile(info, f)
     os.replace(partial, dest)
+    return writer.digest.hexdigest()
 
 
 def _checked_name(member: tarfile.TarInfo) -> str:

@@ -3,7 +3,8 @@
 Run on a connected machine with the Python of a build venv (install.sh makes one). The bundle holds
 ``src/`` (the files git would commit, the manual built in), ``wheels/`` (the project and every runtime
 dependency as wheels, the default model's packages and llama-cpp-python built for the flavour asked for
-among them), ``debs/`` (:mod:`appliance.release.debs`) and ``manifest.json``.
+among them, and the build backend, so a later bundle made ``--wheels-from`` this one needs no network),
+``debs/`` (:mod:`appliance.release.debs`) and ``manifest.json``.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
 from appliance.release import archive, debs
-from appliance.release.manifest import MANIFEST_NAME, Log, Manifest, describe_members, sha256_of, this_platform, verify
+from appliance.release.manifest import MANIFEST_NAME, Log, Manifest, Member, describe_members, this_platform, verify
 
 # What a source copy leaves out when git cannot list the tracked files.
 _UNTRACKED = shutil.ignore_patterns(".git", ".venv*", "build", "*.egg-info", "__pycache__", "appliance-data", "test-artifacts")
@@ -68,19 +70,21 @@ def _step(label: str, argv: list[str], log: Log = print) -> None:
     log(f"{label}: {time.monotonic() - started:.0f} s")
 
 
-def reuse_wheels(bundle: Path, stage: Path, wheels: Path, debs_dir: Path) -> tuple[str, ...]:
-    """Take the dependency wheels, the engine and the Debian packages from an earlier, verified bundle; its debs' names."""
+def reuse_wheels(bundle: Path, stage: Path, wheels: Path, debs_dir: Path, log: Log = print) -> Manifest:
+    """Take the dependency wheels, the engine and the Debian packages from an earlier, verified bundle; its manifest."""
+    started = time.monotonic()
     folder = stage / "earlier"
     folder.mkdir()
     archive.unpack(bundle, folder)
     earlier = verify(folder)
+    log(f"{bundle} unpacked and verified: {time.monotonic() - started:.0f} s")
     shutil.move(folder / "wheels", wheels)
     for project in wheels.glob("llm_appliance-*.whl"):
         project.unlink()
     if (folder / "debs").is_dir():
         shutil.move(folder / "debs", debs_dir)
     shutil.rmtree(folder)
-    return earlier.debs
+    return earlier
 
 
 def make(
@@ -98,14 +102,21 @@ def make(
         version = set_version(src, suffix)
         _step("Building the manual into the sources", [str(repo / "tools/build_manual.sh"), python, str(src)], log)
         pip_wheel = [python, "-m", "pip", "wheel", "-q", "-w", str(wheels), "--find-links", str(wheels)]
+        verified: tuple[Member, ...] = ()
         if wheels_from is not None:
             log(f"Dependencies, engine and Debian packages from {wheels_from}")
-            names: tuple[str, ...] | list[str] = reuse_wheels(wheels_from, stage, wheels, root / "debs")
+            earlier = reuse_wheels(wheels_from, stage, wheels, root / "debs", log)
+            names: tuple[str, ...] | list[str] = earlier.debs
+            verified = earlier.members
             pip_wheel.append("--no-index")
         else:
             wheels.mkdir(parents=True)
             engine_build = [str(repo / "tools/engine_build.sh"), "--python", python, "--wheel-dir", str(wheels)]
             _step("llama-cpp-python for this bundle's flavour", engine_build, log)
+            # The build backend too, so a later bundle made --wheels-from this one builds the project with no network.
+            build_requires = tomllib.loads((src / "pyproject.toml").read_text())["build-system"]["requires"]
+            download = [python, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d", str(wheels)]
+            _step("Build backend", [*download, *build_requires], log)
         engine = json.loads((wheels / "engine.json").read_text())
         build = stage / "build-src"  # pip builds a local project in place: build from a copy so src/ stays as committed
         shutil.copytree(src, build)
@@ -118,13 +129,14 @@ def make(
             platform=this_platform(),
             built_at=datetime.now(UTC).isoformat(timespec="seconds"),
             build_id=uuid.uuid4().hex[:12],
-            members=describe_members(root),
+            members=describe_members(root, verified),
             debs=tuple(names),
             extra={"llama_cpp_python": str(engine["version"]), "cmake_args": str(engine["cmake_args"])},
         )
         (root / MANIFEST_NAME).write_text(manifest.to_json())
         packing = time.monotonic()
-        archive.pack(root, dest)
+        log(f"Manifest written: {len(manifest.members)} members")
+        digest = archive.pack(root, dest)
         log(f"Packed in {time.monotonic() - packing:.0f} s")
     finally:
         shutil.rmtree(stage, ignore_errors=True)
@@ -133,5 +145,5 @@ def make(
         f"Bundle {dest}: appliance {manifest.version}, {manifest.flavour} engine, for {manifest.platform.describe()}; "
         f"{len(manifest.members)} members, {size / 1e6:.0f} MB, made in {time.monotonic() - started:.0f} s"
     )
-    log(f"sha256 {sha256_of(dest)}  (compare it on the box before installing)")
+    log(f"sha256 {digest}  (compare it on the box before installing)")
     return manifest

@@ -125,8 +125,15 @@ def files_below(root: Path) -> list[str]:
     )
 
 
-def describe_members(root: Path) -> tuple[Member, ...]:
-    return tuple(Member(name, sha256_of(root / name), (root / name).stat().st_size) for name in files_below(root))
+def describe_members(root: Path, verified: tuple[Member, ...] = ()) -> tuple[Member, ...]:
+    """Every file below ``root`` with its sha256 and size; a file in ``verified`` (just checked, same size) is not read again."""
+    known = {m.path: m for m in verified}
+    members = []
+    for name in files_below(root):
+        size = (root / name).stat().st_size
+        same = known.get(name)
+        members.append(same if same is not None and same.size == size else Member(name, sha256_of(root / name), size))
+    return tuple(members)
 
 
 def check_platform(manifest: Manifest, here: Platform) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from appliance.release import archive
-from appliance.release.manifest import MANIFEST_NAME, BundleRefused, Manifest, Platform, describe_members, verify
+from appliance.release.manifest import MANIFEST_NAME, BundleRefused, Manifest, Platform, describe_members, sha256_of, verify
 from appliance.release.releases import is_newer
 
 BOX = Platform(os_id="debian", os_version="12", arch="x86_64", python="cp311")
@@ -45,8 +45,9 @@ def _refused(root: Path, here: Platform = BOX) -> str:
 
 
 def test_an_intact_bundle_verifies_after_a_round_trip_through_the_archive(tmp_path: Path) -> None:
-    archive.pack(_bundle_folder(tmp_path / "made"), tmp_path / "b.tgz")
-    archive.unpack(tmp_path / "b.tgz", tmp_path / "got")
+    digest = archive.pack(_bundle_folder(tmp_path / "made"), tmp_path / "b.tar")
+    assert digest == sha256_of(tmp_path / "b.tar")  # the sha256 make-bundle prints for the admin to compare
+    archive.unpack(tmp_path / "b.tar", tmp_path / "got")
     manifest = verify(tmp_path / "got", BOX)
     assert (manifest.version, manifest.flavour, manifest.platform) == ("0.1.0", "cpu", BOX)
     assert {m.path for m in manifest.members} == {
