@@ -40,7 +40,7 @@ def _alerts_context(db: Engine, settings: Settings, message: str | None = None) 
         "alerts": list_alerts(db),
         "alert_keys": _alert_keys(db),
         "webhook": settings.alert_webhook_url,
-        "default_shares": settings.budget_alert_shares(),
+        "default_percent": settings.budget_alert_percent,
         "max_attempts": MAX_ATTEMPTS,
         "message": message,
     }
