@@ -95,6 +95,7 @@ def iter_rows(db: Engine, filters: AuditFilter, *, batch: int = 500) -> Iterator
 def filter_choices(db: Engine) -> tuple[list[str], list[str]]:
     """The actors and the actions the trail holds, for a filter's choices (each list bounded)."""
     with session(db) as s:
-        actors = s.execute(select(AuditLog.actor).distinct().order_by(AuditLog.actor).limit(CHOICES_LIMIT)).scalars()
-        actions = s.execute(select(AuditLog.action).distinct().order_by(AuditLog.action).limit(CHOICES_LIMIT)).scalars()
+        actor, action = col(AuditLog.actor), col(AuditLog.action)
+        actors = s.execute(select(actor).distinct().order_by(actor).limit(CHOICES_LIMIT)).scalars()
+        actions = s.execute(select(action).distinct().order_by(action).limit(CHOICES_LIMIT)).scalars()
         return list(actors), list(actions)
