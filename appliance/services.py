@@ -21,6 +21,7 @@ from pathlib import Path
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from appliance.accounts.keys import KeyRing
+from appliance.accounts.rotation import KeyLifecycle
 from appliance.batch.capacity import Capacity
 from appliance.batch.deferred import LineMeter
 from appliance.batch.files import FileStore
@@ -35,6 +36,8 @@ from appliance.hardware.energy import EnergyMeter
 from appliance.metering.admin import QuotaService
 from appliance.metering.alerts import AlertNotifier
 from appliance.metering.box_figures import MIN_REFRESH_S, BoxFigures, register_figure_gauges
+from appliance.metering.key_expiry import CHECK_EVERY_SECONDS as KEY_EXPIRY_CHECK_SECONDS
+from appliance.metering.key_expiry import KeyExpiryAlerts
 from appliance.metering.meter import Meter
 from appliance.monitoring.gauges import register_box_gauges
 from appliance.planner.service import hub_chooser
@@ -77,6 +80,8 @@ class Services:
         self.settings = settings
         self.db = make_engine(settings.db_path)
         self.keyring = KeyRing(self.db)
+        self.key_expiry = KeyExpiryAlerts(self.db)
+        self.key_lifecycle = KeyLifecycle(self.keyring, self.db, after_expiry_change=self.key_expiry.raise_due)
         self.audit = AuditTrail(self.db)
         self.jobs = JobRegistry(self.db)
         self.store = ModelStore(settings, self.db, is_loaded=self.is_loaded, choose=hub_chooser(settings, self.db))
@@ -202,6 +207,15 @@ class Services:
             minutes=1,
             next_run_time=datetime.now(UTC),
             id="request-log-prune",
+            coalesce=True,
+            max_instances=1,
+        )
+        scheduler.add_job(
+            self.key_expiry.check,
+            "interval",
+            seconds=KEY_EXPIRY_CHECK_SECONDS,
+            next_run_time=datetime.now(UTC),
+            id="key-expiry-alerts",
             coalesce=True,
             max_instances=1,
         )

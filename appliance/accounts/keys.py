@@ -4,6 +4,11 @@ A key looks like ``ak_<40 url-safe chars>``. Only its sha256 is stored; the
 first 12 characters are kept as a visible prefix. Lookups go by hash through a
 small in-process cache that revocation and edits invalidate at once, so a
 revoked key fails on the very next request.
+
+A rotation gives a key a new secret and keeps its identity (the same row, so
+quotas, budgets, usage and policies go on counting the same key); the old
+secret moves to ``retired_key_secrets`` and keeps working until the end of the
+overlap the admin chose, after which it is refused as rotated.
 """
 
 from __future__ import annotations
@@ -11,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import math
 import secrets
 import threading
 import time
@@ -22,8 +26,9 @@ from typing import cast
 from sqlalchemy import Engine, select, update
 from sqlmodel import col
 
+from appliance.accounts.lifecycle import check_expiry
 from appliance.db.engine import session
-from appliance.db.tables import ApiKey, Team
+from appliance.db.tables import ApiKey, RetiredSecret, Team
 from appliance.errors import AuthenticationFailed, BadRequest, NotFound
 
 KEY_PREFIX = "ak_"
@@ -45,6 +50,7 @@ class Principal:
     allowed_models: frozenset[str] | None = None
     cache_policy: dict | None = None
     expires_at: float | None = None
+    secret_until: float | None = None  # an old secret in its rotation overlap: when it stops working
 
     @property
     def is_admin(self) -> bool:
@@ -68,7 +74,7 @@ def new_token() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(30)
 
 
-def _principal(row: ApiKey) -> Principal:
+def _principal(row: ApiKey, secret_until: float | None = None) -> Principal:
     allowed = frozenset(json.loads(row.allowed_models)) if row.allowed_models else None
     return Principal(
         kind="key",
@@ -80,12 +86,17 @@ def _principal(row: ApiKey) -> Principal:
         allowed_models=allowed,
         cache_policy=json.loads(row.cache_policy) if row.cache_policy else None,
         expires_at=row.expires_at,
+        secret_until=secret_until,
     )
 
 
 def _unexpired(principal: Principal) -> Principal:
-    """``principal``, unless its key has expired (401 ``expired_api_key``)."""
-    if principal.expires_at is not None and principal.expires_at <= time.time():
+    """``principal``, unless its key has expired (401 ``expired_api_key``) or its secret was rotated and the overlap
+    has ended (401 ``rotated_api_key``)."""
+    now = time.time()
+    if principal.secret_until is not None and principal.secret_until <= now:
+        raise AuthenticationFailed("This API key was rotated; use the new key.", code="rotated_api_key")
+    if principal.expires_at is not None and principal.expires_at <= now:
         raise AuthenticationFailed("API key has expired.", code="expired_api_key")
     return principal
 
@@ -119,22 +130,37 @@ class KeyRing:
         digest = hash_token(self._well_formed(token))
         principal = self._cache.get(digest)
         if principal is None:
-            with session(self._db) as s:
-                row = s.execute(select(ApiKey).where(col(ApiKey.secret_hash) == digest)).scalars().first()
-            if row is None or row.revoked_at is not None or not hmac.compare_digest(row.secret_hash, digest):
-                raise AuthenticationFailed("Invalid API key.")
-            principal = _principal(row)
+            principal = self._lookup(digest)
             with self._lock:
                 self._cache[digest] = principal
                 if len(self._cache) > self._cache_size:
                     self._cache.popitem(last=False)
         return _unexpired(principal)
 
+    def _lookup(self, digest: str) -> Principal:
+        """The principal of a current secret, or of an old one (which carries the end of its overlap)."""
+        secret_until = None
+        with session(self._db) as s:
+            row = s.execute(select(ApiKey).where(col(ApiKey.secret_hash) == digest)).scalars().first()
+            stored = row.secret_hash if row is not None else None
+            if row is None:
+                found = s.execute(
+                    select(RetiredSecret, ApiKey)
+                    .join(ApiKey, col(ApiKey.id) == col(RetiredSecret.key_id))
+                    .where(col(RetiredSecret.secret_hash) == digest)
+                ).first()
+                if found is not None:
+                    old, row = found
+                    stored, secret_until = old.secret_hash, old.valid_until
+        if row is None or stored is None or row.revoked_at is not None or not hmac.compare_digest(stored, digest):
+            raise AuthenticationFailed("Invalid API key.")
+        return _principal(row, secret_until)
+
     def forget_all(self) -> None:
         with self._lock:
             self._cache.clear()
 
-    def _forget(self, key_id: int) -> None:
+    def forget_key(self, key_id: int) -> None:
         with self._lock:
             for digest in [d for d, p in self._cache.items() if p.id == key_id]:
                 del self._cache[digest]
@@ -157,7 +183,7 @@ class KeyRing:
             raise BadRequest(f"priority must be one of {', '.join(PRIORITIES)}", param="priority")
         if not name or len(name) > 128:
             raise BadRequest("name must be 1 to 128 characters", param="name")
-        self._check_expiry(expires_at)
+        check_expiry(expires_at, time.time())
         self._check_team(team_id)
         token = new_token()
         row = ApiKey(
@@ -175,16 +201,6 @@ class KeyRing:
             s.commit()
             s.refresh(row)
         return row, token
-
-    @staticmethod
-    def _check_expiry(expires_at: float | None) -> None:
-        """A key's expiry, when it has one, is a real moment in the future: a key born expired is a mistake."""
-        if expires_at is None:
-            return
-        if not math.isfinite(expires_at):
-            raise BadRequest("the expiry must be a finite number of days", param="expires_in_days")
-        if expires_at <= time.time():
-            raise BadRequest("the expiry must be in the future (a positive number of days)", param="expires_in_days")
 
     def _check_team(self, team_id: int | None) -> None:
         """A key joins only a team that exists and is not deleted."""
@@ -207,7 +223,18 @@ class KeyRing:
             if isinstance(key_id_or_prefix, int) or str(key_id_or_prefix).isdigit():
                 row = s.get(ApiKey, int(key_id_or_prefix))
             else:
-                row = s.execute(select(ApiKey).where(col(ApiKey.prefix) == str(key_id_or_prefix))).scalars().first()
+                prefix = str(key_id_or_prefix)
+                row = s.execute(select(ApiKey).where(col(ApiKey.prefix) == prefix)).scalars().first()
+                if row is None:  # the prefix of a secret a rotation replaced still names its key
+                    row = (
+                        s.execute(
+                            select(ApiKey)
+                            .join(RetiredSecret, col(RetiredSecret.key_id) == col(ApiKey.id))
+                            .where(col(RetiredSecret.prefix) == prefix)
+                        )
+                        .scalars()
+                        .first()
+                    )
         if row is None:
             raise NotFound(f"No API key {key_id_or_prefix!s}.")
         return row
@@ -217,7 +244,7 @@ class KeyRing:
         with session(self._db) as s:
             s.execute(update(ApiKey).where(col(ApiKey.id) == row.id).values(revoked_at=time.time()))
             s.commit()
-        self._forget(row.id)  # type: ignore[arg-type]
+        self.forget_key(row.id)  # type: ignore[arg-type]
         return self.get(row.id)  # type: ignore[arg-type]
 
     def update(self, key_id_or_prefix: str | int, **changes: object) -> ApiKey:
@@ -233,7 +260,7 @@ class KeyRing:
             )  # names, checked by the API
         if "cache_policy" in changes:
             values["cache_policy"] = json.dumps(changes["cache_policy"]) if changes["cache_policy"] else None
-        self._check_expiry(values.get("expires_at"))  # type: ignore[arg-type]
+        check_expiry(values.get("expires_at"), time.time())  # type: ignore[arg-type]
         self._check_team(values.get("team_id"))  # type: ignore[arg-type]
         if values.get("priority", "interactive") not in PRIORITIES:
             raise BadRequest(f"priority must be one of {', '.join(PRIORITIES)}", param="priority")
@@ -241,7 +268,7 @@ class KeyRing:
             with session(self._db) as s:
                 s.execute(update(ApiKey).where(col(ApiKey.id) == row.id).values(**values))
                 s.commit()
-        self._forget(row.id)  # type: ignore[arg-type]
+        self.forget_key(row.id)  # type: ignore[arg-type]
         return self.get(row.id)  # type: ignore[arg-type]
 
 

@@ -1,4 +1,5 @@
-"""Admin API: instances (load, unload, pin), keys, aliases, backup and restore. Admin only (``appliance.api.access``)."""
+"""Admin API: instances (load, unload, pin), keys (with rotation and expiry), aliases, backup and restore. Admin only
+(``appliance.api.access``)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import time
 from collections.abc import Callable
 
 import msgspec
-from litestar import Controller, Request, delete, get, post, put
+from litestar import Controller, Request, delete, get, patch, post, put
 from sqlalchemy.engine import Engine
 
 from appliance.accounts.keys import KeyRing
+from appliance.accounts.lifecycle import EXPIRING_SOON_DAYS, expiring_soon
+from appliance.accounts.rotation import KeyLifecycle
 from appliance.api.access import LOCAL_MARK, Access, requires
 from appliance.db import backup as backups
 from appliance.db.audit import AuditTrail
@@ -39,6 +42,21 @@ class KeyUpdate(msgspec.Struct, kw_only=True):
     allowed_models: list[str] | None = None
     team_id: int | None = None
     expires_in_days: float | None = None
+
+
+class KeyPatch(msgspec.Struct, kw_only=True):
+    """Change some of a key's fields; the expiry can also be cleared (``null``: the key never expires)."""
+
+    name: str | None = None
+    priority: str | None = None
+    allowed_models: list[str] | None = None
+    team_id: int | None = None
+    expires_at: float | None | msgspec.UnsetType = msgspec.UNSET  # epoch seconds, in the future; null clears
+    expires_in_days: float | None | msgspec.UnsetType = msgspec.UNSET  # from now; null clears
+
+
+class KeyRotate(msgspec.Struct, kw_only=True):
+    overlap_hours: float = 24.0  # how long the old secret keeps working: 0 (refused at once) to 168 (7 days)
 
 
 class AliasSet(msgspec.Struct, kw_only=True):
@@ -125,6 +143,45 @@ class KeysController(Controller):
         row = keyring.update(key, **changes)
         audit.record(actor, "key.update", row.prefix, ",".join(sorted(changes)))
         return _key_view(row)
+
+    @patch("/{key:str}", status_code=200, sync_to_thread=True)
+    def patch_key(
+        self, key: str, data: KeyPatch, keyring: KeyRing, lifecycle: KeyLifecycle, audit: AuditTrail, actor: str
+    ) -> JsonObject:
+        """Change a key's name, priority, team or models, and set or clear its expiry (a moment in the future)."""
+        if data.expires_at is not msgspec.UNSET and data.expires_in_days is not msgspec.UNSET:
+            raise BadRequest("give expires_at or expires_in_days, not both", param="expires_at")
+        changes: JsonObject = {f: getattr(data, f) for f in ("name", "priority", "team_id") if getattr(data, f) is not None}
+        if data.allowed_models is not None:
+            changes["allowed_models"] = data.allowed_models
+        row = keyring.get(key)
+        if data.expires_in_days is not msgspec.UNSET:
+            days = data.expires_in_days
+            row = lifecycle.set_expiry(row.id or 0, None if days is None else time.time() + days * 86400, "expires_in_days")
+            audit.record(actor, "key.expiry", row.prefix, f"expires_at={row.expires_at}")
+        elif data.expires_at is not msgspec.UNSET:
+            row = lifecycle.set_expiry(row.id or 0, data.expires_at, "expires_at")
+            audit.record(actor, "key.expiry", row.prefix, f"expires_at={row.expires_at}")
+        if changes:
+            row = keyring.update(row.id or 0, **changes)
+            audit.record(actor, "key.update", row.prefix, ",".join(sorted(changes)))
+        return _key_view(row)
+
+    @post("/{key:str}/rotate", status_code=200, sync_to_thread=True)
+    def rotate_key(self, key: str, data: KeyRotate, lifecycle: KeyLifecycle, audit: AuditTrail, actor: str) -> JsonObject:
+        """A new secret for the same key (shown once); the old one works for ``overlap_hours``, then is refused (401)."""
+        row, secret, old = lifecycle.rotate(key, data.overlap_hours)
+        audit.record(actor, "key.rotate", row.prefix, f"old={old.prefix} overlap_hours={data.overlap_hours:g}")
+        return {**_key_view(row), "secret": secret, "old_prefix": old.prefix, "old_valid_until": old.valid_until}
+
+    @get("/expiring", sync_to_thread=True)
+    def expiring_keys(
+        self, keyring: KeyRing, lifecycle: KeyLifecycle, within_days: float = EXPIRING_SOON_DAYS
+    ) -> list[JsonObject]:
+        """Live keys expiring within ``within_days`` (default 14), and old secrets still in their rotation overlap."""
+        now = time.time()
+        items = expiring_soon(keyring.list(), lifecycle.in_overlap(now), now, within_days)
+        return [{"key_id": e.key_id, "label": e.label, "what": e.what, "at": e.at, "days_left": e.days_left(now)} for e in items]
 
     @delete("/{key:str}", status_code=200)
     async def revoke_key(self, key: str, keyring: KeyRing, audit: AuditTrail, actor: str) -> JsonObject:

@@ -18,6 +18,7 @@ from litestar.di import Provide
 from sqlalchemy.engine import Engine
 
 from appliance.accounts.keys import KeyRing, Principal
+from appliance.accounts.rotation import KeyLifecycle
 from appliance.api.access import audit_actor, principal_of
 from appliance.batch.files import FileStore
 from appliance.batch.runner import BatchRunner
@@ -62,6 +63,10 @@ def provide_runtime_settings(state: State) -> RuntimeSettings:
 
 def provide_keyring(state: State) -> KeyRing:
     return _services(state).keyring
+
+
+def provide_key_lifecycle(state: State) -> KeyLifecycle:
+    return _services(state).key_lifecycle
 
 
 def provide_audit(state: State) -> AuditTrail:
@@ -154,6 +159,7 @@ def dependencies() -> dict[str, Provide]:
         "settings": provide_settings,
         "db": provide_db,
         "keyring": provide_keyring,
+        "lifecycle": provide_key_lifecycle,
         "audit": provide_audit,
         "jobs": provide_jobs,
         "store": provide_store,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
-from litestar import Controller, Response, delete, get, post, put
+from litestar import Controller, Response, delete, get, patch, post, put
 from litestar.params import Parameter
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy.engine import Engine
@@ -205,6 +205,11 @@ class TeamController(Controller):
     @post(sync_to_thread=True)
     def create_team(self, quotas: QuotaService, data: TeamCreate, actor: str) -> JsonObject:
         return quotas.create_team(data.name, actor)
+
+    @patch("/{name:str}", sync_to_thread=True)
+    def rename_team(self, quotas: QuotaService, name: str, data: TeamCreate, actor: str) -> JsonObject:
+        """Rename a team; its keys, limits, cache policy and past usage follow (they hold the team's id)."""
+        return quotas.rename_team(name, data.name, actor)
 
 
 CONTROLLERS = [UsageController, QuotaController, PriceController, TeamController]

@@ -1,4 +1,4 @@
-"""`appliancectl keys create|ls|revoke`."""
+"""`appliancectl keys create|ls|revoke|rotate|expire|expiring`."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def _when(ts: float | None) -> str:
 def register(group: click.Group) -> None:
     @group.group()
     def keys() -> None:
-        """Create, list and revoke API keys."""
+        """Create, list, rotate, expire and revoke API keys."""
 
     @keys.command("create")
     @click.argument("name")
@@ -90,3 +90,57 @@ def register(group: click.Group) -> None:
         """Revoke a key by id or prefix; it fails on its very next request."""
         row = request(ctx, "DELETE", f"/admin/keys/{key}")
         click.echo(f"Revoked {row['prefix']} ({row['name']}).")
+
+    @keys.command("rotate")
+    @click.argument("key")
+    @click.option(
+        "--overlap-hours",
+        type=click.FloatRange(min=0, max=168),
+        default=24.0,
+        show_default=True,
+        help="How long the old secret keeps working (0: refused at once; at most 168, 7 days).",
+    )
+    @click.pass_context
+    def rotate(ctx: click.Context, key: str, overlap_hours: float) -> None:
+        """Give KEY (id or prefix) a new secret; it keeps its name, team, limits, quotas, expiry and usage.
+
+        The new secret is printed once. The old one works until the overlap ends, then gets 401 "rotated"."""
+        row = request(ctx, "POST", f"/admin/keys/{key}/rotate", json={"overlap_hours": overlap_hours})
+        click.echo(
+            f"Rotated {row['name']}: new prefix {row['prefix']}; the old secret ({row['old_prefix']}…) works until"
+            f" {_when(row['old_valid_until'])} UTC. Store the new secret now; it is not shown again:"
+        )
+        click.echo(row["secret"])
+
+    @keys.command("expire")
+    @click.argument("key")
+    @click.option("--in-days", type=click.FloatRange(min=0, min_open=True), help="Expire this many days from now.")
+    @click.option("--at", "at", type=click.DateTime(), help="Expire at this moment (UTC), e.g. 2027-01-31T18:00.")
+    @click.option("--never", is_flag=True, help="Clear the expiry: the key never expires.")
+    @click.pass_context
+    def expire(ctx: click.Context, key: str, in_days: float | None, at: dt.datetime | None, never: bool) -> None:
+        """Set or clear the expiry of KEY (id or prefix); an expiry is always in the future."""
+        if sum((in_days is not None, at is not None, never)) != 1:
+            raise click.UsageError("give exactly one of --in-days, --at or --never")
+        body: dict[str, float | None]
+        if never:
+            body = {"expires_at": None}
+        elif at is not None:
+            body = {"expires_at": at.replace(tzinfo=dt.UTC).timestamp()}
+        else:
+            body = {"expires_in_days": in_days}
+        row = request(ctx, "PATCH", f"/admin/keys/{key}", json=body)
+        when = f"expires {_when(row['expires_at'])} UTC" if row["expires_at"] else "never expires"
+        click.echo(f"{row['name']} ({row['prefix']}…) {when}.")
+
+    @keys.command("expiring")
+    @click.option("--within-days", type=click.FloatRange(min=0, min_open=True), default=14.0, show_default=True)
+    @click.pass_context
+    def expiring(ctx: click.Context, within_days: float) -> None:
+        """Keys expiring soon, and old secrets still in their rotation overlap."""
+        rows = request(ctx, "GET", "/admin/keys/expiring", params={"within_days": within_days})
+        table = Table("key", "what", "stops working (UTC)", "days left")
+        for r in rows:
+            what = "old secret (rotated)" if r["what"] == "old_secret" else "key expires"
+            table.add_row(r["label"], what, _when(r["at"]), f"{r['days_left']:.1f}")
+        Console().print(table)

@@ -1,4 +1,4 @@
-"""`appliancectl quota set|show`, `usage`, `prices set|show`, `teams create|ls`.
+"""`appliancectl quota set|show`, `usage`, `prices set|show`, `teams create|ls|rename`.
 
 Subjects: ``key:<id or prefix>``, ``team:<name>``; a bare ``ak_…`` prefix or a
 number means a key, any other bare name a team.
@@ -240,6 +240,15 @@ def register(group: click.Group) -> None:
     def teams_create(ctx: click.Context, name: str) -> None:
         team = request(ctx, "POST", "/admin/teams", json={"name": name})
         click.echo(f"Created team {team['name']} (id {team['id']}).")
+
+    @teams.command("rename")
+    @click.argument("name")
+    @click.argument("new_name")
+    @click.pass_context
+    def teams_rename(ctx: click.Context, name: str, new_name: str) -> None:
+        """Rename team NAME to NEW_NAME; its keys, limits and past usage follow."""
+        team = request(ctx, "PATCH", f"/admin/teams/{name}", json={"name": new_name})
+        click.echo(f"Renamed team {name} to {team['name']} (id {team['id']}).")
 
     @teams.command("ls")
     @click.pass_context

@@ -63,6 +63,19 @@ class ApiKey(SQLModel, table=True):
     last_used_at: float | None = None
 
 
+class RetiredSecret(SQLModel, table=True):
+    """A key's secret replaced by a rotation: accepted for the key until ``valid_until`` (the overlap), then refused
+    with a clear answer. Kept afterwards, so a client still sending it learns it was rotated."""
+
+    __tablename__ = "retired_key_secrets"
+    id: int | None = Field(default=None, primary_key=True)
+    key_id: int = Field(foreign_key="api_keys.id", index=True)
+    prefix: str = Field(index=True, max_length=16)
+    secret_hash: str = Field(unique=True, index=True, max_length=64)
+    retired_at: float = Field(default_factory=now)
+    valid_until: float
+
+
 class ModelFamily(SQLModel, table=True):
     __tablename__ = "model_families"
     id: int | None = Field(default=None, primary_key=True)
@@ -181,12 +194,16 @@ class QuotaCounter(SQLModel, table=True):
 
 
 class BudgetAlert(SQLModel, table=True):
-    """A budget counter that crossed its alert threshold: at most one per counter, so one per window."""
+    """An alert for the banner and the webhook. ``budget``: a budget counter that crossed its alert threshold, at most
+    one per counter, so one per window. ``key_expiry``: a key within a threshold of its expiry, at most one per key,
+    expiry and threshold (``dedupe_key``)."""
 
     __tablename__ = "budget_alerts"
     id: int | None = Field(default=None, primary_key=True)
     created_at: float = Field(default_factory=now, index=True)
-    counter_id: int = Field(unique=True)  # quota_counters.id (kept after the counter is pruned)
+    kind: str = Field(default="budget", max_length=16, sa_column_kwargs={"server_default": "budget"})  # budget | key_expiry
+    counter_id: int | None = Field(default=None, unique=True)  # budget: quota_counters.id (kept after the counter is pruned)
+    dedupe_key: str | None = Field(default=None, unique=True, max_length=128)  # key_expiry: key, expiry and threshold
     subject_type: str = Field(max_length=8)
     subject_id: int
     dimension: str = Field(max_length=32)

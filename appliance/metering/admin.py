@@ -309,6 +309,28 @@ class QuotaService:
             s.commit()
             return {"id": team.id, "name": team.name, "created_at": team.created_at, "keys": 0}
 
+    def rename_team(self, name: str, new_name: str, actor: str) -> JsonObject:
+        """Rename a live team. Keys, limits, counters, cache policy and usage rows hold the team's id, so they all follow
+        the new name; the ledger keeps attributing the team's past and future use to the same team."""
+        if not TEAM_NAME.match(new_name or ""):
+            raise BadRequest("Team names are 1 to 64 letters, digits, '.', '_' or '-'.", param="name")
+        with session(self.db) as s:
+            team = s.execute(select(Team).where(col(Team.name) == name, col(Team.deleted_at).is_(None))).scalars().first()
+            if team is None:
+                raise NotFound(f"No team {name}.")
+            if new_name != name:
+                taken = s.execute(select(Team).where(col(Team.name) == new_name)).scalars().first()
+                if taken is not None:
+                    reserved = " (a deleted team's name stays reserved)" if taken.deleted_at is not None else ""
+                    raise Conflict(f"Team {new_name} already exists{reserved}.", code="team_exists")
+                team.name = new_name
+                s.add(team)
+                self._audit(s, actor, "team.rename", f"team:{new_name}", {"from": name, "to": new_name})
+                s.commit()
+            result: JsonObject = {"id": team.id, "name": new_name, "created_at": team.created_at}
+        self._changed_quotas()
+        return result
+
     def list_teams(self) -> list[JsonObject]:
         with session(self.db) as s:
             rows = s.execute(

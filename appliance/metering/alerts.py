@@ -17,8 +17,10 @@ A failed delivery (connection error, timeout, non-2xx) is retried with exponenti
 backoff, up to :data:`MAX_ATTEMPTS` times; the last error stays on the alert. No
 request ever waits for a webhook.
 
-Every alert names a key as :func:`appliance.accounts.labels.key_label` does:
-``reporting-app (ak_N5X07USWQ…)``.
+Key expiry alerts (:mod:`appliance.metering.key_expiry`) are rows of the same table
+(``kind`` ``key_expiry``), so they reach the banner, the Alerts page and the webhook
+the same way; their payload's ``type`` is ``key.expiry``. Every alert names a key as
+:func:`appliance.accounts.labels.key_label` does: ``reporting-app (ak_N5X07USWQ…)``.
 """
 
 from __future__ import annotations
@@ -88,6 +90,9 @@ def raise_budget_alert(conn: sqlite3.Connection, counter_id: int, now: float, de
 
 @dataclass(frozen=True, slots=True)
 class Alert:
+    """A budget alert (``kind`` budget), or a key expiry alert (``kind`` key_expiry: ``window_start`` is the key's
+    expiry, ``limit`` the threshold in days, ``spent`` the days that were left when it was raised)."""
+
     id: int
     created_at: float
     subject: str
@@ -101,8 +106,19 @@ class Alert:
     delivered_at: float | None
     last_error: str | None
     dismissed_at: float | None
+    kind: str = "budget"
 
     def payload(self) -> dict[str, object]:
+        if self.kind == "key_expiry":
+            return {
+                "type": "key.expiry",
+                "id": self.id,
+                "created_at": self.created_at,
+                "subject": self.subject,
+                "expires_at": self.window_start,
+                "threshold_days": self.limit,
+                "days_left": round(self.spent, 2),
+            }
         return {
             "type": "budget.alert",
             "id": self.id,
@@ -139,7 +155,7 @@ def label_of_row(subject_type: str, subject_id: int, key_name: str | None, key_p
 _NAMES_OF_ALERT, _ALERTS_LABELLED = labelled("budget_alerts", "a")
 _SELECT = (
     "SELECT a.id, a.created_at, a.subject_type, a.subject_id, a.dimension, a.window_start, a.limit_value, a.spent, a.percent,"
-    f" a.attempts, a.delivered_at, a.last_error, a.dismissed_at, {_NAMES_OF_ALERT} FROM {_ALERTS_LABELLED}"
+    f" a.attempts, a.delivered_at, a.last_error, a.dismissed_at, a.kind, {_NAMES_OF_ALERT} FROM {_ALERTS_LABELLED}"
 )
 
 
@@ -149,7 +165,7 @@ def _alerts(db: Engine, where: str, params: dict[str, object]) -> list[Alert]:
     with db.connect() as conn:
         rows = conn.execute(text(f"{_SELECT} {where}"), params).all()
     out = []
-    for id_, created, stype, sid, dim, start, limit, spent, percent, attempts, delivered, error, dismissed, *names in rows:
+    for id_, created, stype, sid, dim, start, limit, spent, percent, attempts, delivered, error, dismissed, kind, *names in rows:
         _, end = windows.bounds(by_name[dim].window, start) if dim in by_name else (start, start)
         out.append(
             Alert(
@@ -166,6 +182,7 @@ def _alerts(db: Engine, where: str, params: dict[str, object]) -> list[Alert]:
                 delivered,
                 error,
                 dismissed,
+                kind,
             )
         )
     return out
