@@ -178,7 +178,10 @@ class KeysController(Controller):
     def expiring_keys(
         self, keyring: KeyRing, lifecycle: KeyLifecycle, within_days: float = EXPIRING_SOON_DAYS
     ) -> list[JsonObject]:
-        """Live keys expiring within ``within_days`` (default 14), and old secrets still in their rotation overlap."""
+        """Live keys expiring within ``within_days`` (default 14, at most 3650), and old secrets still in their rotation
+        overlap."""
+        if not 0 < within_days <= 3650:  # also refuses NaN
+            raise BadRequest("within_days must be more than 0 and at most 3650", param="within_days")
         now = time.time()
         items = expiring_soon(keyring.list(), lifecycle.in_overlap(now), now, within_days)
         return [{"key_id": e.key_id, "label": e.label, "what": e.what, "at": e.at, "days_left": e.days_left(now)} for e in items]
