@@ -14,6 +14,7 @@ import threading
 
 import pytest
 
+from appliance.jsontypes import JsonObject
 from appliance.store.jobs import TERMINAL, Job, JobContext, JobRegistry
 from appliance.webui.jobs_view import _events
 
@@ -26,7 +27,7 @@ def held_final_event(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, 
     reached, release = threading.Event(), threading.Event()
     original = Job._emit
 
-    def emit(self: Job, type_: str, **extra: str):  # type: ignore[no-untyped-def]
+    def emit(self: Job, type_: str, **extra: str) -> JsonObject:
         entering = extra.get("state", self.state)
         if type_ == "state" and entering in TERMINAL and self.kind == "quantize":
             reached.set()
