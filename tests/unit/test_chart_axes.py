@@ -10,7 +10,7 @@ import pytest
 
 from appliance.metering.series import DAY, HOUR, bucket_starts
 from appliance.webui.chart_axes import TimeAxis, time_ticks, value_ticks
-from appliance.webui.charts import time_chart
+from appliance.webui.charts import sparkline, time_chart
 from appliance.webui.units import axis_formatter, compact, duration, exact_formatter
 
 
@@ -147,3 +147,13 @@ def test_time_chart_labels_its_axes_in_its_unit_and_says_each_bucket_on_hover():
     assert [text for _, cls, text in parts.texts if cls == "tick-y"][-1] == "0.00400 EUR"
     lines = str(time_chart("l", "TTFT", "d", axis, [("p50", [None] * 23 + [850.0])], unit="ms", kind="lines"))
     assert lines.count("<polyline") == 1 and "850 ms" in lines and "1 s" in lines
+
+
+def test_sparklines_say_each_value_on_hover_and_their_span():
+    html = str(sparkline([10, None, 43.4], top=100, label="CPU <use>", unit="%", span="5 min"))
+    parts = _Parts()
+    parts.feed(html)
+    assert [text for tag, _, text in parts.texts if tag == "title"] == ["CPU <use>: 10%", "CPU <use>: 43%"]
+    assert 'aria-label="CPU &lt;use&gt;, last 5 min, now 43%"' in html and "style=" not in html
+    assert [text for tag, cls, text in parts.texts if tag == "span"] == ["5 min ago", "max 43%", "now"]
+    assert "<title>tok: 1.5k tok/s</title>" in str(sparkline([0, 1500], label="tok", unit="tok/s"))
