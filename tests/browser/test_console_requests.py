@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 
 import httpx
 import pytest
@@ -39,6 +40,10 @@ def test_a_refused_request_is_found_by_its_request_id(signed_in, console_daemon)
     assert rows.locator("[data-testid=request-status]").inner_text() == "401"
     assert rows.locator("[data-testid=request-reason]").inner_text() == "invalid_api_key"
     s.shoot("requests")
+    exported = s.page.request.get(f"{console_daemon.url}/requests.csv?request_id={request_id}")
+    assert exported.status == 200
+    header, row = exported.text().splitlines()
+    assert header.startswith("time,request_id,") and f",{request_id}," in row and ",401,invalid_api_key," in row
 
     # Usage counts the refusal by its reason and links to the filtered log
     s.goto("/usage?range=today")
@@ -126,3 +131,20 @@ def test_batches_are_listed_and_an_operator_cancels_one(signed_in, console_daemo
     viewer.goto(f"/batches/{batch_id}")
     assert viewer.page.locator("[data-testid=batch-status]").count() == 1
     assert viewer.page.locator("[data-testid=cancel-batch]").count() == 0
+
+    # once cancelled, its failed lines are in an error file that admins, and only admins, download
+    with httpx.Client(base_url=console_daemon.url, headers={"Authorization": f"Bearer {secret}"}, timeout=60) as client:
+        for _ in range(600):
+            if client.get(f"/v1/batches/{batch_id}").json()["status"] == "cancelled":
+                break
+            time.sleep(0.1)
+    errors_url = f"{console_daemon.url}/batches/{batch_id}/errors"
+    assert s.page.request.get(errors_url).status == 403  # an operator
+    admin = signed_in("alice")
+    admin.goto(f"/batches/{batch_id}")
+    assert admin.page.locator("[data-testid=batch-status]").inner_text() == "cancelled"
+    assert admin.page.locator("[data-testid=errors-file]").get_attribute("href") == f"/batches/{batch_id}/errors"
+    download = admin.page.request.get(errors_url)
+    assert download.status == 200
+    lines = [json.loads(line) for line in download.text().splitlines()]
+    assert lines and all(line["response"]["body"]["error"]["code"] == "model_not_found" for line in lines)

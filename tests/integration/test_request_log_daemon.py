@@ -106,6 +106,21 @@ def test_served_refused_and_failed_requests_are_logged_with_their_reason_and_id(
         assert admin.get("/admin/requests", params={"status": "teapot"}).status_code == 400
 
 
+def test_a_stream_the_client_leaves_is_logged_as_499_client_disconnected(box):
+    secret = box.create_key("logged-stream")
+    body = _chat(content="Count from one to a thousand", stream=True, max_tokens=1500)
+    auth = {"Authorization": f"Bearer {secret}"}
+    with (
+        httpx.Client(base_url=box.url, timeout=120) as client,
+        client.stream("POST", "/v1/chat/completions", json=body, headers=auth) as answer,
+    ):
+        assert answer.status_code == 200
+        request_id = answer.headers["x-request-id"]
+        next(answer.iter_raw())  # the first event, then hang up
+    row = _logged(box, request_id)
+    assert (row["status"], row["reason"]) == (499, "client_disconnected"), row
+
+
 def test_no_secret_query_string_or_body_reaches_the_database(box):
     secret = box.create_key("logged-secrets")
     with httpx.Client(base_url=box.url, timeout=120) as client:
