@@ -121,6 +121,21 @@ def test_a_stream_the_client_leaves_is_logged_as_499_client_disconnected(box):
     assert (row["status"], row["reason"]) == (499, "client_disconnected"), row
 
 
+def test_probes_assets_and_page_views_are_not_logged_but_refused_pages_are(box):
+    with httpx.Client(base_url=box.url, timeout=60) as client:
+        quiet = [client.get(path) for path in ("/healthz", "/readyz", "/static/console.css", "/login", "/docs/")]
+        assert [r.status_code for r in quiet] == [200, 200, 200, 200, 303], [r.status_code for r in quiet]  # /docs/: sign in
+        refused_page = client.post("/keys/new", data={"name": "x"})  # no session, no CSRF token
+        assert refused_page.status_code >= 400
+        marker = client.get("/v1/models")  # no key: 401, logged after the others
+    assert _logged(box, marker.headers["x-request-id"])["reason"] == "invalid_api_key"
+    with box.admin() as admin:
+        for answer in quiet:
+            rows = admin.get("/admin/requests", params={"request_id": answer.headers["x-request-id"]}).json()["data"]
+            assert rows == [], answer.request.url
+    assert _logged(box, refused_page.headers["x-request-id"])["status"] == refused_page.status_code
+
+
 def test_no_secret_query_string_or_body_reaches_the_database(box):
     secret = box.create_key("logged-secrets")
     with httpx.Client(base_url=box.url, timeout=120) as client:
