@@ -10,7 +10,7 @@ from sqlalchemy.engine import Engine
 
 from appliance.db.audit import AuditTrail
 from appliance.errors import BadRequest, NotFound
-from appliance.metering.alerts import MAX_ATTEMPTS, dismiss_alert, list_alerts, send_test
+from appliance.metering.alerts import MAX_ATTEMPTS, default_shares, dismiss_alert, list_alerts, send_test
 from appliance.settings import Settings
 from appliance.webui.context import ConsoleUser
 from appliance.webui.gate import needs
@@ -40,7 +40,7 @@ def _alerts_context(db: Engine, settings: Settings, message: str | None = None) 
         "alerts": list_alerts(db),
         "alert_keys": _alert_keys(db),
         "webhook": settings.alert_webhook_url,
-        "default_percent": settings.budget_alert_percent,
+        "default_shares": default_shares(settings),
         "max_attempts": MAX_ATTEMPTS,
         "message": message,
     }

@@ -60,7 +60,7 @@ class QuotaUpdate(_Numbers):
         default=None,
         ge=0,
         le=100,
-        description="Budget alert threshold (%); null: the budget_alert_percent setting; 0: no alerts.",
+        description="Budget alert threshold (%), in place of the budget_alert_thresholds setting; null: the setting's; 0: none.",
     )
 
 

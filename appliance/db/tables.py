@@ -175,7 +175,7 @@ class Quota(SQLModel, table=True):
     tokens_per_month: int | None = None
     cost_per_month: float | None = None
     max_concurrent: int | None = None
-    alert_percent: float | None = None  # budget alert threshold; NULL: the budget_alert_percent setting, 0: none
+    alert_percent: float | None = None  # budget alert threshold; NULL: the budget_alert_thresholds setting, 0: none
 
 
 class QuotaCounter(SQLModel, table=True):
@@ -194,15 +194,16 @@ class QuotaCounter(SQLModel, table=True):
 
 
 class BudgetAlert(SQLModel, table=True):
-    """An alert for the banner and the webhook. ``budget``: a budget counter that crossed its alert threshold, at most
-    one per counter, so one per window. ``key_expiry``: a key within a threshold of its expiry, at most one per key,
-    expiry and threshold (``dedupe_key``)."""
+    """An alert for the banner and the webhook. ``budget``: a budget counter that crossed one of its alert thresholds, at
+    most one per counter and threshold, so one per threshold and window. ``key_expiry``: a key within a threshold of its
+    expiry, at most one per key, expiry and threshold (``dedupe_key``)."""
 
     __tablename__ = "budget_alerts"
+    __table_args__ = (UniqueConstraint("counter_id", "percent", name="uq_budget_alerts_counter_id_percent"),)
     id: int | None = Field(default=None, primary_key=True)
     created_at: float = Field(default_factory=now, index=True)
     kind: str = Field(default="budget", max_length=16, sa_column_kwargs={"server_default": "budget"})  # budget | key_expiry
-    counter_id: int | None = Field(default=None, unique=True)  # budget: quota_counters.id (kept after the counter is pruned)
+    counter_id: int | None = None  # budget: quota_counters.id (kept after the counter is pruned); one alert per threshold
     dedupe_key: str | None = Field(default=None, unique=True, max_length=128)  # key_expiry: key, expiry and threshold
     subject_type: str = Field(max_length=8)
     subject_id: int

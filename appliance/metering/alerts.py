@@ -2,10 +2,11 @@
 
 Raising: when a settle charges a daily or monthly token or cost counter, the same
 transaction (the group-commit writer's) inserts a ``budget_alerts`` row if the
-counter's ``spent`` reached its threshold (the quota's ``alert_percent``, else the
-``budget_alert_percent`` setting). ``counter_id`` is unique, and a counter is one
-subject, budget and window, so each budget alerts at most once per window; the
-alert's audit row is written in that transaction too.
+counter's ``spent`` reached one of its thresholds (the quota's ``alert_percent``, else
+the ``budget_alert_thresholds`` setting, e.g. 50, 80 and 100%). ``(counter_id, percent)``
+is unique, and a counter is one subject, budget and window, so each budget alerts at
+most once per threshold and window; a settle that crosses several thresholds at once
+raises each. The alert's audit row is written in that transaction too.
 
 Delivering: :class:`AlertNotifier` runs on the scheduler. It POSTs each undelivered
 alert to ``alert_webhook_url`` as JSON, signed like this::
@@ -31,7 +32,7 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import httpx
@@ -53,13 +54,13 @@ BATCH = 50
 _RAISE = (
     "INSERT INTO budget_alerts (created_at, counter_id, subject_type, subject_id, dimension, window_start, limit_value,"
     " spent, percent, attempts, next_attempt_at)"
-    " SELECT ?2, c.id, c.subject_type, c.subject_id, c.dimension, c.window_start, c.limit_value, c.spent,"
-    " coalesce(q.alert_percent, ?3), 0, ?2"
-    " FROM quota_counters c LEFT JOIN quotas q ON q.subject_type = c.subject_type AND q.subject_id = c.subject_id"
+    " SELECT ?2, c.id, c.subject_type, c.subject_id, c.dimension, c.window_start, c.limit_value, c.spent, t.value, 0, ?2"
+    " FROM quota_counters c LEFT JOIN quotas q ON q.subject_type = c.subject_type AND q.subject_id = c.subject_id,"
+    " json_each(CASE WHEN q.alert_percent IS NULL THEN ?3 ELSE json_array(q.alert_percent) END) t"
     " WHERE c.id = ?1 AND c.dimension IN (" + ", ".join(f"'{name}'" for name in BUDGET_DIMENSIONS) + ")"
-    " AND c.limit_value > 0 AND coalesce(q.alert_percent, ?3) > 0"
-    " AND c.spent >= c.limit_value * coalesce(q.alert_percent, ?3) / 100.0"
-    " ON CONFLICT (counter_id) DO NOTHING"
+    " AND c.limit_value > 0 AND t.value > 0 AND c.spent >= c.limit_value * t.value / 100.0"
+    " ORDER BY t.value"
+    " ON CONFLICT (counter_id, percent) DO NOTHING"
     " RETURNING id, subject_type, subject_id, dimension, limit_value, spent, percent"
 )
 _NAMES = (
@@ -69,23 +70,28 @@ _NAMES = (
 _AUDIT = "INSERT INTO audit_log (created_at, actor, action, target, detail) VALUES (?, 'system', 'budget.alert', ?, ?)"
 
 
+def default_shares(settings: Settings) -> list[float]:
+    """The shares (%) budgets alert at when their quota sets none: ``budget_alert_thresholds``, or the one share of
+    the older ``budget_alert_percent`` when that is set (0: none)."""
+    if settings.budget_alert_percent is not None:
+        return [settings.budget_alert_percent] if settings.budget_alert_percent > 0 else []
+    return list(settings.budget_alert_thresholds)
+
+
 def subject_label(conn: sqlite3.Connection, subject_type: str, subject_id: int) -> str:
     """``name (prefix…)`` for a key, ``team:<name>`` for a team (``key:#7`` once the key or team is gone)."""
     key_name, key_prefix, team_name = conn.execute(_NAMES, (subject_type, subject_id)).fetchone()
     return label_of(subject_type, subject_id, key_name=key_name, key_prefix=key_prefix, team_name=team_name)
 
 
-def raise_budget_alert(conn: sqlite3.Connection, counter_id: int, now: float, default_percent: float) -> int | None:
-    """Inside the ledger's transaction: raise the counter's alert if it just reached its threshold.
-
-    Returns the new alert's id, or None (below the threshold, no threshold, or raised before)."""
-    row = conn.execute(_RAISE, (counter_id, now, default_percent)).fetchone()
-    if row is None:
-        return None
-    alert_id, subject_type, subject_id, dimension, limit, spent, percent = row
-    detail = f"{dimension} reached {percent:g}% of its limit: {spent:g} of {limit:g}"
-    conn.execute(_AUDIT, (now, subject_label(conn, subject_type, subject_id), detail))
-    return int(alert_id)
+def raise_budget_alert(conn: sqlite3.Connection, counter_id: int, now: float, shares: Sequence[float]) -> list[int]:
+    """Inside the ledger's transaction: raise the counter's alerts for the thresholds it has reached and not raised
+    yet in its window (the quota's own share, else ``shares``). Returns the new alerts' ids, lowest share first."""
+    rows = conn.execute(_RAISE, (counter_id, now, json.dumps(list(shares)))).fetchall()
+    for _alert_id, subject_type, subject_id, dimension, limit, spent, percent in rows:
+        detail = f"{dimension} reached {percent:g}% of its limit: {spent:g} of {limit:g}"
+        conn.execute(_AUDIT, (now, subject_label(conn, subject_type, subject_id), detail))
+    return [int(row[0]) for row in rows]
 
 
 @dataclass(frozen=True, slots=True)

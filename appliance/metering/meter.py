@@ -50,6 +50,7 @@ from appliance.metering.admission import (
     prune_counters,
     release_reservations,
 )
+from appliance.metering.alerts import default_shares
 from appliance.metering.ledger import GroupCommitWriter, WriterStats, transaction
 from appliance.metering.pricing import PriceBook, cost_of
 from appliance.metering.settlement import Settlement, UsageRow, apply_settlement, charges
@@ -405,7 +406,7 @@ class Meter:
             charges(admission.holds, tokens, cost, counts_tokens),
             bool(admission.holds),
             cost,
-            self.settings.budget_alert_percent,
+            tuple(default_shares(self.settings)),
         )
         if self._writer.running:
             try:

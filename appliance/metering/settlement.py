@@ -65,7 +65,7 @@ class Settlement:
     charges: tuple[tuple[int, float, bool], ...]  # (counter id, amount to add to spent, a budget counter)
     holds: bool
     cost: float
-    alert_percent: float = 0.0  # budget alert threshold of quotas that set none (0: no alerts)
+    alert_shares: tuple[float, ...] = ()  # budget alert thresholds (%) of quotas that set none (none: no alerts)
 
 
 def charges(holds: tuple[Hold, ...], tokens: int, cost: float, counts_tokens: bool) -> tuple[tuple[int, float, bool], ...]:
@@ -100,7 +100,7 @@ def apply_settlement(conn: sqlite3.Connection, settlement: Settlement) -> float:
         if spent or returned:
             conn.execute(_SETTLE, (spent, returned, counter_id))
         if spent and budget:
-            raise_budget_alert(conn, counter_id, settlement.row.created_at, settlement.alert_percent)
+            raise_budget_alert(conn, counter_id, settlement.row.created_at, settlement.alert_shares)
     insert_usage(conn, settlement.row)
     if settlement.row.key_id is not None:
         conn.execute(_LAST_USED, (settlement.row.created_at, settlement.row.key_id))

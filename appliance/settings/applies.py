@@ -99,6 +99,7 @@ APPLIES: dict[str, Applies] = {
     # The console: sessions and sign-in are set up at start; the alert webhook is live (each delivery
     # reads its URL and secret).
     "session_secret": "restart",
+    "budget_alert_thresholds": "restart",
     "budget_alert_percent": "restart",
     "alert_webhook_url": "live",
     "alert_webhook_secret": "live",

@@ -7,6 +7,12 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, Field, SecretStr, ValidationInfo, field_validator, model_validator
 
+MAX_ALERT_THRESHOLDS = 10
+
+
+def _default_alert_thresholds() -> list[float]:
+    return [80.0, 100.0]
+
 
 class ConsoleFields(BaseModel):
     """Console sessions, budget alerts and their signed webhook, and who may sign in (locally or through OIDC)."""
@@ -14,13 +20,20 @@ class ConsoleFields(BaseModel):
     session_secret: str | None = Field(
         default=None, description="Secret for console session cookies. Unset: generated once and kept in the data dir."
     )
-    budget_alert_percent: float = Field(
-        default=80.0,
+    budget_alert_thresholds: list[float] = Field(
+        default_factory=_default_alert_thresholds,
+        description=(
+            "Shares (%) of a daily or monthly token or cost budget at which alerts are raised, each once per window "
+            "(e.g. `[50, 80, 100]`); a quota's own `alert_percent` replaces them with its one share. Empty: no alerts."
+        ),
+    )
+    budget_alert_percent: float | None = Field(
+        default=None,
         ge=0,
         le=100,
         description=(
-            "Share (%) of a daily or monthly token or cost budget at which an alert is raised, once per window; a quota's own "
-            "`alert_percent` overrides it. 0: no alerts."
+            "The older one-share form of `budget_alert_thresholds`: when set, alerts are raised at this share only "
+            "(0: no alerts)."
         ),
     )
     alert_webhook_url: str | None = Field(
@@ -91,6 +104,15 @@ class ConsoleFields(BaseModel):
     oidc_default_role: Literal["admin", "operator", "viewer"] | None = Field(
         default=None, description="Role of a provider user in none of the mapped groups. Unset: such users are refused."
     )
+
+    @field_validator("budget_alert_thresholds")
+    @classmethod
+    def _alert_thresholds(cls, value: list[float]) -> list[float]:
+        if any(not 0 < share <= 100 for share in value):
+            raise ValueError("budget_alert_thresholds are shares of a budget: each more than 0 and at most 100")
+        if len(value) > MAX_ALERT_THRESHOLDS:
+            raise ValueError(f"budget_alert_thresholds holds at most {MAX_ALERT_THRESHOLDS} shares")
+        return sorted(set(value))
 
     @model_validator(mode="after")
     def _webhook_is_signed(self) -> Self:

@@ -10,7 +10,14 @@ import time
 import pytest
 
 from appliance.metering.admin import QuotaService
-from appliance.metering.alerts import MAX_ATTEMPTS, AlertNotifier, dismiss_alert, list_alerts, next_attempt_delay
+from appliance.metering.alerts import (
+    MAX_ATTEMPTS,
+    AlertNotifier,
+    default_shares,
+    dismiss_alert,
+    list_alerts,
+    next_attempt_delay,
+)
 from appliance.metering.forecast import budget_forecasts, reached_at
 from appliance.metering.meter import Meter
 from appliance.metering.quotas import DAY
@@ -87,11 +94,44 @@ async def test_the_setting_at_zero_raises_nothing(tmp_path, db, clock):
     assert alerts(db) == []
 
 
+async def test_several_thresholds_each_alert_once_per_window(tmp_path, db, clock):
+    m = Meter(settings(tmp_path, budget_alert_thresholds=[100, 50, 80]), db, clock=clock)
+    await m.start()
+    try:
+        key = add_key(db, "a")
+        set_quota(db, "key", key.id, tokens_per_day=1000)
+        await spend(m, key, "r1", 500)
+        assert [a[5] for a in alerts(db)] == [50.0]
+        await spend(m, key, "r2", 100)
+        await spend(m, key, "r3", 100)
+        assert [a[5] for a in alerts(db)] == [50.0]  # 70%: nothing new
+        await spend(m, key, "r4", 300)  # 100%: past 80 and 100 in one settle, each raised
+        assert [(a[4], a[5]) for a in alerts(db)] == [(500.0, 50.0), (1000.0, 80.0), (1000.0, 100.0)]
+        assert len(audit(db)) == 3  # once per threshold and window (50 stayed one alert over r2 and r3)
+        assert audit(db)[2][3] == "tokens_per_day reached 100% of its limit: 1000 of 1000"
+        clock.advance(DAY)
+        await spend(m, key, "r6", 800)
+        assert [a[5] for a in alerts(db)][3:] == [50.0, 80.0]  # the next window alerts again
+    finally:
+        await m.stop()
+        m.close()
+
+
+def test_the_older_one_share_setting_wins_and_thresholds_are_checked(tmp_path):
+    assert default_shares(settings(tmp_path)) == [80.0, 100.0]
+    assert default_shares(settings(tmp_path, budget_alert_thresholds=[80, 50, 80])) == [50.0, 80.0]
+    assert default_shares(settings(tmp_path, budget_alert_thresholds=[50], budget_alert_percent=90)) == [90.0]
+    assert default_shares(settings(tmp_path, budget_alert_percent=0)) == []
+    for bad in ([0], [101], [-5]):
+        with pytest.raises(ValueError, match="budget_alert_thresholds"):
+            settings(tmp_path, budget_alert_thresholds=bad)
+
+
 # -- delivery -------------------------------------------------------------------------------
 async def raise_one(meter, db):
     key = add_key(db, "a")
     set_quota(db, "key", key.id, tokens_per_day=10)
-    await spend(meter, key, "r1", 10)
+    await spend(meter, key, "r1", 8)  # 80%: the first of the default shares (80 and 100)
     assert len(alerts(db)) == 1
 
 
@@ -110,7 +150,7 @@ async def test_an_alert_is_delivered_once_with_a_valid_signature(meter, db, tmp_
     assert headers["content-type"] == "application/json"
     payload = json.loads(body)
     assert payload["type"] == "budget.alert" and payload["subject"] == "a (ak_a…)"
-    assert (payload["dimension"], payload["limit"], payload["spent"], payload["percent"]) == ("tokens_per_day", 10.0, 10.0, 80.0)
+    assert (payload["dimension"], payload["limit"], payload["spent"], payload["percent"]) == ("tokens_per_day", 10.0, 8.0, 80.0)
     assert payload["window_end"] - payload["window_start"] == DAY
     assert rows(db, "SELECT attempts, delivered_at IS NOT NULL, last_error FROM budget_alerts") == [(1, 1, None)]
 

@@ -269,7 +269,7 @@ def _raise_budget_alert(app) -> None:
             " VALUES ('key', ?, 'tokens_per_day', 0, 100, 60, 0) RETURNING id",
             (key_id,),
         ).fetchone()[0]
-        assert raise_budget_alert(conn, counter, 1.0, 80.0) is not None
+        assert raise_budget_alert(conn, counter, 1.0, [80.0])
         conn.execute("COMMIT")
     finally:
         conn.close()
