@@ -1,8 +1,12 @@
 """Tiny server-rendered SVG charts: no chart library, no script, no inline style.
 
 Each function returns ``Markup`` assembled only from numbers it formatted itself
-and text it escaped, so it is safe to print in an autoescaped template. The
-SVGs scale to their container (``viewBox`` + ``preserveAspectRatio="none"``).
+and text it escaped, so it is safe to print in an autoescaped template. Marks
+scale to their container (``viewBox`` + ``preserveAspectRatio="none"``); the time
+chart's labels sit outside that stretched box, placed in pixels and percentages
+of the outer SVG, so text is never distorted and no inline style is needed. Units
+come from :mod:`appliance.webui.units`, gridlines and ticks from
+:mod:`appliance.webui.chart_axes`.
 """
 
 from __future__ import annotations
