@@ -90,6 +90,7 @@ class AccessGuard:
         if principal is None:
             principal = await asyncio.to_thread(keyring.authenticate, token)
         mark_authenticated(scope)  # a valid key: the connection leaves the per-address cap on anonymous ones
+        scope[PRINCIPAL] = principal  # type: ignore[literal-required]  # before the role checks: a refusal names the key
         if level is Access.METRICS:
             if not principal.is_admin and principal.role != METRICS_ROLE:
                 raise PermissionDenied("This route needs an admin or metrics key.")
@@ -97,7 +98,6 @@ class AccessGuard:
             raise PermissionDenied("A metrics key may read /metrics and nothing else.")
         elif level is Access.ADMIN and not principal.is_admin:
             raise PermissionDenied("This route needs an admin key.")
-        scope[PRINCIPAL] = principal  # type: ignore[literal-required]
 
     async def _refuse_metrics_key(self, connection: ASGIConnection) -> None:
         """The console signs in with its own session; a metrics key sent to it is refused outright (403), so a

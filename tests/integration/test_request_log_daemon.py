@@ -75,6 +75,7 @@ def test_served_refused_and_failed_requests_are_logged_with_their_reason_and_id(
         cases.append(("429", client.post("/v1/chat/completions", json=_chat(content=PROMPT), headers=quota_auth)))
         cases.append(("200", client.post("/v1/chat/completions", json=_chat(content=PROMPT), headers=auth)))
         cases.append(("no route", client.get("/v1/nothing-here", headers=auth)))
+        cases.append(("403", client.get("/admin/requests", headers=auth)))  # a user key on an admin route
     expected = {
         "401": (401, "invalid_api_key", None),
         "404": (404, "model_not_found", prefix),
@@ -82,15 +83,17 @@ def test_served_refused_and_failed_requests_are_logged_with_their_reason_and_id(
         "429": (429, "insufficient_quota", over_quota[:12]),
         "200": (200, None, prefix),
         "no route": (404, "not_found", None),  # no route: no guard ran, so no key was read
+        "403": (403, "permission_denied", prefix),
     }
+    endpoints = {"no route": "(no route)", "403": "/admin/requests"}
     for name, response in cases:
         status, reason, key = expected[name]
         assert response.status_code == status, (name, response.text)
         request_id = response.headers["x-request-id"]
         row = _logged(box, request_id)
         assert (row["status"], row["reason"], row["key"]) == (status, reason, key), (name, row)
-        assert row["method"] == ("GET" if name == "no route" else "POST")
-        assert row["endpoint"] == ("(no route)" if name == "no route" else "/v1/chat/completions")
+        assert row["method"] == ("GET" if name in endpoints else "POST")
+        assert row["endpoint"] == endpoints.get(name, "/v1/chat/completions")
         assert row["address"] == "127.0.0.1"
     served = _logged(box, cases[4][1].headers["x-request-id"])
     usage = cases[4][1].json()["usage"]
