@@ -186,7 +186,10 @@ def install_system(settings_overrides: dict) -> None:
     _run("chown", "-R", f"{SERVICE_USER}:{SERVICE_USER}", str(settings.data_dir))
     if password_file(settings).is_file():
         os.chown(password_file(settings), 0, 0)  # root's alone, not the service's
-    _run("chgrp", SERVICE_USER, str(SYSTEM_CONFIG_PATH))
+    # The service's group may rewrite the config file (settings changed from the console), never anyone else.
+    _run("chgrp", SERVICE_USER, str(SYSTEM_CONFIG_PATH.parent), str(SYSTEM_CONFIG_PATH))
+    os.chmod(SYSTEM_CONFIG_PATH.parent, 0o770)
+    os.chmod(SYSTEM_CONFIG_PATH, 0o660)
     shutil.copyfile(unit_source(), UNIT_PATH)
     _run("systemctl", "daemon-reload")
     _run("systemctl", "enable", UNIT_NAME)

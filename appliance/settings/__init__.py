@@ -12,7 +12,8 @@ Settings are read once, by :func:`load_settings`, and passed to whatever needs
 them. Nothing reads them at import time. Each settings object remembers where
 every value came from (:meth:`Settings.origin`, traced in ``origins``): the
 command line, an environment variable, the config file (``config_file``), or the
-default.
+default. A running daemon changes settings through ``runtime`` (checked by ``editor``,
+written by ``config_writer``, applied at once or at restart as ``applies`` says).
 """
 
 from __future__ import annotations

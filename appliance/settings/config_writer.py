@@ -75,13 +75,15 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def _same_owner(fd: int, info: os.stat_result) -> None:
-    """Give the new file the old one's owner and group. Only root may give a file away: the service (which is in the
-    config file's group, a system install's root:appliance) keeps the group and becomes the owner itself."""
-    if (info.st_uid, info.st_gid) == (os.fstat(fd).st_uid, os.fstat(fd).st_gid):
+    """Give the new file the old one's owner and group. Only root may give a file away: a service (in the config
+    file's group, as a system install's root:appliance file) keeps the group and becomes the owner itself, with no
+    chown at all when its own group is already the file's (the hardened unit's system-call filter refuses chown)."""
+    now = os.fstat(fd)
+    if (now.st_uid, now.st_gid) == (info.st_uid, info.st_gid):
         return
-    try:
+    if os.geteuid() == 0:
         os.fchown(fd, info.st_uid, info.st_gid)
-    except PermissionError:
+    elif now.st_gid != info.st_gid:
         os.fchown(fd, -1, info.st_gid)
 
 

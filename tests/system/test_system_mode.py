@@ -196,6 +196,31 @@ def test_the_service_serves_a_chat_completion_with_the_default_model(box: Box) -
     assert "gemma" in body["model"], f"the default model did not answer: {body['model']}"
 
 
+def test_a_setting_changed_through_the_service_lands_in_its_config_file_and_a_restart_comes_back(box: Box) -> None:
+    _require_installed(box)
+    said = box.c.sh(f"{CTL} config set currency EUR", check=False)
+    assert said.returncode == 0 and "applied now" in said.stdout, f"{said.stdout}\n{said.stderr}\n{box.journal()[-3000:]}"
+    assert 'currency = "EUR"' in box.c.sh("cat /etc/appliance/appliance.toml").stdout
+    assert box.c.sh("stat -c '%a %G' /etc/appliance/appliance.toml").stdout.split() == ["660", "appliance"]
+    restarts = int(box.show("NRestarts")["NRestarts"])
+    asked = box.c.sh(
+        "/opt/appliance/venv/bin/python -c \"import httpx; t = httpx.HTTPTransport(uds='/var/lib/appliance/run/admin.sock');"
+        " print(httpx.Client(transport=t, base_url='http://box').post('/admin/settings/restart').text)\""
+    ).stdout
+    assert '"comes_back":true' in asked.replace(" ", ""), asked
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        now = box.show("ActiveState", "NRestarts")
+        if int(now["NRestarts"]) == restarts + 1 and now["ActiveState"] == "active":
+            break
+        time.sleep(1)
+    else:
+        pytest.fail(f"the service did not come back after the restart asked for: {now}\n{box.journal()[-3000:]}")
+    assert box.ready(), "the restarted service did not become ready"
+    assert "status=75" in box.journal()
+    assert "currency = 'EUR'  (config file; live)" in box.c.sh(f"{CTL} config show").stdout
+
+
 def test_the_one_time_password_is_printed_once_and_signs_in(box: Box) -> None:
     code, output = _first_install(box)
     _require_installed(box)
