@@ -12,17 +12,13 @@ group-commit writer's next batch, so nothing can overspend and the event loop
 does no SQLite work). ``settle``/``release`` write the usage row, add the real
 amounts to ``spent`` and return the held amounts from ``reserved`` in ONE
 transaction (:mod:`appliance.metering.settlement`), through the same writer
-(:mod:`appliance.metering.ledger`); each returns once its batch is committed.
+(:mod:`appliance.metering.meter_db`); each returns once its batch is committed.
 ``admit_now`` is the synchronous admission, in a transaction of its own (for
 callers without an event loop).
 
 The meter counts quota refusals in ``metrics`` (it alone knows the dimension);
 the request counters and histograms are the gateway's to feed, through
 ``meter.metrics.observe_request``, once per request whatever its outcome.
-
-All of it uses one dedicated SQLite connection guarded by a lock shared by the
-writer thread and the synchronous callers: they never wait on SQLite's busy
-handler for each other.
 """
 
 from __future__ import annotations
@@ -30,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -38,38 +33,18 @@ from collections.abc import Callable
 from sqlalchemy import Engine
 
 from appliance.accounts.keys import Principal
-from appliance.db.checkpoint import DEFAULT_AUTOCHECKPOINT_PAGES, WalCheckpointer
-from appliance.db.engine import configure_connection
-from appliance.metering.admission import (
-    Admission,
-    Admissions,
-    Granted,
-    Refusal,
-    Reservation,
-    busy,
-    prune_counters,
-    release_reservations,
-)
+from appliance.metering.admission import Admission, Admissions, Granted, prune_counters, release_reservations
 from appliance.metering.alerts import default_shares
-from appliance.metering.ledger import GroupCommitWriter, WriterStats, transaction
+from appliance.metering.ledger import WriterStats
+from appliance.metering.meter_db import MeterDatabase
 from appliance.metering.pricing import PriceBook, cost_of
-from appliance.metering.settlement import Settlement, UsageRow, apply_settlement, charges
+from appliance.metering.settlement import Settlement, UsageRow, charges
 from appliance.metrics import Metrics
 from appliance.settings import Settings
 
 log = logging.getLogger("appliance.metering.meter")
 
 CACHE_HIT_TIERS = frozenset({"exact", "semantic"})
-
-
-def connect(db: Engine) -> sqlite3.Connection:
-    """The meter's own connection to the database file behind ``db``, with the same pragmas."""
-    path = db.url.database
-    if not path or path == ":memory:":
-        raise ValueError("the meter needs a database file")
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
-    configure_connection(conn)
-    return conn
 
 
 class Meter:
@@ -87,18 +62,12 @@ class Meter:
         self.db = db
         self.metrics = metrics if metrics is not None else Metrics()
         self._clock = clock
-        self._conn = connect(db)
-        self._lock = threading.RLock()
+        self.database = MeterDatabase(db)
         self.prices = PriceBook(self._load_prices)
-        self._admissions = Admissions(settings, self._conn, self._lock, self.prices, self.metrics, clock)
+        self._admissions = Admissions(settings, self.database.conn, self.database.lock, self.prices, self.metrics, clock)
         self._abandoning: set[asyncio.Task] = set()
         self._in_flight = 0  # requests between the start of their admission and their settle or release
         self._in_flight_lock = threading.Lock()  # admit_now counts from other threads
-        self._writer: GroupCommitWriter[Settlement | Reservation, float | Granted | Refusal | None] = GroupCommitWriter(
-            self._conn, self._lock, _apply
-        )
-        self.checkpointer = WalCheckpointer(db.url.database or "")
-        self._closed = False
 
     # -- lifecycle -----------------------------------------------------------------
     @property
@@ -108,7 +77,7 @@ class Meter:
 
     @property
     def writer_stats(self) -> WriterStats:
-        return self._writer.stats
+        return self.database.writer.stats
 
     async def start(self, *, release_reservations: bool = True) -> None:
         """Start the group-commit writer and the WAL checkpointer; release every reservation a crashed daemon left.
@@ -123,29 +92,14 @@ class Meter:
             released = self._release(math.inf)
             if released:
                 log.info("released %d reservations left by an earlier run", released)
-        self._autocheckpoint(0)
-        self.checkpointer.start()
-        self._writer.start()
+        self.database.start()
 
     async def stop(self) -> None:
         """Write everything pending and stop the writer. Later settles write synchronously."""
-        await asyncio.to_thread(self._stop_threads)
+        await asyncio.to_thread(self.database.stop)
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._stop_threads()
-        self._conn.close()
-
-    def _stop_threads(self) -> None:
-        self._writer.stop()
-        self.checkpointer.stop()
-        self._autocheckpoint(DEFAULT_AUTOCHECKPOINT_PAGES)
-
-    def _autocheckpoint(self, pages: int) -> None:
-        with self._lock:
-            self._conn.execute(f"PRAGMA wal_autocheckpoint={pages}")
+        self.database.close()
 
     # -- quotas and prices -------------------------------------------------------------
     def invalidate_quotas(self) -> None:
@@ -153,8 +107,8 @@ class Meter:
         self._admissions.invalidate()
 
     def _load_prices(self) -> list[tuple[str, float, float, float]]:
-        with self._lock:
-            return self._conn.execute("SELECT model, input_per_m, output_per_m, cached_per_m FROM prices").fetchall()
+        with self.database.lock:
+            return self.database.conn.execute("SELECT model, input_per_m, output_per_m, cached_per_m FROM prices").fetchall()
 
     # -- admission -----------------------------------------------------------------
     async def admit(
@@ -184,7 +138,7 @@ class Meter:
         meanwhile is released as a 499, so nothing stays held."""
         self._count_in_flight(1)
         try:
-            admission = await self._admit(
+            admission, reservation = self._admissions.prepare(
                 principal,
                 request_id=request_id,
                 endpoint=endpoint,
@@ -194,50 +148,16 @@ class Meter:
                 cap=cap,
                 max_tokens=max_tokens,
             )
+            if reservation is not None:
+                outcome = await self.database.reserve(
+                    reservation, alone=self._in_flight == 1, abandoned=lambda granted: self._abandoned(admission, granted)
+                )
+                admission = self._admissions.conclude(admission, reservation, outcome)
         except BaseException:
             self._count_in_flight(-1)
             raise
         admission.in_flight = True
         return admission
-
-    async def _admit(
-        self,
-        principal: Principal,
-        *,
-        request_id: str,
-        endpoint: str,
-        model: str,
-        estimated_tokens: int,
-        cached: bool,
-        cap: bool,
-        max_tokens: int | None,
-    ) -> Admission:
-        admission, reservation = self._admissions.prepare(
-            principal,
-            request_id=request_id,
-            endpoint=endpoint,
-            model=model,
-            estimated_tokens=estimated_tokens,
-            cached=cached,
-            cap=cap,
-            max_tokens=max_tokens,
-        )
-        if reservation is None:
-            return admission
-        if not self._writer.running:
-            return self._admissions.conclude(admission, reservation, self._reserve_now(reservation))
-        try:
-            pending = self._writer.submit(reservation, alone=self._in_flight == 1)
-        except RuntimeError:  # stopping right now
-            return self._admissions.conclude(admission, reservation, self._reserve_now(reservation))
-        try:
-            outcome = _admission_outcome(await asyncio.shield(pending))
-        except asyncio.CancelledError:
-            pending.add_done_callback(lambda done: self._abandoned(admission, done))
-            raise
-        except sqlite3.OperationalError as exc:
-            raise busy(exc) from None
-        return self._admissions.conclude(admission, reservation, outcome)
 
     def admit_now(
         self,
@@ -263,23 +183,14 @@ class Meter:
             max_tokens=max_tokens,
         )
         if reservation is not None:
-            admission = self._admissions.conclude(admission, reservation, self._reserve_now(reservation))
+            admission = self._admissions.conclude(admission, reservation, self.database.reserve_now(reservation))
         self._count_in_flight(1)
         admission.in_flight = True
         return admission
 
-    def _reserve_now(self, reservation: Reservation) -> Granted | Refusal | None:
-        """The reservation in a transaction of its own; 503 when the database stays locked past its busy timeout."""
-        try:
-            return transaction(self._conn, self._lock, lambda: reservation.apply(self._conn))
-        except sqlite3.OperationalError as exc:
-            raise busy(exc) from None
-
-    def _abandoned(self, admission: Admission, done: asyncio.Future) -> None:
-        """The admitting request was cancelled: release what its reservation holds, if it was made."""
-        if done.cancelled() or done.exception() is not None or not isinstance(done.result(), Granted):
-            return
-        admission.holds = done.result().holds
+    def _abandoned(self, admission: Admission, granted: Granted) -> None:
+        """The admitting request was cancelled after its reservation was made: release what it holds."""
+        admission.holds = granted.holds
         task = asyncio.get_running_loop().create_task(self.release(admission, status=499, model=admission.model))
         self._abandoning.add(task)
         task.add_done_callback(self._abandoning.discard)
@@ -336,7 +247,12 @@ class Meter:
             batch_id,
         )
         admission.cost = cost
-        return await self._commit(admission, row, prompt_tokens + completion_tokens, hit, cost)
+        counts_tokens = not hit or self.settings.cache_counts_against_quota
+        tokens = prompt_tokens + completion_tokens
+        charged = charges(admission.holds, tokens, cost, counts_tokens)
+        shares = tuple(default_shares(self.settings))
+        settlement = Settlement(row, charged, bool(admission.holds), cost, shares)
+        return await self.database.settle(settlement, alone=self._in_flight == 0)
 
     async def release(
         self,
@@ -349,41 +265,23 @@ class Meter:
         batch_id: str | None = None,
         price_factor: float = 1.0,
     ) -> None:
-        """A failed or abandoned request: record what it produced, charge that, free the rest."""
-        self._leave(admission)
-        if admission.finished:
-            return
-        admission.finished = True
-        latency_ms = (time.perf_counter() - admission.started) * 1000.0
-        cost = price_factor * cost_of(
-            self.prices.rate(model),
+        """A failed or abandoned request: record what it produced, charge that, free the rest.
+
+        Its row has no variant, backend, cached tokens, first-token time, cache hit or energy."""
+        await self.settle(
+            admission,
+            model=model,
+            variant=None,
+            backend=None,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             cached_tokens=0,
-            cache_hit=False,
+            ttft_ms=None,
+            latency_ms=(time.perf_counter() - admission.started) * 1000.0,
+            status=status,
+            batch_id=batch_id,
+            price_factor=price_factor,
         )
-        row = UsageRow(
-            admission.request_id,
-            admission.admitted_at,
-            admission.key_id,
-            admission.team_id,
-            admission.endpoint,
-            model,
-            None,
-            None,
-            prompt_tokens,
-            completion_tokens,
-            0,
-            None,
-            latency_ms,
-            status,
-            "miss",
-            cost,
-            None,
-            batch_id,
-        )
-        admission.cost = cost
-        await self._commit(admission, row, prompt_tokens + completion_tokens, False, cost)
 
     @property
     def in_flight(self) -> int:
@@ -399,25 +297,6 @@ class Meter:
             admission.in_flight = False
             self._count_in_flight(-1)
 
-    async def _commit(self, admission: Admission, row: UsageRow, tokens: int, hit: bool, cost: float) -> float:
-        counts_tokens = not hit or self.settings.cache_counts_against_quota
-        settlement = Settlement(
-            row,
-            charges(admission.holds, tokens, cost, counts_tokens),
-            bool(admission.holds),
-            cost,
-            tuple(default_shares(self.settings)),
-        )
-        if self._writer.running:
-            try:
-                return _settled_cost(await self._writer.submit(settlement, alone=self._in_flight == 0))
-            except RuntimeError:  # stopping right now: write it ourselves
-                pass
-        ((result, error),) = self._writer.write_now([settlement])
-        if error is not None:
-            raise error
-        return _settled_cost(result)
-
     # -- housekeeping -------------------------------------------------------------------
     def release_stale(self, older_than_s: float | None = None) -> int:
         """Release reservations older than ``older_than_s`` (default: :attr:`stale_after_s`).
@@ -427,30 +306,9 @@ class Meter:
         return self._release(self._clock() - age)
 
     def _release(self, cutoff: float) -> int:
-        return transaction(self._conn, self._lock, lambda: release_reservations(self._conn, cutoff))
+        return self.database.transaction(lambda: release_reservations(self.database.conn, cutoff))
 
     def prune_counters(self) -> int:
         """Delete counters of windows long over (the ledger keeps the history). Schedule hourly."""
         now = self._clock()
-        return transaction(self._conn, self._lock, lambda: prune_counters(self._conn, now))
-
-
-def _admission_outcome(result: float | Granted | Refusal | None) -> Granted | Refusal | None:
-    """What the writer answered for a reservation (it answers a settlement with its cost)."""
-    if isinstance(result, (int, float)):
-        raise TypeError("the ledger writer answered a reservation with a cost")
-    return result
-
-
-def _settled_cost(result: float | Granted | Refusal | None) -> float:
-    """What the writer answered for a settlement: its cost."""
-    if not isinstance(result, (int, float)):
-        raise TypeError(f"the ledger writer answered a settlement with {type(result).__name__}")
-    return float(result)
-
-
-def _apply(conn: sqlite3.Connection, record: Settlement | Reservation) -> float | Granted | Refusal | None:
-    """The writer's work for one record: a settlement, or an admission's reservation."""
-    if isinstance(record, Reservation):
-        return record.apply(conn)
-    return apply_settlement(conn, record)
+        return self.database.transaction(lambda: prune_counters(self.database.conn, now))

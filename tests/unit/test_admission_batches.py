@@ -104,7 +104,7 @@ def _watch_connection(meter, monkeypatch) -> list[int]:
     import threading
 
     seen: list[int] = []
-    real = meter._conn
+    real = meter.database.conn
 
     class Watch:
         def __getattr__(self, name):
@@ -114,7 +114,7 @@ def _watch_connection(meter, monkeypatch) -> list[int]:
             seen.append(threading.get_ident())
             return real.execute(*args)
 
-    monkeypatch.setattr(meter._writer, "_conn", Watch())
+    monkeypatch.setattr(meter.database.writer, "_conn", Watch())
     return seen
 
 

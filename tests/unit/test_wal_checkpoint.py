@@ -25,29 +25,29 @@ async def _requests(meter, key, n: int, tag: str) -> None:
 
 
 def _autocheckpoint(meter) -> int:
-    return meter._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+    return meter.database.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
 
 
 async def test_commits_on_the_request_path_leave_the_log_to_the_checkpointer(meter, db):
     path = db.url.database
     key = add_key(db)
     set_quota(db, "key", key.id, requests_per_minute=100_000, tokens_per_day=10**9)
-    assert _autocheckpoint(meter) == 0 and meter.checkpointer.running
-    meter.checkpointer.stop()  # nobody checkpoints now: what the requests write stays in the log
+    assert _autocheckpoint(meter) == 0 and meter.database.checkpointer.running
+    meter.database.checkpointer.stop()  # nobody checkpoints now: what the requests write stays in the log
     database_bytes = os.path.getsize(path)
     await _requests(meter, key, 400, "r")
     wal_frames = _wal_frames(path)
     # past SQLite's own threshold, and still no commit copied the log into the database file
     assert wal_frames > 2 * DEFAULT_AUTOCHECKPOINT_PAGES
     assert os.path.getsize(path) == database_bytes
-    meter.checkpointer.start()
+    meter.database.checkpointer.start()
     for _ in range(100):
         if os.path.getsize(path) > database_bytes:
             break
         await asyncio.sleep(0.05)
     assert os.path.getsize(path) > database_bytes  # the checkpointer copied the log
-    assert meter.checkpointer.stats.checkpoints >= 1
-    assert meter.checkpointer.stats.largest_log_frames == wal_frames
+    assert meter.database.checkpointer.stats.checkpoints >= 1
+    assert meter.database.checkpointer.stats.largest_log_frames == wal_frames
     # the log restarts from its beginning once it is all in the database: it does not grow further
     await _requests(meter, key, 50, "s")
     await asyncio.sleep(0.3)
@@ -57,7 +57,7 @@ async def test_commits_on_the_request_path_leave_the_log_to_the_checkpointer(met
 
 async def test_a_stopped_meter_gives_checkpoints_back_to_its_commits(meter):
     await meter.stop()
-    assert not meter.checkpointer.running
+    assert not meter.database.checkpointer.running
     assert _autocheckpoint(meter) == DEFAULT_AUTOCHECKPOINT_PAGES
 
 
