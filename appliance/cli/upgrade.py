@@ -95,7 +95,7 @@ def start_and_check(settings: Settings, release: Path, timeout: float) -> None:
     """Start the service on ``release``'s unit; :class:`Unhealthy` unless /readyz answers 200 before ``timeout``."""
     _install_unit(release)
     _systemctl("reset-failed", UNIT_NAME, check=False)
-    restarts = int(_unit("NRestarts").get("NRestarts", "0") or 0)
+    last_exit = _unit("ExecMainExitTimestampMonotonic").get("ExecMainExitTimestampMonotonic", "0")
     _systemctl("start", "--no-block", UNIT_NAME)
     source = cert_source(settings)
     verify: str | bool = str(source.ca) if source is not None and source.ca is not None else source is None
@@ -104,8 +104,11 @@ def start_and_check(settings: Settings, release: Path, timeout: float) -> None:
     while time.monotonic() < deadline:
         if wait_ready(url, timeout=3, verify=verify):
             return
-        state = _unit("ActiveState", "SubState", "NRestarts", "ExecMainStatus")
-        if state.get("ActiveState") == "failed" or int(state.get("NRestarts", "0") or 0) > restarts:
+        # Any exit of the daemon now (a crash, or the watchdog's kill) is a failed start, whatever systemd does next:
+        # a start clears the exit time, an exit sets a new one.
+        state = _unit("ActiveState", "SubState", "ExecMainStatus", "ExecMainExitTimestampMonotonic")
+        exited = state.get("ExecMainExitTimestampMonotonic", "0") not in ("0", "", last_exit)
+        if state.get("ActiveState") == "failed" or exited:
             raise Unhealthy(f"the service exited at start ({state.get('SubState')}, exit status {state.get('ExecMainStatus')})")
     raise Unhealthy(f"{url}/readyz did not answer 200 within {timeout:.0f} s")
 

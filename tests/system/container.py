@@ -173,9 +173,12 @@ def _mounts_below(folder: Path) -> list[str]:
 class Container:
     """One booted container. Use as a context manager: teardown always runs."""
 
-    def __init__(self, source_tree: Path, log=print):  # type: ignore[no-untyped-def]
+    def __init__(self, source_tree: Path, log=print, private_network: bool = False):  # type: ignore[no-untyped-def]
+        """``private_network``: the container gets a network namespace with loopback only, and none of the host's
+        package sources (pip's cache, local wheel folders) are bound in: nothing can be fetched inside."""
         self.source_tree = source_tree
         self.log = log
+        self.private_network = private_network
         self.name = f"appliance-test-{uuid.uuid4().hex[:8]}"
         self.folder = Path(tempfile.mkdtemp(prefix="appliance-system-", dir="/var/tmp"))
         self.root = self.folder / "root"
@@ -190,7 +193,8 @@ class Container:
             "SYSTEMD_PAGER": "",
             "SYSTEMD_COLORS": "0",
         }
-        self.env.update({k: v for k, v in os.environ.items() if PASSED_ENV.match(k)})
+        if not private_network:
+            self.env.update({k: v for k, v in os.environ.items() if PASSED_ENV.match(k)})
 
     # -- lifecycle ---------------------------------------------------------
     def __enter__(self) -> Container:
@@ -224,10 +228,13 @@ class Container:
             "--console=pipe",
             f"--bind-ro={self.source_tree}:/usr/src/appliance",
         ]
-        if PIP_CACHE.is_dir():
-            argv.append(f"--bind={PIP_CACHE}:/root/.cache/pip")
-        for path in _host_pip_paths():
-            argv.append(f"--bind-ro={path}")
+        if self.private_network:
+            argv.append("--private-network")
+        else:
+            if PIP_CACHE.is_dir():
+                argv.append(f"--bind={PIP_CACHE}:/root/.cache/pip")
+            for path in _host_pip_paths():
+                argv.append(f"--bind-ro={path}")
         self.log(f"booting: {' '.join(argv)}")
         with open(self.console_log, "wb") as out:
             self.nspawn = subprocess.Popen(
