@@ -2,7 +2,7 @@
 
 No CLI and no restart: the admin rotates the key on the Keys page with a one-hour overlap, copies the new secret
 (shown once), both secrets answer during the overlap, the expiring-soon list names the old secret, and the admin
-then sets the key to expire in three days, which the list and the admin API both show.
+then sets the key to expire in three days, which the list and the admin API both show; a team is renamed from its row.
 """
 
 from __future__ import annotations
@@ -52,6 +52,15 @@ def test_a_key_is_rotated_and_given_an_expiry_from_the_console(signed_in, consol
         key = next(k for k in admin.get("/admin/keys/").json() if k["prefix"] == new_secret[:12])
     assert key["expires_at"] == pytest.approx(time.time() + 3 * 86400, abs=120)
     assert _status(console_daemon.url, new_secret) == 200
+
+    with console_daemon.admin() as admin:  # a team is renamed from its row
+        admin.post("/admin/teams", json={"name": "console-team"}).raise_for_status()
+    s.goto("/keys")
+    team = s.page.locator("section[aria-label=Teams] tr[data-team='console-team']")
+    team.locator("summary").click()
+    team.locator("[data-testid=rename-team-console-team]").fill("console-squad")
+    team.locator("button", has_text="Rename").click()
+    s.page.wait_for_selector("section[aria-label=Teams] tr[data-team='console-squad']")
     s.goto("/audit")
     text = s.page.locator("table").inner_text()
-    assert "key.rotate" in text and "key.expiry" in text
+    assert "key.rotate" in text and "key.expiry" in text and "team.rename" in text
