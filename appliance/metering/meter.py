@@ -33,11 +33,12 @@ from collections.abc import Callable
 from sqlalchemy import Engine
 
 from appliance.accounts.keys import Principal
-from appliance.metering.admission import Admission, Admissions, Granted, prune_counters, release_reservations
+from appliance.metering.admission import Admission, Admissions
 from appliance.metering.alerts import default_shares
 from appliance.metering.ledger import WriterStats
 from appliance.metering.meter_db import MeterDatabase
 from appliance.metering.pricing import PriceBook, cost_of
+from appliance.metering.reservation import Granted, prune_counters, release_reservations
 from appliance.metering.settlement import Settlement, UsageRow, charges
 from appliance.metrics import Metrics
 from appliance.settings import Settings

@@ -1,6 +1,6 @@
 """The meter's database: its own SQLite connection, the group-commit writer and the WAL checkpointer beside it.
 
-Two kinds of record reach the ledger: an admission's :class:`~appliance.metering.admission.Reservation` (answered
+Two kinds of record reach the ledger: an admission's :class:`~appliance.metering.reservation.Reservation` (answered
 with what it was granted or refused) and a settle's or release's :class:`~appliance.metering.settlement.Settlement`
 (answered with its cost). Each rides the writer's next batch (:mod:`appliance.metering.ledger`), or a transaction
 of its own while the writer is not running.
@@ -21,8 +21,9 @@ from sqlalchemy import Engine
 
 from appliance.db.checkpoint import DEFAULT_AUTOCHECKPOINT_PAGES, WalCheckpointer
 from appliance.db.engine import configure_connection
-from appliance.metering.admission import Granted, Refusal, Reservation, busy
+from appliance.metering.admission import busy
 from appliance.metering.ledger import GroupCommitWriter, transaction
+from appliance.metering.reservation import Granted, Refusal, Reservation
 from appliance.metering.settlement import Settlement, apply_settlement
 
 #: What the writer is handed, and what it answers for it.

@@ -14,8 +14,8 @@ import sqlite3
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from appliance.metering.admission import Hold
 from appliance.metering.alerts import raise_budget_alert
+from appliance.metering.reservation import Hold
 
 log = logging.getLogger("appliance.metering.settlement")
 
