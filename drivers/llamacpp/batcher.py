@@ -315,6 +315,9 @@ class Batcher:
         n = 0
         # Drafts only while few sequences generate (see .speculation).
         spec_ok = self.spec_ngram > 0 and sum(1 for s in active if s.feed >= 0) <= SPEC_MAX_SEQS
+        planner, now = self._planner, time.perf_counter()
+        room = planner.batch_room(active, now)  # batch work beside interactive work (.batch_yield); None: no limit
+        held: set[int] = set()  # batch streams that sit this step out
         # 1. cancellations, then one token (plus drafts) per generating sequence
         for slot in active:
             seq = slot.seq
@@ -322,6 +325,9 @@ class Batcher:
                 continue  # its token is being sampled in the helper thread
             if seq.cancelled:
                 self._results.finish(slot, FINISH_CANCELLED, events)
+                continue
+            if slot.feed >= 0 and room is not None and planner.targets.rank(seq.priority) > 0 and slot.id not in room.decoding:
+                held.add(slot.id)
                 continue
             if slot.feed >= 0:
                 p = len(slot.tokens)
@@ -341,9 +347,10 @@ class Batcher:
         read = 0
         scored: list[Chunk] = []
         if reading:
-            planner, now = self._planner, time.perf_counter()
-            budget = planner.prompt_budget(planner.step_seconds(active, now), n + 1, self.n_batch - n)
-            end, scored = write_chunks(context, planner.shares(reading, budget, now), n)
+            stepping = [s for s in active if s.id not in held]
+            budget = planner.prompt_budget(planner.step_seconds(stepping, now), n + 1, self.n_batch - n)
+            batch_cap = room.prompt_tokens if room is not None else None
+            end, scored = write_chunks(context, planner.shares(reading, budget, now, batch_cap), n)
             read, n = end - n, end
         if n == 0:
             return 0, 0
@@ -352,7 +359,7 @@ class Batcher:
         # 3. commit KV bookkeeping and sample
         for slot in active:
             seq = slot.seq
-            if seq is None or slot.job is not None:
+            if seq is None or slot.job is not None or slot.id in held:
                 continue
             if slot.feed >= 0:
                 slot.tokens.append(slot.feed)

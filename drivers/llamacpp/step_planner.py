@@ -29,6 +29,10 @@ shortest remaining read, where time already waited counts as reading done (a
 prompt that has waited as long as its remaining read would take is ahead of any
 newcomer): short chats are answered at once beside a long document, and the long
 one still waits at most about its own reading time.
+
+While interactive work runs, batch work yields inside the step: :mod:`.batch_yield`
+says which batch streams decode and how many batch prompt tokens are read, and the
+step's time is set by the interactive streams' deadlines alone.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Protocol
 
+from .batch_yield import BatchRoom, batch_room
 from .context import DecodeContext
 from .latency import LatencyTargets
 from .logprobs import PROMPT_ROWS_PER_STEP
@@ -111,7 +116,8 @@ class StepPlanner:
     def step_seconds(self, active: list[Slot], now: float) -> float:
         """How long this step may last: until the earliest next-token deadline, else a lone step."""
         allowed: float | None = None
-        for slot in active:
+        hurried = [s for s in active if s.seq is not None and self.targets.rank(s.seq.priority) == 0] or active
+        for slot in hurried:  # while interactive streams run, batch streams' deadlines are kept by batch_room
             seq = slot.seq
             if seq is None or seq.n_gen == 0:
                 continue
@@ -142,6 +148,10 @@ class StepPlanner:
     def prompt_rate(self) -> float:
         return self.cost.prompt_rate or self._pacer.rate or DEFAULT_RATE
 
+    def batch_room(self, active: list[Slot], now: float) -> BatchRoom | None:
+        """The batch work this step may carry beside interactive work (:mod:`.batch_yield`); None: no limit."""
+        return batch_room(active, now, self.targets, self.cost, MIN_PREFILL_TOKENS)
+
     # -- ordering ---------------------------------------------------------------------
     def order(self, reading: list[Slot], now: float) -> list[Slot]:
         """Class first, then the shortest remaining read less the time already waited."""
@@ -154,8 +164,11 @@ class StepPlanner:
 
         return sorted(reading, key=key)
 
-    def shares(self, reading: list[Slot], budget: int, now: float) -> list[tuple[Slot, int]]:
-        """Each prompt's tokens this step: in :meth:`order`, each served as far as the budget goes."""
+    def shares(self, reading: list[Slot], budget: int, now: float, batch_cap: int | None = None) -> list[tuple[Slot, int]]:
+        """Each prompt's tokens this step: in :meth:`order`, each served as far as the budget goes.
+
+        ``batch_cap`` bounds the tokens of batch-class prompts (what interactive work leaves them); None: no bound.
+        """
         out: list[tuple[Slot, int]] = []
         for slot in self.order(reading, now):
             if budget <= 0:
@@ -164,10 +177,15 @@ class StepPlanner:
             want = len(seq.prompt) - len(slot.tokens)
             if seq.scores_prompt:  # each row kept costs n_vocab floats of libllama's output buffer
                 want = min(want, PROMPT_ROWS_PER_STEP)
+            is_batch = self.targets.rank(seq.priority) > 0
+            if is_batch and batch_cap is not None:
+                want = min(want, batch_cap)
             give = min(want, budget)
             if give > 0:
                 out.append((slot, give))
                 budget -= give
+                if is_batch and batch_cap is not None:
+                    batch_cap -= give
         return out
 
     # -- learning ---------------------------------------------------------------------

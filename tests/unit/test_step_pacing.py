@@ -11,6 +11,7 @@ import random
 
 import pytest
 
+from appliance.drivers.llamacpp.batch_yield import BATCH_DUE_SAFETY, BATCH_INTERFERENCE
 from appliance.drivers.llamacpp.latency import LatencyTargets, parse_targets, priority_of
 from appliance.drivers.llamacpp.scheduling import MIN_RATE_SAMPLE, StepPacer
 from appliance.drivers.llamacpp.sequence import Sequence, Slot
@@ -204,6 +205,88 @@ def test_interactive_prompts_are_read_before_batch_ones():
     interactive = slot(1, seq(200, t_submit=9.0))
     shares = planner.shares([batch, interactive], 100, now=10.0)
     assert [(s.id, n) for s, n in shares] == [(1, 100)]
+
+
+# -- batch work beside interactive work ----------------------------------------------------------
+
+
+def streaming(i: int, *, priority: str, n_gen: int, t_first: float) -> Slot:
+    """A slot whose sequence generates (its next token is fed this step)."""
+    sl = slot(i, seq(10, priority=priority, n_gen=n_gen, t_first=t_first), read=10)
+    sl.feed = 7
+    return sl
+
+
+def test_with_no_interactive_work_batch_uses_the_whole_box():
+    planner = ready_planner()
+    batch = [streaming(i, priority="batch", n_gen=50, t_first=0.0) for i in range(6)]
+    assert planner.batch_room(batch, now=1.0) is None
+
+
+def test_beside_interactive_streams_batch_rows_fit_in_the_interference_share():
+    planner = ready_planner()  # a=4 ms, b=5 ms a row, c=2.5 ms a prompt token
+    interactive = [streaming(i, priority="interactive", n_gen=10, t_first=0.0) for i in range(4)]
+    # batch streams well ahead of their 0.5 s target: none is due
+    batch = [streaming(4 + i, priority="batch", n_gen=10 + i, t_first=0.0) for i in range(4)]
+    room = planner.batch_room(interactive + batch, now=1.0)
+    assert room is not None
+    # the interactive step costs 4 + 4 * 5 = 24 ms; its interference share is below one 5 ms row
+    assert BATCH_INTERFERENCE * 0.024 < 0.005
+    assert room.decoding == frozenset()
+    assert room.prompt_tokens == int(BATCH_INTERFERENCE * 0.024 / 0.0025)
+    # a box where rows are cheap beside a large fixed cost lets batch rows in, the furthest behind first
+    cheap = ready_planner(a=0.1, b=0.001, c=0.0005)
+    room = cheap.batch_room(interactive + batch, now=1.0)
+    assert room is not None
+    expected = min(4, int(BATCH_INTERFERENCE * (0.1 + 4 * 0.001) / 0.001))
+    assert len(room.decoding) == expected
+    assert room.decoding == frozenset(s.id for s in batch[:expected])
+
+
+def test_a_batch_stream_due_on_its_own_target_decodes_whatever_it_costs():
+    planner = ready_planner()
+    interactive = [streaming(i, priority="interactive", n_gen=10, t_first=0.0) for i in range(4)]
+    # 10 tokens since t_first=0: due at 0.9 * 0.5 * 10 = 4.5 s
+    late = streaming(4, priority="batch", n_gen=10, t_first=0.0)
+    ahead = streaming(5, priority="batch", n_gen=40, t_first=0.0)
+    room = planner.batch_room([*interactive, late, ahead], now=BATCH_DUE_SAFETY * 0.5 * 10 + 0.01)
+    assert room is not None
+    assert room.decoding == frozenset({late.id})
+    # even while the interactive streams are behind their own target
+    behind = [streaming(i, priority="interactive", n_gen=10, t_first=0.0) for i in range(4)]
+    room = planner.batch_room([*behind, late, ahead], now=10.0)
+    assert room is not None and room.decoding == frozenset({late.id})
+
+
+def test_a_late_interactive_stream_leaves_batch_no_optional_work():
+    planner = ready_planner(a=0.1, b=0.001, c=0.0005)
+    late = streaming(0, priority="interactive", n_gen=10, t_first=0.0)  # due at 1.5 s
+    batch = streaming(1, priority="batch", n_gen=10, t_first=1.0)
+    room = planner.batch_room([late, batch], now=2.0)
+    assert room is not None
+    assert room.decoding == frozenset() and room.prompt_tokens == 0
+
+
+def test_batch_prompts_are_read_only_in_what_interactive_work_leaves():
+    planner = ready_planner()
+    chat = slot(0, seq(20, t_submit=9.0))
+    line = slot(1, seq(30, priority="batch", t_submit=9.5))
+    shares = planner.shares([line, chat], 64, now=10.0, batch_cap=5)
+    assert [(s.id, n) for s, n in shares] == [(0, 20), (1, 5)]
+    # a batch prompt that waited half its TTFT target is read beside interactive work at the floor
+    stream = streaming(2, priority="interactive", n_gen=10, t_first=9.0)
+    patient = slot(3, seq(30, priority="batch", t_submit=0.0))
+    room = planner.batch_room([stream, patient], now=16.0)
+    assert room is not None and room.prompt_tokens >= MIN_PREFILL_TOKENS
+
+
+def test_interactive_deadlines_alone_set_the_step_beside_late_batch_streams():
+    planner = ready_planner()
+    interactive = streaming(0, priority="interactive", n_gen=10, t_first=0.0)
+    late_batch = streaming(1, priority="batch", n_gen=2, t_first=0.0)
+    # the interactive stream is due at 1.35 s; the batch stream was due long ago
+    assert planner.step_seconds([interactive, late_batch], now=1.3) == pytest.approx(TPOT_SAFETY * 0.15 * 10 - 1.3)
+    assert planner.step_seconds([late_batch], now=1.3) < 0
 
 
 # -- targets and classes ------------------------------------------------------------------------
