@@ -249,6 +249,8 @@ class Services:
         """After live settings changed: forget what was derived from the old values."""
         if "default_model" in names:
             self.names.forget()  # the `default` alias follows default_model
+        if "log_level" in names:
+            logging.getLogger().setLevel(self.settings.log_level.upper())
 
     # ------------------------------------------------------------ loading
     def is_loaded(self, name: str) -> bool:

@@ -1,12 +1,13 @@
 """When a changed setting takes effect: at once ("live") or at the next start ("restart").
 
 A setting is live only where every collaborator reads it from the one settings object each time it
-needs it, and a test changes it on a running daemon and sees the new value used
-(``tests/integration/test_runtime_settings.py``, ``tests/browser/test_console_runtime_settings.py``).
-Everything else is copied at construction (the listener, the engines, the planner, the cache's
-tables, the access guard, the console's sign-in options, the scheduler's intervals) or has not been
-proved live yet, and is marked "restart": the file is changed now and the daemon uses the value
-after its next start.
+needs it (or is told of the change, as the log level is), and a test changes it on a running daemon
+and sees the new value used (``tests/integration/test_runtime_settings.py``,
+``tests/browser/test_console_runtime_settings.py``). Everything else is copied at construction (the
+listener, the engines and their workers, the planner, the admission queues, the access guard, the
+console's sign-in options, the scheduler's intervals, the request log's writer) or has not been proved
+live yet, and is marked "restart": the file is changed now and the daemon uses the value after its next
+start.
 """
 
 from __future__ import annotations
@@ -16,19 +17,22 @@ from typing import Literal
 Applies = Literal["live", "restart"]
 
 #: Every setting, reviewed one by one: "live" where a test proves a change is used at once, else "restart".
-#: Some "restart" settings are read at each use but have no such test yet (request timeouts, cache TTL,
-#: prices): they stay "restart" until one proves them.
+#: Some "restart" settings are read at each use but have no such test yet (load_timeout_seconds,
+#: responses_ttl_hours, cache_max_entries, cache_counts_against_quota, the semantic cache's): they stay
+#: "restart" until one proves them.
 APPLIES: dict[str, Applies] = {
-    # The service: the data dir, listener, logging and allocator are set up once at start.
+    # The service: the data dir, listener, log format and allocator are set up once at start; the log level
+    # is set on the root logger again after a change.
     "data_dir": "restart",
     "host": "restart",
     "port": "restart",
     "allowed_hosts": "restart",
-    "log_level": "restart",
+    "log_level": "live",
     "log_format": "restart",
     "allocator": "restart",
     # Models and engines: plans, queues and engine processes copy these when they are made.
-    # default_model is live: the `default` alias is resolved again after a change.
+    # default_model is live: the `default` alias is resolved again after a change; the gateway reads
+    # request_timeout_seconds for each request. latency_targets: the engines' workers copy them.
     "default_model": "live",
     "seed_default_model": "restart",
     "max_loaded_instances": "restart",
@@ -36,7 +40,7 @@ APPLIES: dict[str, Applies] = {
     "memory_margin_gib": "restart",
     "idle_unload_seconds": "restart",
     "load_timeout_seconds": "restart",
-    "request_timeout_seconds": "restart",
+    "request_timeout_seconds": "live",
     "embedding_inputs_in_flight_per_key": "restart",
     "queue_size": "restart",
     "queue_timeout_seconds": "restart",
@@ -52,11 +56,13 @@ APPLIES: dict[str, Applies] = {
     "speculative_ngram": "restart",
     "vllm_python": "restart",
     "ray_address": "restart",
-    # Usage: the cache's tables and embedder, the batch runner and the access guard copy these at start;
-    # currency is live: every page and report reads it as it renders.
+    # Usage: the cache's embedder, the request log's writer and the access guard copy these at start.
+    # Live: currency (every page and report reads it as it renders), the cache's switch and TTL (read at
+    # each lookup and store), the file and batch limits (read at each upload), the batch price (read when
+    # a batch starts) and the owner's costs (read by each usage report).
     "currency": "live",
-    "cache_enabled": "restart",
-    "cache_ttl_seconds": "restart",
+    "cache_enabled": "live",
+    "cache_ttl_seconds": "live",
     "cache_max_entries": "restart",
     "cache_counts_against_quota": "restart",
     "semantic_cache_threshold": "restart",
@@ -67,16 +73,16 @@ APPLIES: dict[str, Applies] = {
     "request_log_days": "restart",  # the request log's writer copies both when it is made
     "request_log_max_rows": "restart",
     "metrics_public": "restart",
-    "files_max_bytes": "restart",
-    "files_quota_bytes_per_key": "restart",
-    "batch_max_lines": "restart",
-    "batch_price_factor": "restart",
+    "files_max_bytes": "live",
+    "files_quota_bytes_per_key": "live",
+    "batch_max_lines": "live",
+    "batch_price_factor": "live",
     "batch_max_in_flight": "restart",
     "batch_reserved_slots": "restart",
     "batch_holdback_attainment": "restart",
-    "box_cost_per_hour": "restart",
-    "energy_price_per_kwh": "restart",
-    "box_power_watts": "restart",
+    "box_cost_per_hour": "live",
+    "energy_price_per_kwh": "live",
+    "box_power_watts": "live",
     # The HTTP listener and TLS are built once at start.
     "trusted_proxies": "restart",
     "max_connections": "restart",
@@ -96,11 +102,11 @@ APPLIES: dict[str, Applies] = {
     "hub_token_file": "restart",
     "store_read_only": "restart",
     "offline": "restart",
-    # The console: sessions and sign-in are set up at start; the alert webhook is live (each delivery
-    # reads its URL and secret).
+    # The console: sessions and sign-in (local and SSO) are set up at start. Live: the alert webhook (each
+    # delivery reads its URL and secret) and the budget alert shares (each settle reads them).
     "session_secret": "restart",
-    "budget_alert_thresholds": "restart",
-    "budget_alert_percent": "restart",
+    "budget_alert_thresholds": "live",
+    "budget_alert_percent": "live",
     "alert_webhook_url": "live",
     "alert_webhook_secret": "live",
     "local_login_enabled": "restart",

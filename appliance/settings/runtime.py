@@ -12,6 +12,7 @@ then. An admin may ask for a restart: the daemon drains as on SIGTERM and exits 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -25,6 +26,8 @@ from appliance.settings.applies import applies
 from appliance.settings.config_writer import REMOVE, write_changes
 from appliance.settings.editor import SettingChange, plan_change, shown
 from appliance.settings.origins import DEFAULT_ORIGIN, SettingOrigin
+
+log = logging.getLogger("appliance.settings")
 
 #: The daemon's exit status after a restart asked for from the console or the API (EX_TEMPFAIL):
 #: not 0, so systemd's ``Restart=on-failure`` starts the service again.
@@ -101,6 +104,8 @@ class RuntimeSettings:
                 self._audit.record(actor, "settings.change", change.name, f"{before!r} -> {after!r} ({change.applies})")
         if live:
             self._after_live_change(live)
+        for change in plan.changes:  # after a live log level took effect; names only, never values
+            log.info("setting %s changed by %s (%s)", change.name, actor, change.applies)
         return plan.changes
 
     def request_restart(self, actor: str) -> None:

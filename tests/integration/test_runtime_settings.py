@@ -5,7 +5,9 @@ The daemon reads a commented config file. Setting the alert webhook (URL and sec
 budget alert arrive there, signed with the new secret, with no restart; the currency and the default model
 change what the API answers at once; a restart setting is written to the file and marked pending; bad values
 are 400 naming the field, a setting the environment sets is 409, and only admins may read or change settings.
-The file keeps its comments, and the audit log has each change with the secret masked.
+The file keeps its comments, and the audit log has each change with the secret masked. Every other setting marked
+live is changed on one more daemon and seen used by the next request: the log level, the cache's switch and TTL, the
+request timeout, the owner's costs, the budget alert shares, the upload limits and the batch price.
 """
 
 from __future__ import annotations
@@ -132,5 +134,123 @@ def test_a_restart_asked_for_drains_and_exits_for_systemd_to_start_again(tmp_pat
         assert "restart asked for: draining" in daemon.log()
         with sqlite3.connect(daemon.data_dir / "appliance.db") as conn:
             assert conn.execute("SELECT actor FROM audit_log WHERE action = 'daemon.restart'").fetchall() == [("local-admin",)]
+    finally:
+        daemon.stop()
+
+
+def _complete(client, prompt: str):
+    """A deterministic completion: the cache may answer a repeat of ``prompt``."""
+    return client.post("/v1/completions", json={"model": "default", "prompt": prompt, "max_tokens": 8, "temperature": 0.0})
+
+
+def _set(admin, **values: object) -> None:
+    changed = admin.patch("/admin/settings/", json=values)
+    assert changed.status_code == 200, changed.text
+    assert {c["name"]: c["applies"] for c in changed.json()["changed"]} == dict.fromkeys(values, "live")
+
+
+def _line(n: int = 1) -> bytes:
+    body = {"model": "default", "messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 4, "temperature": 0.0}
+    return b"".join(
+        json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions", "body": body}).encode() + b"\n"
+        for i in range(n)
+    )
+
+
+BATCH_DONE = {"completed", "failed", "expired", "cancelled"}
+
+
+def _upload(client, content: bytes):
+    return client.post("/v1/files", files={"file": ("in.jsonl", content)}, data={"purpose": "batch"})
+
+
+def test_live_settings_are_used_by_the_next_request(tmp_path):
+    """Each setting marked live, changed through PATCH /admin/settings on one running daemon, is used at once."""
+    config = tmp_path / "appliance.toml"
+    config.write_text(CONFIG)
+    # the interactive requests here miss their latency targets on a slow box: the batch must not wait for them
+    daemon = start_daemon(tmp_path, APPLIANCE_CONFIG=str(config), APPLIANCE_BATCH_HOLDBACK_ATTAINMENT="0")
+    try:
+        user = daemon.create_key("live-settings")
+        db = daemon.data_dir / "appliance.db"
+        with daemon.admin() as admin, daemon.client(user) as client:
+            # log_level: at warning, a settings change is no longer logged; back at info, it is again
+            _set(admin, log_level="warning")
+            _set(admin, currency="EUR")
+            _set(admin, log_level="info")
+            log = daemon.log()
+            assert "setting log_level changed by local-admin (live)" in log and "setting currency changed" not in log
+
+            # cache_enabled and cache_ttl_seconds: read at each lookup and store
+            _set(admin, cache_enabled=False)
+            answers = [_complete(client, "One, two,") for _ in range(2)]
+            assert [a.headers["x-cache"] for a in answers] == ["miss", "miss"]
+            _set(admin, cache_enabled=True)
+            answers = [_complete(client, "Three, four,") for _ in range(2)]
+            assert [a.headers["x-cache"] for a in answers] == ["miss", "exact"]
+            _set(admin, cache_ttl_seconds=1)
+            time.sleep(1.2)
+            assert _complete(client, "Three, four,").headers["x-cache"] == "miss"  # expired
+            _set(admin, cache_ttl_seconds=None)
+
+            # request_timeout_seconds: the gateway reads it for each request
+            _set(admin, request_timeout_seconds=0.001)
+            late = _complete(client, "Five, six,")
+            assert late.status_code == 504 and "request_timeout_seconds (0.001 s)" in late.json()["error"]["message"]
+            _set(admin, request_timeout_seconds=None)
+            assert _complete(client, "Five, six,").status_code == 200
+
+            # box_cost_per_hour, energy_price_per_kwh, box_power_watts: each usage report reads them
+            assert "owner_cost_per_million" not in admin.get("/admin/usage").json()["totals"]
+            _set(admin, box_cost_per_hour=1.0)
+            first = admin.get("/admin/usage").json()["totals"]["owner_cost_per_million"]
+            _set(admin, energy_price_per_kwh=100.0, box_power_watts=100000.0)
+            second = admin.get("/admin/usage").json()["totals"]["owner_cost_per_million"]
+            assert first > 0 and second > 10 * first  # 10 kWh an hour at 100 a kWh outweighs 1 an hour
+
+            # budget_alert_thresholds and budget_alert_percent: each settle reads the shares
+            counted = daemon.create_key("alerted")
+            admin.put("/admin/quotas/key:" + counted[:12], json={"tokens_per_day": 400}).raise_for_status()
+            _set(admin, budget_alert_thresholds=[1])
+            with daemon.client(counted) as spender:
+                assert _complete(spender, "The capital of France is").status_code == 200
+                _set(admin, budget_alert_percent=2)
+                assert _complete(spender, "The capital of Italy is").status_code == 200
+            with sqlite3.connect(db) as conn:
+                assert sorted(p for (p,) in conn.execute("SELECT percent FROM budget_alerts")) == [1.0, 2.0]
+
+            # files_max_bytes, batch_max_lines, files_quota_bytes_per_key: each upload reads them
+            _set(admin, files_max_bytes=64)
+            assert _upload(client, _line()).status_code == 413
+            _set(admin, files_max_bytes=None, batch_max_lines=1)
+            too_long = _upload(client, _line(2))
+            assert too_long.status_code == 400 and "batch_max_lines (1)" in too_long.json()["error"]["message"]
+            _set(admin, batch_max_lines=None, files_quota_bytes_per_key=len(_line()) * 3 // 2)
+            kept = _upload(client, _line())
+            assert kept.status_code == 200, kept.text
+            assert _upload(client, _line()).status_code == 413
+            _set(admin, files_quota_bytes_per_key=None)
+
+            # batch_price_factor: read when a batch starts, and priced onto its usage rows
+            prices = {"input_per_m": 1000.0, "output_per_m": 3000.0, "cached_per_m": 1000.0}  # cached prompt tokens as the rest
+            admin.put("/admin/prices/*", json=prices).raise_for_status()
+            _set(admin, batch_price_factor=0.25)
+            batch = client.post(
+                "/v1/batches",
+                json={"input_file_id": kept.json()["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"},
+            )
+            assert batch.status_code == 200, batch.text
+            deadline = time.monotonic() + 120
+            while (seen := client.get(f"/v1/batches/{batch.json()['id']}").json())["status"] not in BATCH_DONE:
+                assert time.monotonic() < deadline, f"the batch did not finish: {seen}"
+                time.sleep(0.2)
+            assert seen["status"] == "completed", seen
+        with sqlite3.connect(db) as conn:
+            rows = conn.execute(
+                "SELECT prompt_tokens, completion_tokens, cost FROM usage WHERE batch_id = ?", (batch.json()["id"],)
+            ).fetchall()
+        assert len(rows) == 1
+        prompt, completion, cost = rows[0]
+        assert cost == pytest.approx(0.25 * (prompt * 1000 + completion * 3000) / 1e6)
     finally:
         daemon.stop()
