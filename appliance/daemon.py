@@ -257,6 +257,10 @@ def run_loop(main: Coroutine[object, object, bool]) -> bool:
 def run(settings: Settings) -> int:
     """Run the daemon in the foreground until SIGTERM or a restart request. Returns the exit code: 0, or
     RESTART_EXIT_CODE after a restart asked for from the console or the API (systemd starts the service again)."""
+    # Its children (engines, the quantizer, the jemalloc re-exec) run `python -m appliance...`: without the current
+    # folder first on their sys.path, a daemon started in a source checkout runs the installed package (a release
+    # from a bundle), not the checkout's folder of the same name.
+    os.environ.setdefault("PYTHONSAFEPATH", "1")
     setup_logging(settings.log_level, settings.log_format, settings.log_dir if settings.data_dir.exists() else None)
     allocator = use_jemalloc(settings.allocator, given_settings(settings))
     lock = DataDirLock(settings.lock_path)
