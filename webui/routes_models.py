@@ -24,6 +24,7 @@ from appliance.serving.load_plan import LoadPlanner
 from appliance.serving.names import ModelNames
 from appliance.serving.router import Router
 from appliance.settings import Settings
+from appliance.settings.runtime import RuntimeSettings
 from appliance.store.jobs import JobRegistry, Work
 from appliance.store.store import ModelStore
 from appliance.webui import fit, forms
@@ -40,6 +41,7 @@ def installed_rows(
 ) -> list[TemplateContext]:
     rows: list[TemplateContext] = []
     infos = store.list()
+    appliance_default = names.aliases()["default"]  # the default_model setting: a variant, or a family's default variant
     available = fit.available_fits(store, infos)  # listed on the hub, not downloaded: planned from a ready sibling
     for info in infos:
         instance = router.instances.get(info.name)
@@ -54,6 +56,8 @@ def installed_rows(
                 "in_flight": instance.inflight + instance.queue.waiting if instance is not None else 0,
                 "fit": fit.installed_fit(load_planner, names, info.name) if info.status == "ready" else available.get(info.name),
                 "base": is_base(info.facts),
+                "appliance_default": appliance_default in (info.name, info.family if info.is_default else None),
+                "current_default": appliance_default,
                 "load": latest,
                 # what Load would stop to make room (max_loaded_instances, memory_budget_gib): Load asks first
                 "evicts": [
@@ -261,6 +265,27 @@ async def set_default(
     )
 
 
+@post("/models/appliance-default", guards=[needs("admin")], include_in_schema=False)
+async def make_appliance_default(
+    request: Request,
+    store: ModelStore,
+    router: Router,
+    names: ModelNames,
+    load_planner: LoadPlanner,
+    load_events: LoadEvents,
+    runtime_settings: RuntimeSettings,
+    user: ConsoleUser,
+) -> Response:
+    """Make an installed variant the one `default` names: the default_model setting, changed and audited as PATCH
+    /admin/settings changes it."""
+    name = forms.required(await request.form(), "name")
+    info = await anyio.to_thread.run_sync(store.resolve, name)  # installed and ready, or ModelNotFound
+    await anyio.to_thread.run_sync(runtime_settings.change, user.actor, {"default_model": info.name})
+    return _installed(
+        request, store, router, names, load_planner, load_events, f"{info.name} is now the appliance's default model."
+    )
+
+
 def _started(
     request: Request,
     jobs: JobRegistry,
@@ -326,6 +351,7 @@ HANDLERS = [
     pin,
     remove,
     set_default,
+    make_appliance_default,
     pull,
     import_model,
     *job_handlers(),

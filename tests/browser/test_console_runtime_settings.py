@@ -4,6 +4,8 @@ An admin picks another installed model as the appliance's default model and sets
 then URL): the `default` alias serves the new model at once, and the next budget alert reaches the new
 webhook, signed with the new secret, with no CLI and no restart. A bad value is refused beside its field
 with what was typed kept; a restart setting is marked pending; viewers see the values without the forms.
+On the Models page an admin makes an installed model the appliance's default after a confirmation naming the
+current one; the change is the default_model setting's, written and audited as the Settings page's is.
 """
 
 from __future__ import annotations
@@ -35,16 +37,16 @@ def _save(s, name: str, value: str, *, select: bool = False) -> object:
     return s.page.locator(f"tr[data-setting={name}]")
 
 
-def _import_tiny(console_daemon, tmp_path) -> str:
-    source = make_tiny_gguf(tmp_path / "tinydefault.f32.gguf", vocab=512, n_embd=64)
+def _import_tiny(console_daemon, tmp_path, family: str = "tinydefault") -> str:
+    source = make_tiny_gguf(tmp_path / f"{family}.f32.gguf", vocab=512, n_embd=64)
     with console_daemon.admin() as admin:
-        job = admin.post("/admin/models/import", json={"path": str(source), "name": "tinydefault:f32"}).json()
+        job = admin.post("/admin/models/import", json={"path": str(source), "name": f"{family}:f32"}).json()
         deadline = time.monotonic() + 120
         while admin.get(f"/admin/jobs/{job['id']}").json()["state"] not in ("done", "failed", "cancelled"):
             assert time.monotonic() < deadline
             time.sleep(0.2)
         assert admin.get(f"/admin/jobs/{job['id']}").json()["state"] == "done"
-    return "tinydefault:f32"
+    return f"{family}:f32"
 
 
 def test_default_model_and_webhook_change_live_from_the_console(signed_in, console_daemon, tmp_path):
@@ -100,3 +102,50 @@ def test_default_model_and_webhook_change_live_from_the_console(signed_in, conso
         with console_daemon.admin() as admin:  # the daemon is shared: put things back
             admin.patch("/admin/settings/", json={"default_model": None, "alert_webhook_url": None, "queue_size": None})
         receiver.close()
+
+
+def test_make_appliance_default_from_the_models_page(signed_in, console_daemon, tmp_path):
+    tiny = _import_tiny(console_daemon, tmp_path, "tinyappliance")
+    s = signed_in("alice")
+    try:
+        s.goto("/models")
+        current = s.page.locator(f"#installed tr[data-model='{DEFAULT}']")
+        assert current.locator("[data-testid=appliance-default]").count() == 1
+        assert current.get_by_role("button", name="Make appliance default").count() == 0
+        # without the CSRF token the form post is refused and nothing changes
+        refused = s.page.request.post(console_daemon.url + "/models/appliance-default", form={"name": tiny})
+        assert refused.status == 403
+
+        asked: list[str] = []
+        s.page.on("dialog", lambda dialog: asked.append(dialog.message))  # the session's own handler accepts it
+        row = s.page.locator(f"#installed tr[data-model='{tiny}']")
+        row.get_by_role("button", name="Make appliance default").click()
+        s.page.wait_for_selector(f"#installed tr[data-model='{tiny}'] [data-testid=appliance-default]")
+        assert len(asked) == 1 and tiny in asked[0] and f"The current default is {DEFAULT}." in asked[0]
+        assert f"{tiny} is now the appliance's default model." in s.page.locator("#installed [data-feedback]").inner_text()
+        assert s.page.locator(f"#installed tr[data-model='{DEFAULT}'] [data-testid=appliance-default]").count() == 0
+        with console_daemon.admin() as admin:
+            assert admin.get("/admin/aliases").json()["default"] == tiny
+            answer = admin.post("/v1/completions", json={"model": "default", "prompt": "Hello", "max_tokens": 2})
+            assert answer.status_code == 200 and answer.json()["model"] == tiny  # served at once, no restart
+            rows = {r["name"]: r for r in admin.get("/admin/settings/").json()["settings"]}
+            assert rows["default_model"]["value"] == tiny and rows["default_model"]["source"] == "config file"
+        assert f'default_model = "{tiny}"' in console_daemon.config_file.read_text()
+        s.goto("/audit")
+        audit = s.page.locator("table").inner_text()
+        assert "settings.change" in audit and f"'{DEFAULT}' -> '{tiny}' (live)" in audit
+
+        for name in ("otto", "victor"):  # an operator or a viewer sees no such button, and is refused the form post
+            other = signed_in(name)
+            other.goto("/models")
+            assert other.page.get_by_role("button", name="Make appliance default").count() == 0
+            headers = {"X-CSRF-Token": other.csrf(), "HX-Request": "true"}
+            posted = other.page.request.post(
+                console_daemon.url + "/models/appliance-default", form={"name": DEFAULT}, headers=headers
+            )
+            assert posted.status == 403
+        with console_daemon.admin() as admin:
+            assert admin.get("/admin/aliases").json()["default"] == tiny
+    finally:
+        with console_daemon.admin() as admin:  # the daemon is shared: put things back
+            admin.patch("/admin/settings/", json={"default_model": None})
