@@ -201,7 +201,23 @@ def _document_errors(app: Litestar) -> None:
                 ok = responses["200"]
                 # unless `stream` is false: newline-delimited JSON objects, the last with `done: true`
                 ok.content = {**dict(getattr(ok, "content", None) or {}), "application/x-ndjson": OpenAPIMediaType()}
+            if _offers_csv(operation) and "200" in responses:
+                ok = responses["200"]
+                # with `format=csv`: the same rows as a CSV download
+                ok.content = {
+                    **dict(getattr(ok, "content", None) or {}),
+                    "text/csv": OpenAPIMediaType(schema=Schema(type=OpenAPIType.STRING)),
+                }
             operation.responses = responses
+
+
+def _offers_csv(operation: object) -> bool:
+    """Whether an operation takes ``format=csv`` (the admin list exports): its 200 is then JSON or CSV."""
+    for parameter in getattr(operation, "parameters", None) or []:
+        schema = getattr(parameter, "schema", None)
+        if getattr(parameter, "name", None) == "format" and "csv" in str(getattr(schema, "pattern", "") or ""):
+            return True
+    return False
 
 
 def wrap(app: Litestar, settings: Settings, *, local: bool = False) -> ApplianceASGI:

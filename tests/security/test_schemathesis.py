@@ -11,7 +11,8 @@ time (the other half name models that do not exist), and generation budgets are
 capped, so valid chat requests really run and stay fast. Operations that would
 legitimately take long or change the box under the test are left out:
 ``/admin/ops/*`` (backup and restore), job event streams (SSE), model pulls
-and quantization, and the Ollama API's pull and delete (``/api/pull``,
+and quantization, the restart request (``/admin/settings/restart``: the daemon
+drains and exits), and the Ollama API's pull and delete (``/api/pull``,
 ``/api/delete``: the same store operations, for admin keys).
 """
 
@@ -37,7 +38,7 @@ MAX_EXAMPLES = 12
 MODEL_EXAMPLES = 48
 MODEL_PATHS = r"^/v1/(chat/completions|responses|completions|embeddings|messages)$|^/api/(chat|generate|embed|embeddings)$"
 MAX_TOKENS = 16
-EXCLUDED = r"^/admin/(ops/|jobs/\{job_id\}/events|models/pull|models/\{name\}/quantize)|^/api/(pull|delete)$"
+EXCLUDED = r"^/admin/(ops/|jobs/\{job_id\}/events|models/pull|models/\{name\}/quantize|settings/restart)|^/api/(pull|delete)$"
 # Left out, with the reason:
 # * positive_data_acceptance: the server validates more than OpenAPI can say (key names 1-128
 #   characters, ``key:<prefix>|team:<name>`` subjects, models and jobs that do not exist); those
