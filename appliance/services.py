@@ -251,6 +251,9 @@ class Services:
             self.names.forget()  # the `default` alias follows default_model
         if "log_level" in names:
             logging.getLogger().setLevel(self.settings.log_level.upper())
+        if names & {"request_log_days", "request_log_max_rows"}:  # the request log is pruned to its new bounds at once
+            self.request_log.days, self.request_log.max_rows = self.settings.request_log_days, self.settings.request_log_max_rows
+            self.request_log.prune()
 
     # ------------------------------------------------------------ loading
     def is_loaded(self, name: str) -> bool:

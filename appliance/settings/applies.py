@@ -1,13 +1,12 @@
 """When a changed setting takes effect: at once ("live") or at the next start ("restart").
 
 A setting is live only where every collaborator reads it from the one settings object each time it
-needs it (or is told of the change, as the log level is), and a test changes it on a running daemon
-and sees the new value used (``tests/integration/test_runtime_settings.py``,
+needs it (or is told of the change, as the logger and the request log are), and a test changes it on a
+running daemon and sees the new value used (``tests/integration/test_runtime_settings.py``,
 ``tests/browser/test_console_runtime_settings.py``). Everything else is copied at construction (the
 listener, the engines and their workers, the planner, the admission queues, the access guard, the
-console's sign-in options, the scheduler's intervals, the request log's writer) or has not been proved
-live yet, and is marked "restart": the file is changed now and the daemon uses the value after its next
-start.
+console's sign-in options, the scheduler's intervals) or has not been proved live yet, and is marked
+"restart": the file is changed now and the daemon uses the value after its next start.
 """
 
 from __future__ import annotations
@@ -56,7 +55,7 @@ APPLIES: dict[str, Applies] = {
     "speculative_ngram": "restart",
     "vllm_python": "restart",
     "ray_address": "restart",
-    # Usage: the cache's embedder, the request log's writer and the access guard copy these at start.
+    # Usage: the cache's embedder and the access guard copy these at start.
     # Live: currency (every page and report reads it as it renders), the cache's switch and TTL (read at
     # each lookup and store), the file and batch limits (read at each upload), the batch price (read when
     # a batch starts) and the owner's costs (read by each usage report).
@@ -70,8 +69,8 @@ APPLIES: dict[str, Applies] = {
     "cache_embedding_model": "restart",
     "cache_embedding_threads": "restart",
     "responses_ttl_hours": "restart",
-    "request_log_days": "restart",  # the request log's writer copies both when it is made
-    "request_log_max_rows": "restart",
+    "request_log_days": "live",  # handed to the request log's writer, which prunes to them at once
+    "request_log_max_rows": "live",
     "metrics_public": "restart",
     "files_max_bytes": "live",
     "files_quota_bytes_per_key": "live",

@@ -6,8 +6,8 @@ budget alert arrive there, signed with the new secret, with no restart; the curr
 change what the API answers at once; a restart setting is written to the file and marked pending; bad values
 are 400 naming the field, a setting the environment sets is 409, and only admins may read or change settings.
 The file keeps its comments, and the audit log has each change with the secret masked. Every other setting marked
-live is changed on one more daemon and seen used by the next request: the log level, the cache's switch and TTL, the
-request timeout, the owner's costs, the budget alert shares, the upload limits and the batch price.
+live is changed on one more daemon and seen used by the next request: the log level, the request log's bounds, the
+cache's switch and TTL, the request timeout, the owner's costs, the budget alert shares, the upload limits and the batch price.
 """
 
 from __future__ import annotations
@@ -180,6 +180,22 @@ def test_live_settings_are_used_by_the_next_request(tmp_path):
             _set(admin, log_level="info")
             log = daemon.log()
             assert "setting log_level changed by local-admin (live)" in log and "setting currency changed" not in log
+
+            # request_log_days and request_log_max_rows: the request log is pruned to the new bounds at once
+            now = time.time()
+            with sqlite3.connect(db) as conn:
+                conn.executemany(
+                    "INSERT INTO request_log (created_at, request_id, method, endpoint, status, latency_ms)"
+                    " VALUES (?, ?, 'POST', '/v1/completions', 200, 1.0)",
+                    [(now - 3 * 86400 if i == 0 else now, f"seeded-{i}") for i in range(1500)],
+                )
+            _set(admin, request_log_days=2)
+            with sqlite3.connect(db) as conn:
+                assert conn.execute("SELECT count(*) FROM request_log WHERE request_id = 'seeded-0'").fetchone() == (0,)
+            _set(admin, request_log_max_rows=1000)
+            with sqlite3.connect(db) as conn:
+                kept = {r for (r,) in conn.execute("SELECT request_id FROM request_log WHERE request_id LIKE 'seeded-%'")}
+            assert len(kept) <= 1000 and "seeded-1" not in kept and "seeded-1499" in kept  # the oldest went first
 
             # cache_enabled and cache_ttl_seconds: read at each lookup and store
             _set(admin, cache_enabled=False)

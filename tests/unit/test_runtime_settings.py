@@ -67,6 +67,8 @@ def test_every_setting_is_classified_and_only_proved_ones_are_live():
         "currency",
         "cache_enabled",
         "cache_ttl_seconds",
+        "request_log_days",
+        "request_log_max_rows",
         "files_max_bytes",
         "files_quota_bytes_per_key",
         "batch_max_lines",
