@@ -127,7 +127,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Litestar
 
     app = Litestar(
         route_handlers=_route_handlers(),
-        guards=[AccessGuard(lambda: app.state.services.keyring, metrics_public=settings.metrics_public)],
+        guards=[AccessGuard(lambda: app.state.services.keyring, metrics_public=lambda: settings.metrics_public)],
         dependencies=dependencies(),
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]

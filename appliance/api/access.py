@@ -60,7 +60,7 @@ def audit_actor(connection: ASGIConnection) -> str:
 class AccessGuard:
     """The app-level guard: authenticates keyed routes and checks the declared level."""
 
-    def __init__(self, keyring: Callable[[], KeyRing | None], *, metrics_public: bool = False):
+    def __init__(self, keyring: Callable[[], KeyRing | None], *, metrics_public: Callable[[], bool] = lambda: False):
         self._keyring = keyring
         self._metrics_public = metrics_public
 
@@ -79,7 +79,7 @@ class AccessGuard:
         if scope.get(LOCAL_MARK):
             scope[PRINCIPAL] = LOCAL_ADMIN  # type: ignore[literal-required]
             return
-        if level is Access.METRICS and self._metrics_public:
+        if level is Access.METRICS and self._metrics_public():  # asked each time: the setting applies live
             return
         keyring = self._keyring()
         if keyring is None:

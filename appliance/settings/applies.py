@@ -1,12 +1,12 @@
 """When a changed setting takes effect: at once ("live") or at the next start ("restart").
 
-A setting is live only where every collaborator reads it from the one settings object each time it
-needs it (or is told of the change, as the logger and the request log are), and a test changes it on a
-running daemon and sees the new value used (``tests/integration/test_runtime_settings.py``,
-``tests/browser/test_console_runtime_settings.py``). Everything else is copied at construction (the
-listener, the engines and their workers, the planner, the admission queues, the access guard, the
-console's sign-in options, the scheduler's intervals) or has not been proved live yet, and is marked
-"restart": the file is changed now and the daemon uses the value after its next start.
+A setting is live only where every collaborator reads it from the one settings object each time it needs it
+(or is told of the change, as the logger and the request log are), and a test changes it on a running daemon
+and sees the new value used (``tests/integration/test_runtime_settings.py``,
+``tests/browser/test_console_runtime_settings.py``). Everything else is copied at construction (the listener,
+the engines and their workers, the planner, the admission queues, the console's sign-in options, the
+scheduler's intervals) or has not been proved live yet, and is marked "restart": the file is changed now and
+the daemon uses the value after its next start.
 """
 
 from __future__ import annotations
@@ -55,10 +55,11 @@ APPLIES: dict[str, Applies] = {
     "speculative_ngram": "restart",
     "vllm_python": "restart",
     "ray_address": "restart",
-    # Usage: the cache's embedder and the access guard copy these at start.
+    # Usage: the cache's embedder copies these at start.
     # Live: currency (every page and report reads it as it renders), the cache's switch and TTL (read at
     # each lookup and store), the file and batch limits (read at each upload), the batch price (read when
-    # a batch starts) and the owner's costs (read by each usage report).
+    # a batch starts), the owner's costs (read by each usage report) and metrics_public (the access guard asks
+    # for it at each /metrics request).
     "currency": "live",
     "cache_enabled": "live",
     "cache_ttl_seconds": "live",
@@ -71,7 +72,7 @@ APPLIES: dict[str, Applies] = {
     "responses_ttl_hours": "restart",
     "request_log_days": "live",  # handed to the request log's writer, which prunes to them at once
     "request_log_max_rows": "live",
-    "metrics_public": "restart",
+    "metrics_public": "live",
     "files_max_bytes": "live",
     "files_quota_bytes_per_key": "live",
     "batch_max_lines": "live",

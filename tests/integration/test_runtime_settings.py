@@ -1,13 +1,13 @@
 """Settings changed on the running daemon through ``PATCH /admin/settings``, each seen taking effect (or waiting
 for a restart) through the API.
 
-The daemon reads a commented config file. Setting the alert webhook (URL and secret) live makes the next
-budget alert arrive there, signed with the new secret, with no restart; the currency and the default model
-change what the API answers at once; a restart setting is written to the file and marked pending; bad values
-are 400 naming the field, a setting the environment sets is 409, and only admins may read or change settings.
-The file keeps its comments, and the audit log has each change with the secret masked. Every other setting marked
-live is changed on one more daemon and seen used by the next request: the log level, the request log's bounds, the
-cache's switch and TTL, the request timeout, the owner's costs, the budget alert shares, the upload limits and the batch price.
+The daemon reads a commented config file. Setting the alert webhook (URL and secret) live makes the next budget alert
+arrive there, signed with the new secret, with no restart; the currency and the default model change what the API
+answers at once; a restart setting is written to the file and marked pending; bad values are 400 naming the field, a
+setting the environment sets is 409, and only admins may read or change settings. The file keeps its comments, and the
+audit log has each change with the secret masked. Every other setting marked live is changed on one more daemon and
+seen used by the next request: the log level, the request log's bounds, public metrics, the cache's switch and TTL,
+the request timeout, the owner's costs, the budget alert shares, the upload limits and the batch price.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 
+import httpx
 import pytest
 
 from tests.daemon import start_daemon
@@ -196,6 +197,13 @@ def test_live_settings_are_used_by_the_next_request(tmp_path):
             with sqlite3.connect(db) as conn:
                 kept = {r for (r,) in conn.execute("SELECT request_id FROM request_log WHERE request_id LIKE 'seeded-%'")}
             assert len(kept) <= 1000 and "seeded-1" not in kept and "seeded-1499" in kept  # the oldest went first
+
+            # metrics_public: the access guard asks for it at each /metrics request
+            assert httpx.get(daemon.url + "/metrics").status_code == 401
+            _set(admin, metrics_public=True)
+            assert httpx.get(daemon.url + "/metrics").status_code == 200
+            _set(admin, metrics_public=None)
+            assert httpx.get(daemon.url + "/metrics").status_code == 401
 
             # cache_enabled and cache_ttl_seconds: read at each lookup and store
             _set(admin, cache_enabled=False)

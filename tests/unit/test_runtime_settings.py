@@ -69,6 +69,7 @@ def test_every_setting_is_classified_and_only_proved_ones_are_live():
         "cache_ttl_seconds",
         "request_log_days",
         "request_log_max_rows",
+        "metrics_public",
         "files_max_bytes",
         "files_quota_bytes_per_key",
         "batch_max_lines",
@@ -81,7 +82,7 @@ def test_every_setting_is_classified_and_only_proved_ones_are_live():
         "alert_webhook_url",
         "alert_webhook_secret",
     }
-    assert applies("port") == "restart" and applies("metrics_public") == "restart" and applies("currency") == "live"
+    assert applies("port") == "restart" and applies("oidc_issuer") == "restart" and applies("currency") == "live"
 
 
 def test_a_change_is_validated_with_the_whole_model(config):
