@@ -17,7 +17,7 @@ Applies = Literal["live", "restart"]
 
 #: Every setting, reviewed one by one: "live" where a test proves a change is used at once, else "restart".
 #: Some "restart" settings are read at each use but have no such test yet (load_timeout_seconds,
-#: responses_ttl_hours, cache_max_entries, cache_counts_against_quota, the semantic cache's): they stay
+#: responses_ttl_hours, cache_max_entries, the semantic cache's): they stay
 #: "restart" until one proves them.
 APPLIES: dict[str, Applies] = {
     # The service: the data dir, listener, log format and allocator are set up once at start; the log level
@@ -56,15 +56,15 @@ APPLIES: dict[str, Applies] = {
     "vllm_python": "restart",
     "ray_address": "restart",
     # Usage: the cache's embedder copies these at start.
-    # Live: currency (every page and report reads it as it renders), the cache's switch and TTL (read at
-    # each lookup and store), the file and batch limits (read at each upload), the batch price (read when
+    # Live: currency (every page and report reads it as it renders), the cache's switch, TTL and quota counting
+    # (read at each lookup, store and settle), the file and batch limits (read at each upload), the batch price (read when
     # a batch starts), the owner's costs (read by each usage report) and metrics_public (the access guard asks
     # for it at each /metrics request).
     "currency": "live",
     "cache_enabled": "live",
     "cache_ttl_seconds": "live",
     "cache_max_entries": "restart",
-    "cache_counts_against_quota": "restart",
+    "cache_counts_against_quota": "live",
     "semantic_cache_threshold": "restart",
     "semantic_cache_enabled": "restart",
     "cache_embedding_model": "restart",

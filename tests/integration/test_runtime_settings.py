@@ -6,8 +6,9 @@ arrive there, signed with the new secret, with no restart; the currency and the 
 answers at once; a restart setting is written to the file and marked pending; bad values are 400 naming the field, a
 setting the environment sets is 409, and only admins may read or change settings. The file keeps its comments, and the
 audit log has each change with the secret masked. Every other setting marked live is changed on one more daemon and
-seen used by the next request: the log level, the request log's bounds, public metrics, the cache's switch and TTL,
-the request timeout, the owner's costs, the budget alert shares, the upload limits and the batch price.
+seen used by the next request: the log level, the request log's bounds, public metrics, the cache's switch and TTL and
+whether its hits count against quotas, the request timeout, the owner's costs, the budget alert shares, the upload
+limits and the batch price.
 """
 
 from __future__ import annotations
@@ -242,6 +243,24 @@ def test_live_settings_are_used_by_the_next_request(tmp_path):
                 assert _complete(spender, "The capital of Italy is").status_code == 200
             with sqlite3.connect(db) as conn:
                 assert sorted(p for (p,) in conn.execute("SELECT percent FROM budget_alerts")) == [1.0, 2.0]
+            _set(admin, budget_alert_thresholds=None, budget_alert_percent=None)
+
+            # cache_counts_against_quota: each settle of a cache hit reads it
+            reader = daemon.create_key("cached")
+            admin.put("/admin/quotas/key:" + reader[:12], json={"tokens_per_day": 100_000}).raise_for_status()
+
+            def spent() -> int:
+                return admin.get("/admin/quotas/key:" + reader[:12]).json()["usage"]["tokens_per_day"]["spent"]
+
+            with daemon.client(reader) as cached:
+                assert _complete(cached, "Seven, eight,").headers["x-cache"] == "miss"
+                first = spent()
+                assert _complete(cached, "Seven, eight,").headers["x-cache"] == "exact"
+                counted = spent()
+                assert counted > first  # counted by default
+                _set(admin, cache_counts_against_quota=False)
+                assert _complete(cached, "Seven, eight,").headers["x-cache"] == "exact"
+                assert spent() == counted
 
             # files_max_bytes, batch_max_lines, files_quota_bytes_per_key: each upload reads them
             _set(admin, files_max_bytes=64)

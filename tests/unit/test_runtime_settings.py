@@ -67,6 +67,7 @@ def test_every_setting_is_classified_and_only_proved_ones_are_live():
         "currency",
         "cache_enabled",
         "cache_ttl_seconds",
+        "cache_counts_against_quota",
         "request_log_days",
         "request_log_max_rows",
         "metrics_public",
