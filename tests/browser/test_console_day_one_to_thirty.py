@@ -162,6 +162,9 @@ def test_day_one_setup_to_day_thirty_operations_in_the_console(chromium, fresh_i
         page.wait_for_selector(f"#installed tr[data-model='{SECOND}'] .badge.ok", timeout=120_000)
         assert len(questions) == 2 and f"it stops {FIRST} (0 requests in flight" in questions[1], questions
         assert re.fullmatch(rf"evicted \d\d:\d\d UTC to load {re.escape(SECOND)}", evicted.inner_text().strip())
+        first_row = page.locator(f"#installed tr[data-model='{FIRST}']")
+        assert first_row.locator("[data-testid=appliance-default]").count() == 1  # still the default, but not loaded:
+        assert first_row.locator(".badge.ok").count() == 0  # no green badge on its row
         page.goto(box.url + "/")
         flag = page.locator("[data-testid=default-model-flag]")
         assert flag.get_attribute("data-state") == "evicted" and FIRST in flag.inner_text() and SECOND in flag.inner_text()
