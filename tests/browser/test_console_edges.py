@@ -17,6 +17,7 @@ import pytest
 from appliance.webui.key_table import month_start
 from tests.browser.conftest import NARROW, USERS, WIDE, sign_in
 from tests.ggufkit import make_tiny_gguf
+from tests.reliability.kit import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -195,7 +196,7 @@ def test_each_disruptive_action_asks_first_and_does_nothing_when_dismissed(tabs,
     with httpx.Client(base_url=console_daemon.url, headers={"Authorization": f"Bearer {secret}"}, timeout=300) as api:
         assert api.get("/v1/models").status_code == 200  # not revoked
         # unloading while a request streams says how many are in flight
-        done = threading.Event()
+        done, stop = threading.Event(), threading.Event()
 
         def stream() -> None:
             with api.stream(
@@ -205,6 +206,8 @@ def test_each_disruptive_action_asks_first_and_does_nothing_when_dismissed(tabs,
             ) as response:
                 for _line in response.iter_lines():
                     done.set()
+                    if stop.is_set():  # the client goes away mid-answer: the request ends there
+                        break
 
         worker = threading.Thread(target=stream)
         worker.start()
@@ -213,7 +216,10 @@ def test_each_disruptive_action_asks_first_and_does_nothing_when_dismissed(tabs,
         question = d.ask("#installed form[hx-post='/models/unload'] button")
         assert "1 request is in flight" in question, question
         assert d.page.locator("#installed .badge.ok", has_text="loaded").count() >= 1
-        worker.join(300)
+        stop.set()
+        worker.join(120)
+        assert not worker.is_alive(), "the stream did not end when its client left"
+    wait_until(lambda: _idle(console_daemon), 120, 0.2, "no request in flight")
     d.goto("/models")
     unloaded_name = d.page.locator("#installed tr:has(.badge.ok) strong").first.inner_text()
     d.page.locator(
@@ -232,6 +238,11 @@ def test_each_disruptive_action_asks_first_and_does_nothing_when_dismissed(tabs,
     assert _count(console_daemon, "SELECT count(*) FROM audit_log WHERE action IN ('cache.purge', 'model.delete')") == 0
     d.goto("/models")
     assert d.page.locator(f"#installed tr[data-model='{unloaded_name}']").count() == 1
+
+
+def _idle(console_daemon) -> bool:
+    with console_daemon.admin() as admin:
+        return all(i["inflight"] == 0 and i["waiting"] == 0 for i in admin.get("/admin/instances").json())
 
 
 def _start_slow_pull(s, url: str, name: str):
