@@ -104,9 +104,19 @@ def _start_batch(base: str, secret: str) -> str:
         return batch.json()["id"]
 
 
+def _wait_for_a_failed_line(base: str, secret: str, batch_id: str) -> None:
+    """Validating 20,000 lines takes a while on a busy box: a batch cancelled before its first line ran has no error file."""
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {secret}"}, timeout=60) as client:
+        deadline = time.monotonic() + 120
+        while client.get(f"/v1/batches/{batch_id}").json()["request_counts"]["failed"] == 0:
+            assert time.monotonic() < deadline, "no line of the batch ran within 120 s"
+            time.sleep(0.1)
+
+
 def test_batches_are_listed_and_an_operator_cancels_one(signed_in, console_daemon):
     secret = console_daemon.create_key("console-batches")
     batch_id = _start_batch(console_daemon.url, secret)
+    _wait_for_a_failed_line(console_daemon.url, secret, batch_id)  # running: cancelled, its error file has lines
     s = signed_in("otto")
     s.goto("/batches")
     row = s.page.locator("[data-testid=batch-row]", has_text=batch_id)
