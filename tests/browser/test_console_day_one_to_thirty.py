@@ -2,14 +2,14 @@
 
 The daemon starts as a fresh install starts it: a bare data dir and an empty config file, so it makes ``admin`` and
 writes its one-time password to ``initial-admin-password``, which the admin reads from the file. In the browser the
-admin signs in with it and chooses a new password; creates a team and a key in it (the secret is shown once); the app
-calls the API with that key; the admin rotates the key, and both secrets answer during the overlap; sets the alert
-webhook (secret, then URL, pointing at a real receiver) and the default model on the Settings page, and both apply
-live: the Alerts page's "Send test" reaches the new URL, signed, and ``model: default`` answers from the new model.
-With ``max_loaded_instances = 1`` (two tiny models), loading the second asks to evict the default model; the admin
-confirms, the evicted row names what replaced it and the overview flags the default model as evicted. Last, a
-request with a wrong key is refused and found on the Requests page by the x-request-id its client got. The daemon's
-pid is the same at the end.
+admin signs in with it and chooses a new password; imports two tiny models from files on the box; creates a team and
+a key in it (the secret is shown once); the app calls the API with that key; the admin rotates the key, and both
+secrets answer during the overlap; sets the alert webhook (secret, then URL, pointing at a real receiver) and the
+default model on the Settings page, and both apply live: the Alerts page's "Send test" reaches the new URL, signed,
+and ``model: default`` answers from the new model. With ``max_loaded_instances = 1``, loading the second tiny model
+asks to evict the default one; the admin confirms, the evicted row names what replaced it and the overview flags the
+default model as evicted. Last, a request with a wrong key is refused and found on the Requests page by the
+x-request-id its client got. The daemon's pid is the same at the end.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import pytest
 from tests.browser.conftest import WIDE, _watch, sign_in
 from tests.daemon import RunningDaemon, start_daemon
 from tests.ggufkit import make_tiny_gguf
-from tests.reliability.kit import import_model
 from tests.webhookkit import Receiver
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -40,10 +39,9 @@ def fresh_install(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningD
     base = tmp_path_factory.mktemp("day-one")
     config = base / "appliance.toml"  # installs ship a config file, where settings changed in the console are written
     config.write_text("# written by the installer\n")
+    for seed, name in ((5, FIRST), (7, SECOND)):  # model files copied onto the box, imported from the console
+        make_tiny_gguf(base / f"{name.split(':')[0]}.gguf", seed=seed, vocab=512, n_embd=64)
     box = start_daemon(base, APPLIANCE_CONFIG=str(config), APPLIANCE_MAX_LOADED_INSTANCES="1")
-    # two tiny models are on the box besides the shipped default, as an operator's earlier imports would leave them
-    for seed, name in ((5, FIRST), (7, SECOND)):
-        import_model(box, make_tiny_gguf(base / f"{seed}.gguf", seed=seed, vocab=512, n_embd=64), name, timeout=120)
     yield box
     box.stop()
 
@@ -77,6 +75,16 @@ def _first_sign_in(page, box: RunningDaemon) -> None:
     with page.expect_navigation():
         page.click("form[action='/password'] button[type=submit]")
     assert page.url.rstrip("/") == box.url and page.locator("h1").inner_text() == "Overview"
+
+
+def _import_models(page, box: RunningDaemon) -> None:
+    page.goto(box.url + "/models")
+    form = "form[hx-post='/models/import']"
+    for name in (FIRST, SECOND):
+        page.fill(f"{form} input[name=path]", str(box.data_dir.parent / f"{name.split(':')[0]}.gguf"))
+        page.fill(f"{form} input[name=name]", name)
+        page.click(f"{form} button[type=submit]")
+        page.wait_for_selector(f"#installed tr[data-model='{name}'] .badge.state-ready", timeout=120_000)
 
 
 def _team_and_key(page, base: str) -> str:
@@ -121,6 +129,7 @@ def test_day_one_setup_to_day_thirty_operations_in_the_console(chromium, fresh_i
     try:
         # day one: the first sign-in, a team, a key the app uses
         _first_sign_in(page, box)
+        _import_models(page, box)
         secret = _team_and_key(page, box.url)
         with _api(box.url, secret) as app:
             assert app.get("/v1/models").status_code == 200
