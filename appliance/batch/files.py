@@ -19,8 +19,8 @@ from sqlmodel import select
 
 from appliance.accounts.keys import Principal
 from appliance.batch.lines import CheckedFile, check_file
+from appliance.db.batch_tables import Batch, BatchFile
 from appliance.db.engine import session
-from appliance.db.tables import Batch, BatchFile
 from appliance.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
 from appliance.settings import Settings
 

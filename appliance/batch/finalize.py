@@ -11,7 +11,7 @@ import time
 from appliance.batch.files import FileStore
 from appliance.batch.objects import result_line
 from appliance.batch.store import BatchStore
-from appliance.db.tables import Batch
+from appliance.db.batch_tables import Batch
 
 STAMP = {"completed": "completed_at", "expired": "expired_at", "cancelled": "cancelled_at", "failed": "failed_at"}
 

@@ -6,7 +6,7 @@ import json
 import secrets
 
 from appliance.batch.store import FINAL, BatchStore, LineResult
-from appliance.db.tables import Batch, BatchFile
+from appliance.db.batch_tables import Batch, BatchFile
 from appliance.jsontypes import JsonObject
 
 

@@ -26,7 +26,7 @@ from appliance.batch.finalize import finalize
 from appliance.batch.line_call import Outcome, TryLater, call_line
 from appliance.batch.lines import RequestLine, check_file
 from appliance.batch.store import BatchStore, LineResult
-from appliance.db.tables import Batch
+from appliance.db.batch_tables import Batch
 from appliance.errors import ApplianceError, AuthenticationFailed, NotFound, error_envelope
 from appliance.serving.gateway import Gateway
 from appliance.settings import Settings

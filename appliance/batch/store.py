@@ -22,8 +22,8 @@ from sqlmodel import col, select
 from appliance.accounts.keys import Principal
 from appliance.batch.files import new_id, visible_to
 from appliance.batch.lines import ENDPOINTS
+from appliance.db.batch_tables import Batch, BatchFile, BatchResult
 from appliance.db.engine import session
-from appliance.db.tables import Batch, BatchFile, BatchResult
 from appliance.errors import BadRequest, Conflict, NotFound
 
 WINDOWS = {"24h": 24 * 3600.0}
