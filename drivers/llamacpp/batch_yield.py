@@ -58,8 +58,8 @@ def batch_room(active: list[Slot], now: float, targets: LatencyTargets, cost: St
     ``floor`` is the fewest prompt tokens a long-waiting batch prompt is given.
     """
     interactive = [s for s in active if _is_interactive(targets, s) and s.job is None]  # a step can carry them
-    if not interactive:
-        return None
+    if not interactive or all(_is_interactive(targets, s) for s in active if s.seq is not None):
+        return None  # nothing to limit (with no batch work the step does not even ask the cost model)
     generating = [s for s in interactive if s.feed >= 0]
     batch_streams = [s for s in active if not _is_interactive(targets, s) and s.job is None and s.feed >= 0]
     batch_tpot = targets.of("batch").tpot_s
