@@ -2,7 +2,7 @@
 
 A setting is live only where every collaborator reads it from the one settings object each time it needs it
 (or is told of the change, as the logger and the request log are), and a test changes it on a running daemon
-and sees the new value used (``tests/integration/test_runtime_settings.py``,
+and sees the new value used (``tests/integration/test_runtime_settings_daemon.py``,
 ``tests/browser/test_console_runtime_settings.py``). Everything else is copied at construction (the listener,
 the engines and their workers, the planner, the admission queues, the console's sign-in options, the
 scheduler's intervals) or has not been proved live yet, and is marked "restart": the file is changed now and

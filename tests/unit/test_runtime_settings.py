@@ -59,7 +59,7 @@ def _audit_rows(engine):
 def test_every_setting_is_classified_and_only_proved_ones_are_live():
     assert set(Settings.model_fields) - set(APPLIES) == set(), "a setting without a decision: add it to APPLIES"
     assert set(APPLIES) - set(Settings.model_fields) == set(), "a decision for a setting that does not exist"
-    # each of these is changed on a running daemon and seen used at once in tests/integration/test_runtime_settings.py
+    # each of these is changed on a running daemon and seen used at once in tests/integration/test_runtime_settings_daemon.py
     assert {name for name, when in APPLIES.items() if when == "live"} == {
         "log_level",
         "default_model",
