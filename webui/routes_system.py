@@ -11,16 +11,18 @@ from litestar import Request, Response, get, post
 from litestar.response import Stream
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
+from sqlmodel import col
 
 from appliance.accounts import user_admin
 from appliance.accounts.keys import KeyRing
+from appliance.accounts.labels import key_label
 from appliance.accounts.users import ROLES, create_user, generate_password, hash_password
 from appliance.api.audit import audit_filter, csv_response
 from appliance.cache.responses import ResponseCache
 from appliance.cache.subjects import set_subject_policy
 from appliance.db.audit import AuditFilter, AuditTrail, filter_choices, read_page
 from appliance.db.engine import session
-from appliance.db.tables import User
+from appliance.db.tables import ApiKey, AuditLog, User
 from appliance.errors import BadRequest
 from appliance.settings import Settings
 from appliance.webui.cache_view import cache_context
@@ -84,6 +86,17 @@ def _audit_filter(request: Request) -> AuditFilter:
     )
 
 
+def _key_labels(db: Engine, rows: list[AuditLog]) -> dict[str, str]:
+    """``name (prefix…)`` for the keys the rows name: key actions' targets and ``key:<prefix>`` actors."""
+    prefixes = {r.target for r in rows if r.action.startswith("key.") and r.target}
+    prefixes |= {r.actor[4:] for r in rows if r.actor.startswith("key:")}
+    if not prefixes:
+        return {}
+    with session(db) as s:
+        found = s.execute(select(col(ApiKey.prefix), col(ApiKey.name)).where(col(ApiKey.prefix).in_(prefixes))).all()
+    return {prefix: key_label(name, prefix) for prefix, name in found}
+
+
 @get("/audit", include_in_schema=False, sync_to_thread=True)
 def audit_page(request: Request, db: Engine) -> Response:
     """The audit log, newest first, filtered by date range, actor, action and text, a page at a time."""
@@ -102,6 +115,7 @@ def audit_page(request: Request, db: Engine) -> Response:
         "audit.html",
         active="audit",
         rows=result.rows if result else [],
+        key_labels=_key_labels(db, result.rows) if result else {},
         shown=shown,
         actors=actors,
         actions=actions,

@@ -96,3 +96,15 @@ def test_viewers_read_the_log_but_cannot_export_it(signed_in, console_daemon, se
     assert len(_shown_ids(v.page)) == 100
     assert v.page.locator("[data-testid=audit-export]").count() == 0
     assert v.page.request.get(console_daemon.url + "/audit.csv").status == 403
+
+
+def test_key_rows_name_the_key_by_name_and_prefix(signed_in, console_daemon):
+    console_daemon.create_key("audit-label-app")
+    with console_daemon.admin() as admin:
+        keys = admin.get("/admin/keys/").json()
+    listed = keys["data"] if isinstance(keys, dict) else keys
+    prefix = next(k["prefix"] for k in listed if k["name"] == "audit-label-app")
+    s = signed_in("alice")
+    s.goto("/audit?action=key.create&q=" + prefix)
+    targets = [t.strip() for t in s.page.locator("[data-testid=audit-table] tbody td:nth-child(4)").all_inner_texts()]
+    assert targets == [f"audit-label-app ({prefix}…)"], targets
