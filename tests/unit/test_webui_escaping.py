@@ -52,6 +52,8 @@ def test_installed_models_table_escapes_names_and_chat_templates():
         "base": True,
         "load": load,
         "load_event": "load-0",
+        "appliance_default": False,
+        "current_default": EVIL,
     }
     html = render("_installed.html", rows=[row], message=EVIL, can_operate=True, is_admin=True, csrf="t")
     _assert_inert(html)
