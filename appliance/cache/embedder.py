@@ -14,6 +14,7 @@ per text) can stand in for it; tests and other deployments inject their own.
 from __future__ import annotations
 
 import concurrent.futures
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -121,9 +122,12 @@ class LlamaCppEmbedder:
     def _embed(self, texts: list[str]) -> list[list[float]]:
         if self._model is None:
             raise RuntimeError("the embedding model is closed")
+        t0 = time.perf_counter()
         rows = [self._model.embed(t, truncate=True) for t in texts]
-        if self.compute is not None:
-            self.compute.tick()  # on the embedder's thread, the one whose run-queue waits it reads
+        if self.compute is not None:  # on the embedder's thread, the one whose run-queue waits it reads
+            chars = sum(len(t) for t in texts)  # the work, in characters: compared only within one size class
+            self.compute.sample(("embed", len(texts), chars.bit_length()), chars, time.perf_counter() - t0)
+            self.compute.tick()
         return rows
 
     def close(self) -> None:

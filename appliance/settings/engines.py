@@ -63,13 +63,12 @@ class EngineFields(BaseModel):
         default=None, ge=1, description="CPU threads per llama.cpp engine. Unset: the planner chooses from the core count."
     )
     engine_adapt_threads: bool = Field(
-        default=False,
-        description="llama.cpp engines compute with fewer threads while other processes take the box's cores (their "
-        "compute threads would spin at every graph barrier for a descheduled one), and try their full count again "
-        "every few seconds to a minute. Off (the default): always engine_threads. Off by default because on a "
-        "two-core box the daemon's own relay work reads as contention: with it on, the appliance measured 0.60x "
-        "(1 stream) and 0.66x (8 streams) of llama-server in tests/bench/compare_interleaved.py; turn it on for boxes "
-        "that run other busy work beside the engine.",
+        default=True,
+        description="llama.cpp engines measure whether fewer compute threads are faster while other processes take the "
+        "box's cores (their compute threads would spin at every graph barrier for a descheduled one), keep the count "
+        "that measured faster, and measure their full count again every few seconds to a minute. The measurement, not "
+        "the waiting, decides: on a two-core box the daemon's own relay work also makes the engine wait, and there the "
+        "full count stays. Off: always engine_threads.",
     )
     engine_parallel: int = Field(default=8, ge=1, le=256, description="Concurrent sequences (slots) per llama.cpp engine.")
     engine_context: int = Field(

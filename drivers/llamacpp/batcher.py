@@ -232,7 +232,9 @@ class Batcher:
             for slot, result in sampled:
                 self._results.sampled_back(slot, result, events)
             self._admit(active)  # before embedding: a request that just arrived counts as waiting on it
-            embeds.turn(self._runnable(active), bool(active))
+            embedded = embeds.turn(self._runnable(active), bool(active))
+            if embedded is not None:  # (tokens, seconds) of an embedding group: measured for the thread governor
+                self.compute.sample(("embed", embedded[0].bit_length()), embedded[0], embedded[1])
             t0 = time.perf_counter()
             rows = read = 0
             streams = sum(1 for s in active if s.job is None)
@@ -253,6 +255,8 @@ class Batcher:
                 self._decode_only["stream_seconds"] += dt * streams
             self._planner.observe(rows, read, dt)
             embeds.decoded(dt)
+            if rows + read:  # compared only with steps of the same shape (.contention)
+                self.compute.sample(("step", rows, read.bit_length()), rows + read, dt)
             self.compute.tick()
         if self._sampler is not None:
             self._sampler.close()

@@ -1,4 +1,4 @@
-"""Compute threads that give way when other work takes the box's cores.
+"""Compute threads that give way when other work takes the box's cores, kept only where that is faster.
 
 llama.cpp's CPU backend (built by pip with OpenMP) runs each graph as a team of
 threads that meet at a barrier after every node. When the kernel deschedules one
@@ -7,54 +7,133 @@ so a box with one busy process beside a two-thread engine decodes a 4-token chat
 in about a second (up to nine) instead of 0.1 s; the same engine on one thread
 stays at 0.2 s. Fewer threads than the cores left free beats more threads than that.
 
-The signal is the decode thread's own scheduler statistics
-(``/proc/self/task/<tid>/schedstat``: time on a CPU and time waiting on a run
-queue). That thread leads every graph, so the share of its runnable time spent
-waiting is the share of each step its team lost to others. It needs no calibration,
-ignores idle time (a sleeping thread neither runs nor waits), and costs one small
-read per judgement.
+But waiting for a CPU is not proof that fewer threads would be faster: on a
+two-core box the daemon's own relay work (the gateway answering the stream the
+worker produces) makes the decode thread wait too, and there two threads still
+beat one. So contention only *asks* the question, and a measurement answers it:
+
+- The signal is the decode thread's own scheduler statistics
+  (``/proc/self/task/<tid>/schedstat``: time on a CPU and time waiting on a run
+  queue). Above :attr:`ContentionPolicy.high_wait` of its runnable time spent
+  waiting, a **trial** of one thread fewer is due.
+- A trial runs the next steps alternately at the current count and at the
+  candidate, in blocks of :attr:`ContentionPolicy.block_steps` (the first step of
+  each block is not counted: it pays for the switch), for
+  :attr:`ContentionPolicy.rounds` rounds. Each step's seconds per unit of work are
+  compared only with steps of the same shape (rows kept, prompt tokens read,
+  embedding tokens) in the other arm; the candidate wins when it is at least
+  :attr:`ContentionPolicy.margin` cheaper. A candidate plainly slower or plainly
+  faster (:attr:`ContentionPolicy.give_up`) after its first block decides the trial there.
+- At fewer threads than configured, a trial of one more is due every
+  :attr:`ContentionPolicy.probe_s`; a trial lost doubles the wait before the next
+  of the same kind (up to :attr:`ContentionPolicy.max_probe_s`), one won resets it.
 
 :class:`ThreadGovernor` is the decision, pure: fed windows of (seconds on a CPU,
-seconds waiting), it answers the thread count. Above :attr:`ContentionPolicy.high_wait`
-it steps down one thread; after :attr:`ContentionPolicy.probe_s` at fewer threads it
-steps one back up to see whether the box is free again, and a probe that meets
-contention at once doubles the wait before the next (up to
-:attr:`ContentionPolicy.max_probe_s`). :class:`ComputeThreads` reads the statistics
-and applies the answer (``llama_set_n_threads`` on every context of the worker),
-asking the box first whether a core is free for a probe (:func:`box_has_room`), so
-a plainly full box does not pay a probe's slow step each time. :class:`ThreadPacer`
-keeps the rate a step's size is learned from per thread count,
-so work is paced by what the current team really does.
+seconds waiting), measured steps and the clock, it answers the thread count.
+:class:`ComputeThreads` reads the statistics and applies the answer
+(``llama_set_n_threads`` on every context of the worker). :class:`ThreadPacer`
+keeps the rate a step's size is learned from per thread count, so work is paced by
+what the current team really does.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 import threading
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from .scheduling import StepPacer
 
+#: Samples of one arm: seconds per unit of work, by the step's shape.
+Samples = dict[Hashable, list[float]]
+
 
 @dataclass(frozen=True)
 class ContentionPolicy:
-    """When the compute team shrinks and when it tries to grow back."""
+    """When the compute team is measured at another size, and when the measurement is believed."""
 
     #: Adapt at all (off: the configured threads always).
     enabled: bool = True
     #: Runnable seconds of the decode thread judged together.
     window_s: float = 0.1
-    #: Share of runnable time spent waiting for a CPU above which a thread is given up.
+    #: Share of runnable time spent waiting for a CPU above which a trial of one thread fewer is due.
     high_wait: float = 0.12
-    #: Seconds at fewer threads before one is tried again.
+    #: Seconds at fewer threads before a trial of one more; also the least wait between two trials of one fewer.
     probe_s: float = 5.0
-    #: Longest wait between probes after probes that met contention again (or were put off: no core free).
+    #: Longest wait before a trial of the same kind, after trials that lost.
     max_probe_s: float = 60.0
+    #: Steps in a row at one count within a trial (the first of them is not counted).
+    block_steps: int = 3
+    #: Blocks of each count in a trial.
+    rounds: int = 3
+    #: How much cheaper per unit of work the candidate must be to be kept.
+    margin: float = 0.10
+    #: A candidate this much dearer (or cheaper: its inverse) after its first block decides the trial there.
+    give_up: float = 1.5
+    #: A trial not finished within this many seconds (the engine went idle) is dropped.
+    stale_s: float = 30.0
+
+
+def cheaper(base: Samples, candidate: Samples) -> float | None:
+    """The candidate's cost relative to the base (0.8: 20% cheaper), over the shapes both measured; None if none.
+
+    Per shape, the ratio of the medians; shapes are weighted by the fewer samples of the two arms,
+    and the ratios averaged geometrically (a 2x and a 0.5x cancel).
+    """
+    num = den = 0.0
+    for shape, cand in candidate.items():
+        ref = base.get(shape)
+        if not ref or not cand:
+            continue
+        b, c = statistics.median(ref), statistics.median(cand)
+        if b <= 0.0 or c <= 0.0:
+            continue
+        w = float(min(len(ref), len(cand)))
+        num += w * math.log(c / b)
+        den += w
+    return math.exp(num / den) if den else None
+
+
+@dataclass
+class Trial:
+    """One measured comparison of ``base`` threads against ``candidate`` threads."""
+
+    base: int
+    candidate: int
+    started: float
+    schedule: list[int]
+    index: int = 0
+    samples: dict[int, Samples] = field(default_factory=dict)
+    _fresh: bool = True  # the step now running is the first of its block
+
+    @property
+    def count(self) -> int:
+        return self.schedule[self.index]
+
+    def add(self, shape: Hashable, per_unit: float) -> None:
+        if not self._fresh:
+            self.samples.setdefault(self.count, {}).setdefault(shape, []).append(per_unit)
+
+    def advance(self) -> bool:
+        """The step ran; True once the schedule is done."""
+        self.index += 1
+        if self.index >= len(self.schedule):
+            return True
+        self._fresh = self.schedule[self.index] != self.schedule[self.index - 1]
+        return False
+
+    def ratio(self) -> float | None:
+        return cheaper(self.samples.get(self.base, {}), self.samples.get(self.candidate, {}))
+
+    def first_candidate_block_done(self, block: int) -> bool:
+        return self.index == 2 * block
 
 
 class ThreadGovernor:
-    """The thread count for windows of observed CPU and run-queue time (pure: the caller supplies ``now``)."""
+    """The thread count from contention windows and measured trials (pure: the caller supplies ``now``)."""
 
     def __init__(self, full: int, policy: ContentionPolicy = ContentionPolicy()) -> None:
         self.full = max(1, full)
@@ -62,65 +141,105 @@ class ThreadGovernor:
         self.threads = self.full
         self.steps_down = 0
         self.steps_up = 0
-        self.probes_skipped = 0
+        self.trials = 0
         self.last_wait_share = 0.0
+        self.last_ratio: float | None = None  # the last trial's candidate cost relative to its base
+        self.trial: Trial | None = None
         self._run = 0.0
         self._wait = 0.0
-        self._probing = False  # the window after a step up decides whether it holds
-        self._backoff = policy.probe_s
-        self._next_probe: float | None = None
+        self._contended = False  # a window since the last trial waited above high_wait
+        self._backoff_down = policy.probe_s
+        self._backoff_up = policy.probe_s
+        self._next_down = 0.0
+        self._next_up: float | None = None
 
-    def probe_due(self, now: float) -> bool:
-        """Whether the next :meth:`observe` at ``now`` would try one more thread (ask the box for ``room`` then)."""
-        return self._next_probe is not None and now >= self._next_probe and self.threads < self.full
-
-    def observe(self, now: float, run_s: float, wait_s: float, room: bool | None = None) -> int:
-        """Add ``run_s`` seconds on a CPU and ``wait_s`` seconds waiting for one; returns the thread count to use.
-
-        ``room`` (asked only when :meth:`probe_due`): whether the box has a core free for one more thread.
-        False postpones a due probe as if it had failed (a failed probe costs a slow step), except once the
-        wait has reached :attr:`ContentionPolicy.max_probe_s`: then the probe runs anyway, since the hint
-        is only a sample.
-        """
-        p = self.policy
-        if not p.enabled:
-            return self.threads
+    def observe(self, now: float, run_s: float, wait_s: float) -> None:
+        """Add ``run_s`` seconds on a CPU and ``wait_s`` seconds waiting for one (the decode thread's)."""
+        if not self.policy.enabled:
+            return
         self._run += max(0.0, run_s)
         self._wait += max(0.0, wait_s)
         total = self._run + self._wait
-        if total >= p.window_s:
-            share = self._wait / total
-            self.last_wait_share = share
+        if total >= self.policy.window_s:
+            self.last_wait_share = self._wait / total
             self._run = self._wait = 0.0
-            self._judge(now, share)
-        if self.probe_due(now):
-            cap = max(p.max_probe_s, p.probe_s)
-            if room is False and self._backoff < cap:
-                self.probes_skipped += 1
-                self._backoff = min(cap, self._backoff * 2)
-                self._next_probe = now + self._backoff
+            if self.last_wait_share > self.policy.high_wait:
+                self._contended = True
+
+    def sample(self, shape: Hashable, work: float, seconds: float) -> None:
+        """A piece of work of ``shape`` (``work`` units of it) took ``seconds`` at the current count."""
+        if self.trial is not None and work > 0 and seconds > 0:
+            self.trial.add(shape, seconds / work)
+
+    def step(self, now: float) -> int:
+        """One step (that measured something) ended at ``now``; returns the thread count for the next."""
+        if not self.policy.enabled:
+            return self.threads
+        trial = self.trial
+        if trial is not None:
+            if now - trial.started > self.policy.stale_s:
+                self.trial = None  # the engine went idle mid-trial: the samples are from another box
+                self.threads = trial.base
+                self._schedule_after(now, trial, won=None)
                 return self.threads
-            self.threads += 1
-            self.steps_up += 1
-            self._probing = True
-            self._next_probe = None
+            done = trial.advance()
+            if done:
+                self._finish(now, trial, trial.ratio())
+            elif trial.first_candidate_block_done(max(2, self.policy.block_steps)) and (
+                (early := trial.ratio()) is not None
+                and (early >= self.policy.give_up or early <= 1.0 / self.policy.give_up)
+            ):
+                self._finish(now, trial, early)  # plainly dearer or plainly cheaper already: no need to pay for more
+            else:
+                self.threads = trial.count
+            return self.threads
+        p = self.policy
+        if self._contended and self.threads > 1 and now >= self._next_down:
+            self._start(now, self.threads - 1)
+        elif self.threads < self.full and self._next_up is not None and now >= self._next_up:
+            self._start(now, self.threads + 1)
+        elif self.threads < self.full and self._next_up is None:
+            self._next_up = now + p.probe_s
         return self.threads
 
-    def _judge(self, now: float, share: float) -> None:
+    def _start(self, now: float, candidate: int) -> None:
         p = self.policy
-        probing, self._probing = self._probing, False
-        if share > p.high_wait and self.threads > 1:
-            self.threads -= 1
-            self.steps_down += 1
-            # a probe that met contention at once: wait longer before the next
-            self._backoff = min(max(p.max_probe_s, p.probe_s), self._backoff * 2) if probing else p.probe_s
-            self._next_probe = now + self._backoff
-        elif probing:  # the step up held: keep climbing at the base pace
-            self._backoff = p.probe_s
-            if self.threads < self.full:
-                self._next_probe = now + p.probe_s
-        elif self.threads < self.full and self._next_probe is None:
-            self._next_probe = now + self._backoff
+        block = max(2, p.block_steps)
+        schedule = ([self.threads] * block + [candidate] * block) * max(1, p.rounds)
+        self.trial = Trial(self.threads, candidate, now, schedule)
+        self.trials += 1
+        self._contended = False
+        self.threads = self.trial.count
+
+    def _finish(self, now: float, trial: Trial, ratio: float | None) -> None:
+        self.trial = None
+        self.last_ratio = ratio
+        won = ratio is not None and ratio <= 1.0 - self.policy.margin
+        if won:
+            self.threads = trial.candidate
+            if trial.candidate < trial.base:
+                self.steps_down += 1
+            else:
+                self.steps_up += 1
+        else:
+            self.threads = trial.base
+        self._schedule_after(now, trial, won=won if ratio is not None else None)
+
+    def _schedule_after(self, now: float, trial: Trial, won: bool | None) -> None:
+        """When the next trials are due: a lost one doubles its kind's wait, a won one resets both."""
+        p = self.policy
+        cap = max(p.max_probe_s, p.probe_s)
+        down = trial.candidate < trial.base
+        if won:
+            self._backoff_down = self._backoff_up = p.probe_s
+        elif won is False:
+            if down:
+                self._backoff_down = min(cap, self._backoff_down * 2)
+            else:
+                self._backoff_up = min(cap, self._backoff_up * 2)
+        self._next_down = now + (self._backoff_down if down or won else p.probe_s)
+        self._next_up = now + self._backoff_up if self.threads < self.full else None
+        self._contended = False
 
 
 class ThreadTarget(Protocol):
@@ -139,25 +258,6 @@ def read_schedstat(tid: int) -> tuple[float, float] | None:
         return None
 
 
-def box_has_room(threads: int) -> bool | None:
-    """Whether this process's CPUs have a core free for one more compute thread; None where unknown.
-
-    ``/proc/loadavg``'s fourth field counts the box's runnable tasks at this instant,
-    the calling (decode) thread and the team's spinning threads among them, so one
-    more thread fits when that count is below the CPUs this process may use. One
-    sample is a hint, not a measurement: :meth:`ThreadGovernor.observe` says how it is used.
-    """
-    import os
-
-    try:
-        with open("/proc/loadavg", "rb") as f:
-            running = int(f.read().split()[3].split(b"/")[0])
-        cores = len(os.sched_getaffinity(0))
-    except (OSError, ValueError, IndexError):
-        return None
-    return max(running, threads) + 1 <= cores
-
-
 class ComputeThreads:
     """The worker's compute team size: watches the decode thread, applies the governor's answer to every target.
 
@@ -174,7 +274,6 @@ class ComputeThreads:
         *,
         clock: Callable[[], float] | None = None,
         stat: Callable[[int], tuple[float, float] | None] = read_schedstat,
-        room: Callable[[int], bool | None] = box_has_room,
     ) -> None:
         import time
 
@@ -182,9 +281,9 @@ class ComputeThreads:
         self._targets = list(targets)
         self._clock = clock or time.monotonic
         self._stat = stat
-        self._room = room
         self._tid: int | None = None
         self._last: tuple[float, float] | None = None
+        self._sampled = False
         self.signal = "schedstat" if policy.enabled else "off"
 
     @property
@@ -197,7 +296,17 @@ class ComputeThreads:
         if self.governor.threads != self.governor.full:
             target.set_threads(self.governor.threads)
 
+    def sample(self, shape: Hashable, work: float, seconds: float) -> None:
+        """A piece of work of ``shape`` and ``work`` units took ``seconds`` at the current count (see :meth:`tick`)."""
+        if self.signal == "schedstat":
+            self.governor.sample(shape, work, seconds)
+            self._sampled = True
+
     def tick(self) -> None:
+        """After each step, on the thread that leads the graphs: read its statistics, apply the governor's answer.
+
+        A step that measured nothing (:meth:`sample` not called since the last tick) does not move a trial on.
+        """
         if self.signal != "schedstat":
             return
         if self._tid is None:
@@ -207,12 +316,14 @@ class ComputeThreads:
             self.signal = "unavailable"  # no schedstat on this kernel: keep the configured threads
             return
         last, self._last = self._last, now
-        if last is None:
-            return
         g, t = self.governor, self._clock()
+        if last is not None:
+            g.observe(t, now[0] - last[0], now[1] - last[1])
+        if not self._sampled:
+            return
+        self._sampled = False
         before = g.threads
-        room = self._room(before) if g.probe_due(t) else None
-        after = g.observe(t, now[0] - last[0], now[1] - last[1], room)
+        after = g.step(t)
         if after != before:
             for target in self._targets:
                 target.set_threads(after)
@@ -222,14 +333,20 @@ class ComputeThreads:
         return ThreadPacer(floor, lambda: self.governor.threads)
 
     def snapshot(self) -> dict[str, int]:
-        """The worker's ``/stats`` fields: configured and current threads, steps each way, the last window's wait share."""
+        """The worker's ``/stats`` fields: configured and current threads, switches each way, trials, the last wait share.
+
+        ``threads_last_trial_ratio_pct``: the last trial's candidate cost per unit of work as a percentage of
+        its base's (below 100: the candidate was cheaper), -1 before any trial or when it measured nothing comparable.
+        """
         g = self.governor
         return {
             "threads_full": g.full,
             "threads_current": g.threads,
             "threads_steps_down_total": g.steps_down,
             "threads_steps_up_total": g.steps_up,
-            "threads_probes_skipped_total": g.probes_skipped,
+            "threads_trials_total": g.trials,
+            "threads_trial_running": int(g.trial is not None),
+            "threads_last_trial_ratio_pct": -1 if g.last_ratio is None else int(round(g.last_ratio * 100)),
             "threads_wait_share_pct": int(round(g.last_wait_share * 100)),
             "threads_adaptive": int(self.signal == "schedstat"),
         }

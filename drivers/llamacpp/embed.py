@@ -166,20 +166,23 @@ class EmbedQueue:
             inputs, done = self._waiting.popleft()
             self._current = (EmbedJob(inputs), done)
 
-    def turn(self, decoding: bool, generating: bool) -> None:
+    def turn(self, decoding: bool, generating: bool) -> tuple[int, float] | None:
         """Embed the next group, unless sequences are ``decoding`` and embedding ran ahead of them.
 
         Embedding time counts against decoding only while ``generating`` (any slot is busy).
+        Returns (tokens embedded, seconds) when a group ran.
         """
         if self._current is None:
             self.debt = 0.0
-            return
-        if not decoding or self.debt <= 0.0:
-            t_e = time.perf_counter()
-            tokens = self._step(self._pacer.tokens(BUSY_STEP_S if generating else LONE_STEP_S, self._ctx))
-            dt = time.perf_counter() - t_e
-            self._pacer.observe(tokens, dt)
-            self.debt = self.debt + dt if generating else 0.0
+            return None
+        if decoding and self.debt > 0.0:
+            return None
+        t_e = time.perf_counter()
+        tokens = self._step(self._pacer.tokens(BUSY_STEP_S if generating else LONE_STEP_S, self._ctx))
+        dt = time.perf_counter() - t_e
+        self._pacer.observe(tokens, dt)
+        self.debt = self.debt + dt if generating else 0.0
+        return (tokens, dt) if tokens else None
 
     def decoded(self, seconds: float) -> None:
         """A decode step took ``seconds``: embedding may catch up by as much."""

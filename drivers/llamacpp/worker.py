@@ -295,12 +295,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--adapt-threads",
         choices=("on", "off"),
         default="on",
-        help="compute with fewer threads while other processes take the cores (see contention.py)",
+        help="measure fewer compute threads while other processes take the cores, keep the faster (see contention.py)",
     )
-    ap.add_argument("--adapt-probe-s", type=float, default=5.0, help="seconds at fewer threads before one more is tried")
-    ap.add_argument(
-        "--adapt-max-probe-s", type=float, default=60.0, help="longest wait between tries after tries that met contention"
-    )
+    ap.add_argument("--adapt-probe-s", type=float, default=5.0, help="seconds at fewer threads before one more is measured")
+    ap.add_argument("--adapt-max-probe-s", type=float, default=60.0, help="longest wait before a trial after trials that lost")
     args = ap.parse_args(argv)
     for name in ("ctx", "parallel", "threads", "batch_size"):
         if getattr(args, name) < 1:

@@ -38,10 +38,10 @@ from tests.bench.compare_servers import (  # noqa: E402
     build_llama_server,
     free_port,
     fresh_model_copy,
-    start_process,
+    start_comparison_daemon,
+    start_llama_server_np8,
     stop_process,
 )
-from tests.daemon import start_daemon  # noqa: E402
 
 LOADS = (0.5, 0.7, 0.9)
 TTFT_GOAL_S, TPOT_GOAL_S = 2.0, 0.150
@@ -160,19 +160,9 @@ def main() -> None:
         port = free_port()
         server = daemon = worker = None
         try:
-            server = start_process(
-                [str(binary), "-m", model, "--port", str(port), "-np", "8", "-c", "16384", "-t", "2", "--no-webui"],
-                f"http://127.0.0.1:{port}/health",
-                env={**os.environ, "LD_LIBRARY_PATH": str(binary.parent)},
-            )
+            server = start_llama_server_np8(binary, model, port)
             if args.target == "daemon":
-                daemon = start_daemon(
-                    Path(tmp),
-                    APPLIANCE_ENGINE_PARALLEL="8",
-                    APPLIANCE_ENGINE_CONTEXT="2048",
-                    APPLIANCE_ENGINE_THREADS="2",
-                    APPLIANCE_CACHE_ENABLED="false",
-                )
+                daemon = start_comparison_daemon(Path(tmp))
                 daemon_port = int(daemon.url.rsplit(":", 1)[1])
                 ours = Target("appliance", port=daemon_port, model="default", key=daemon.create_key("bench"))
             else:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -39,10 +38,10 @@ from tests.bench.compare_servers import (  # noqa: E402
     build_llama_server,
     free_port,
     fresh_model_copy,
-    start_process,
+    start_comparison_daemon,
+    start_llama_server_np8,
     stop_process,
 )
-from tests.daemon import start_daemon  # noqa: E402
 
 SYSTEM = "You are the help desk of a hardware shop. " + " ".join(
     f"Policy {i}: items of category {i} may be returned within {i + 14} days with the receipt, and store credit is "
@@ -174,18 +173,8 @@ def main() -> None:
         port = free_port()
         server = daemon = None
         try:
-            server = start_process(
-                [str(binary), "-m", model, "--port", str(port), "-np", "8", "-c", "16384", "-t", "2", "--no-webui"],
-                f"http://127.0.0.1:{port}/health",
-                env={**os.environ, "LD_LIBRARY_PATH": str(binary.parent)},
-            )
-            daemon = start_daemon(
-                Path(tmp),
-                APPLIANCE_ENGINE_PARALLEL="8",
-                APPLIANCE_ENGINE_CONTEXT="2048",
-                APPLIANCE_ENGINE_THREADS="2",
-                APPLIANCE_CACHE_ENABLED="false",
-            )
+            server = start_llama_server_np8(binary, model, port)
+            daemon = start_comparison_daemon(Path(tmp))
             servers = [
                 Server("appliance", daemon.url, key=daemon.create_key("bench")),
                 Server("llama-server", f"http://127.0.0.1:{port}"),

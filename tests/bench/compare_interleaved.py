@@ -34,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
@@ -41,10 +43,10 @@ from tests.bench.compare_servers import (  # noqa: E402 - run as a script: the r
     build_llama_server,
     free_port,
     fresh_model_copy,
-    start_process,  # noqa: E402
+    start_comparison_daemon,
+    start_llama_server_np8,
     stop_process,
 )
-from tests.daemon import start_daemon  # noqa: E402
 
 PROMPTS = [
     "Write a short story about a lighthouse keeper.",
@@ -202,10 +204,24 @@ def worker_of(daemon_pid: int) -> int:
     raise RuntimeError("the daemon has no llama.cpp worker")
 
 
+def worker_threads(data_dir: Path) -> dict[str, int]:
+    """The ``threads_*`` fields of the daemon's llama.cpp worker's ``/stats`` (empty when it has none)."""
+    found = sorted((data_dir / "run").glob("engine-*.sock"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        return {}
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(found[-1])), base_url="http://worker", timeout=30) as c:
+        return {k: v for k, v in c.get("/stats").json().items() if k.startswith("threads_")}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--llama-server", type=Path)
+    parser.add_argument(
+        "--fixed-threads-too",
+        action="store_true",
+        help="also a second daemon with engine_adapt_threads off, measured in the same rounds",
+    )
     args = parser.parse_args()
     binary = args.llama_server or build_llama_server()
     with tempfile.TemporaryDirectory() as tmp:
@@ -213,20 +229,14 @@ def main() -> None:
         socket = os.path.join(tmp, "worker.sock")
         worker = start_worker(model, socket)
         port = free_port()
-        server = daemon = None
+        server = daemon = fixed = None
         try:
-            server = start_process(
-                [str(binary), "-m", model, "--port", str(port), "-np", "8", "-c", "16384", "-t", "2", "--no-webui"],
-                f"http://127.0.0.1:{port}/health",
-                env={**os.environ, "LD_LIBRARY_PATH": str(binary.parent)},
-            )
-            daemon = start_daemon(
-                Path(tmp),
-                APPLIANCE_ENGINE_PARALLEL="8",
-                APPLIANCE_ENGINE_CONTEXT="2048",
-                APPLIANCE_ENGINE_THREADS="2",
-                APPLIANCE_CACHE_ENABLED="false",
-            )
+            server = start_llama_server_np8(binary, model, port)
+            daemon = start_comparison_daemon(Path(tmp))
+            if args.fixed_threads_too:
+                fixed_dir = Path(tmp) / "fixed"
+                fixed_dir.mkdir()
+                fixed = start_comparison_daemon(fixed_dir, APPLIANCE_ENGINE_ADAPT_THREADS="false")
             while not os.path.exists(socket):
                 time.sleep(0.2)
             targets = [
@@ -234,16 +244,26 @@ def main() -> None:
                 Target("worker alone", socket=socket, pid=worker.pid),
                 Target("llama-server", port=port, pid=server.pid),
             ]
+            if fixed is not None:
+                port_fixed = int(fixed.url.rsplit(":", 1)[1])
+                targets.insert(1, Target("appliance, fixed threads", port=port_fixed, model="default", key=fixed.create_key("b")))
             for t in targets:  # loads the model on demand, warms every server up
                 asyncio.run(measure(t, 2))
             targets[0].pid = worker_of(daemon.proc.pid)
+            if fixed is not None:
+                targets[1].pid = worker_of(fixed.proc.pid)
             runs: dict[str, dict[int, list[dict[str, float]]]] = {t.name: {1: [], 8: []} for t in targets}
             for r in range(args.rounds):
                 for streams in (1, 8):
                     for t in targets:
                         runs[t.name][streams].append(asyncio.run(measure(t, streams)))
                 print(f"round {r + 1}/{args.rounds} done", flush=True)
+            threads = worker_threads(daemon.data_dir)
+            if threads:
+                print("appliance worker threads: " + ", ".join(f"{k}={v}" for k, v in threads.items()), flush=True)
         finally:
+            if fixed is not None:
+                fixed.stop()
             if daemon is not None:
                 daemon.stop()
             if server is not None:
@@ -267,7 +287,7 @@ def main() -> None:
             f"{med(t.name, 8, 'compute_busy'):.2f} | {med(t.name, 8, 'idle'):.2f} |"
         )
     print()
-    for name in ("appliance", "worker alone"):
+    for name in [t.name for t in targets if t.name != "llama-server"]:
         print(
             f"{name} / llama-server: 1 stream {med(name, 1, 'per_stream') / med('llama-server', 1, 'per_stream'):.2f}x, "
             f"8 streams {med(name, 8, 'aggregate') / med('llama-server', 8, 'aggregate'):.2f}x, "

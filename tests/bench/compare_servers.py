@@ -139,6 +139,29 @@ def start_process(argv: list[str], health: str, env: dict | None = None) -> subp
     return proc
 
 
+def start_llama_server_np8(binary: Path, model: str, port: int) -> subprocess.Popen:
+    """llama-server as the serving comparisons run it: 8 slots sharing 16,384 context tokens, 2 threads."""
+    return start_process(
+        [str(binary), "-m", model, "--port", str(port), "-np", "8", "-c", "16384", "-t", "2", "--no-webui"],
+        f"http://127.0.0.1:{port}/health",
+        env={**os.environ, "LD_LIBRARY_PATH": str(binary.parent)},
+    )
+
+
+def start_comparison_daemon(data_dir: Path, **env: str):
+    """The appliance as the serving comparisons run it: 8 slots of 2,048 tokens, 2 threads, response cache off."""
+    return start_daemon(
+        data_dir,
+        **{
+            "APPLIANCE_ENGINE_PARALLEL": "8",
+            "APPLIANCE_ENGINE_CONTEXT": "2048",
+            "APPLIANCE_ENGINE_THREADS": "2",
+            "APPLIANCE_CACHE_ENABLED": "false",
+            **env,
+        },
+    )
+
+
 def stop_process(proc: subprocess.Popen) -> None:
     os.killpg(proc.pid, signal.SIGTERM)
     try:

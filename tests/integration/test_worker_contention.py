@@ -1,9 +1,9 @@
-"""The worker gives up compute threads beside busy processes and takes them back once they stop.
+"""The worker gives up compute threads beside busy processes and measures two again once they stop.
 
 A real worker on the tiny model, pinned to two CPUs with two compute threads, and
 one ``while True: pass`` process pinned to each of those CPUs. Everything is
-judged by the worker's own counters in ``/stats`` (threads now, steps down, steps
-up), never by how long anything took.
+judged by the worker's own counters in ``/stats`` (threads now, switches, trials),
+never by how long anything took: which count wins a trial is the worker's measurement.
 """
 
 from __future__ import annotations
@@ -68,10 +68,11 @@ def _until(c: httpx.Client, done, what: str) -> dict:
 
 
 def test_steps_down_beside_busy_processes_and_back_up_after(tiny_gguf: Path, tmp_path: Path):
-    """Down: a thread given up while the hogs run. Up: once they are gone, the worker tries its full count again.
+    """Down: a thread given up while the hogs run. Up: once they are gone, the worker measures its full count again.
 
-    Whether two threads then hold depends on what else the box runs (a shared CI box may be as busy
-    without the hogs), so "back up" is the step up itself, counted after the hogs stopped.
+    Whether two threads then win depends on what else the box runs (a shared CI box may be as busy
+    without the hogs, and the tiny model's steps are short), so "back up" is a finished trial of two
+    threads after the hogs stopped, not its outcome.
     """
     probe = ("--adapt-probe-s", "0.2", "--adapt-max-probe-s", "1")
     with _worker(tiny_gguf, tmp_path / "w.sock", *probe) as w, w.sync_client() as c:
@@ -84,8 +85,13 @@ def test_steps_down_beside_busy_processes_and_back_up_after(tiny_gguf: Path, tmp
                 _generate(c)
             during = c.get("/stats").json()
         assert during["threads_current"] in (1, 2) and during["threads_steps_down_total"] >= 1
-        up = _until(c, lambda s: s["threads_steps_up_total"] > during["threads_steps_up_total"], "never tried two threads again")
-        assert up["threads_full"] == 2
+        if during["threads_current"] == 1:  # a trial of two threads comes, and is measured, once the hogs are gone
+            up = _until(
+                c,
+                lambda s: s["threads_trials_total"] > during["threads_trials_total"] + int(s["threads_trial_running"]),
+                "never tried two threads again",
+            )
+            assert up["threads_full"] == 2 and up["threads_last_trial_ratio_pct"] > 0
 
 
 def test_adapt_off_keeps_every_thread_beside_busy_processes(tiny_gguf: Path, tmp_path: Path):

@@ -1,10 +1,11 @@
-"""The compute-thread governor: windows of (on-CPU, waiting) seconds in, thread count out.
+"""The compute-thread governor: contention asks for a trial, measured steps decide it.
 
-Pure: every test drives the clock and the scheduler statistics by hand.
+Pure: every test drives the clock, the scheduler statistics and the step costs by hand.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 
 import pytest
@@ -14,135 +15,181 @@ from appliance.drivers.llamacpp.contention import (
     ContentionPolicy,
     ThreadGovernor,
     ThreadPacer,
-    box_has_room,
+    cheaper,
     read_schedstat,
 )
 
-POLICY = ContentionPolicy(window_s=0.1, high_wait=0.12, probe_s=5.0, max_probe_s=40.0)
+POLICY = ContentionPolicy(window_s=0.1, high_wait=0.12, probe_s=5.0, max_probe_s=40.0, block_steps=3, rounds=3, margin=0.1)
+SHAPE = ("step", 4, 0)
 
 
-def busy(g: ThreadGovernor, now: float, wait_share: float, seconds: float = 0.1) -> int:
-    """Feed one full window with ``wait_share`` of its runnable time spent waiting."""
-    return g.observe(now, seconds * (1 - wait_share), seconds * wait_share)
+def window(g: ThreadGovernor, now: float, wait_share: float, seconds: float = 0.1) -> None:
+    """Feed one full schedstat window with ``wait_share`` of its runnable time spent waiting."""
+    g.observe(now, seconds * (1 - wait_share), seconds * wait_share)
 
 
-def test_quiet_box_keeps_every_thread():
+class Box:
+    """Drives a governor step by step: each step costs ``cost[threads]`` seconds a unit and waits ``wait`` of its time."""
+
+    def __init__(self, g: ThreadGovernor, cost: dict[int, float], wait: float = 0.0) -> None:
+        self.g, self.cost, self.wait, self.now = g, cost, wait, 0.0
+        self.ran: list[int] = []
+
+    def steps(self, n: int, shape=SHAPE) -> list[int]:
+        out = []
+        for _ in range(n):
+            threads = self.g.threads
+            seconds = self.cost[threads] * 4
+            self.ran.append(threads)
+            self.now += seconds
+            window(self.g, self.now, self.wait, seconds)
+            self.g.sample(shape, 4, seconds)
+            out.append(self.g.step(self.now))
+        return out
+
+    def waits_between_trials(self, n: int) -> list[int]:
+        """Seconds from the end of each trial to the start of the next, for the next ``n`` trials."""
+        starts: list[float] = []
+        ends: list[float] = []
+        while len(starts) < n:
+            before, running = self.g.trials, self.g.trial is not None
+            self.steps(1)
+            if self.g.trials > before:
+                starts.append(self.now)
+            if running and self.g.trial is None:
+                ends.append(self.now)
+        return [round(b - a) for a, b in zip(ends, starts[1:], strict=False)]
+
+    def until(self, seconds: float) -> None:
+        end = self.now + seconds
+        while self.now < end:
+            self.steps(1)
+
+
+def test_a_quiet_box_never_measures_and_keeps_every_thread():
     g = ThreadGovernor(4, POLICY)
-    for i in range(200):
-        assert busy(g, i * 0.1, 0.03) == 4
-    assert (g.steps_down, g.steps_up) == (0, 0)
+    box = Box(g, {4: 0.01}, wait=0.03)
+    box.until(60.0)
+    assert set(box.ran) == {4} and (g.trials, g.steps_down, g.steps_up) == (0, 0, 0)
 
 
-def test_contention_steps_down_one_thread_per_window_to_one():
-    g = ThreadGovernor(3, POLICY)
-    assert busy(g, 0.0, 0.4) == 2
-    assert busy(g, 0.1, 0.4) == 1
-    assert busy(g, 0.2, 0.9) == 1  # never below one
-    assert g.steps_down == 2
-
-
-def test_a_window_is_judged_only_once_full():
+def test_contention_starts_a_trial_that_alternates_blocks_and_keeps_the_cheaper_count():
     g = ThreadGovernor(2, POLICY)
-    for i in range(9):  # 0.09 s of runnable time, all of it waiting: not yet a window
-        assert g.observe(i * 0.01, 0.0, 0.01) == 2
-    assert g.observe(0.1, 0.0, 0.011) == 1
+    box = Box(g, {2: 0.05, 1: 0.04}, wait=0.4)  # one thread 20% cheaper: not plain after one block
+    box.steps(1)  # the window that waited starts the trial
+    assert g.trials == 1 and g.trial is not None
+    box.steps(18)
+    assert box.ran[1:19] == ([2] * 3 + [1] * 3) * 3
+    assert g.threads == 1 and g.steps_down == 1 and g.trial is None
+    assert g.last_ratio == pytest.approx(0.8)
 
 
-def test_idle_time_does_not_count_as_quiet():
-    """A sleeping thread neither runs nor waits: hours idle add nothing to a window."""
+def test_a_plainly_cheaper_candidate_is_kept_after_its_first_block():
+    """Beside a busy process one thread measured a few percent of two threads' cost: no need to pay for more."""
     g = ThreadGovernor(2, POLICY)
-    g.observe(0.0, 0.03, 0.02)
-    g.observe(3600.0, 0.0, 0.0)
-    assert g.observe(3600.1, 0.03, 0.03) == 1  # 0.05 of 0.11 s waited
+    box = Box(g, {2: 0.05, 1: 0.002}, wait=0.4)
+    box.steps(1 + 6)
+    assert box.ran[1:7] == [2, 2, 2, 1, 1, 1]
+    assert g.threads == 1 and g.steps_down == 1 and g.trial is None and g.last_ratio == pytest.approx(0.04)
 
 
-def test_probe_up_after_probe_s_and_stay_when_quiet():
+def test_a_margin_too_small_keeps_the_current_count():
     g = ThreadGovernor(2, POLICY)
-    busy(g, 0.0, 0.5)
+    box = Box(g, {2: 0.05, 1: 0.047}, wait=0.4)  # 6% cheaper: within the noise the margin allows
+    box.steps(19)
+    assert g.threads == 2 and g.steps_down == 0 and g.last_ratio == pytest.approx(0.94)
+
+
+def test_waiting_that_two_threads_still_win_keeps_them_and_backs_off():
+    """The daemon's own relay work makes the decode thread wait, yet two threads are faster: keep them."""
+    g = ThreadGovernor(2, POLICY)
+    box = Box(g, {2: 0.02, 1: 0.035}, wait=0.3)
+    waits = box.waits_between_trials(5)
+    # each lost trial doubles the wait before the next one of one thread fewer: 10, 20, 40 (the cap), 40 s
+    assert waits == [10, 20, 40, 40], waits
+    assert g.steps_down == 0 and g.threads == 2 and g.last_ratio == pytest.approx(1.75)
+    assert box.ran.count(1) <= 5 * 9  # a trial runs at most its candidate blocks at the dearer count
+
+
+def test_a_plainly_dearer_candidate_ends_the_trial_after_its_first_block():
+    g = ThreadGovernor(2, POLICY)
+    box = Box(g, {2: 0.01, 1: 0.05}, wait=0.5)
+    window(g, 0.0, 0.5)
+    box.steps(1 + 6)
+    assert g.trial is None and g.threads == 2 and g.last_ratio == pytest.approx(5.0)
+    assert box.ran[1:7] == [2, 2, 2, 1, 1, 1]
+
+
+def test_at_fewer_threads_a_trial_of_one_more_is_due_every_probe_s_and_wins_once_the_box_is_free():
+    g = ThreadGovernor(2, POLICY)
+    box = Box(g, {2: 0.05, 1: 0.02}, wait=0.4)
+    box.steps(19)
     assert g.threads == 1
-    assert busy(g, 4.9, 0.0) == 1
-    assert busy(g, 5.0, 0.0) == 2  # probe
-    assert g.steps_up == 1
-    for i in range(1, 100):
-        assert busy(g, 5.0 + i * 0.1, 0.02) == 2
+    box.cost = {2: 0.01, 1: 0.02}  # the busy process ended
+    box.wait = 0.0
+    box.until(3.0)
+    assert g.trials == 1 and g.threads == 1  # not yet due
+    box.until(5.0)
+    assert g.trials == 2 and g.threads == 2 and g.steps_up == 1 and g.trial is None and g.last_ratio == pytest.approx(0.5)
 
 
-def test_failed_probes_back_off_doubling_up_to_the_cap_and_reset_once_one_holds():
+def test_trials_of_one_more_that_lose_double_the_wait_up_to_the_cap():
     g = ThreadGovernor(2, POLICY)
-    k = 0  # the clock in tenths of a second (whole numbers: no drift)
-    busy(g, 0.0, 0.5)  # down; next probe at 5 s
-
-    def quiet_until_probe() -> int:
-        nonlocal k
-        start = k
-        while g.threads == 1:
-            k += 1
-            busy(g, k / 10, 0.0)
-        return k - start
-
-    waits = []
-    for _ in range(5):
-        waits.append(quiet_until_probe())
-        k += 1
-        assert busy(g, k / 10, 0.5) == 1  # the probe meets the busy box again
-    assert waits == [50, 100, 200, 400, 400]  # 5, 10, 20, 40 (the cap), 40 s after each step down
-    quiet_until_probe()
-    k += 1
-    assert busy(g, k / 10, 0.0) == 2  # this probe holds
-    k += 1
-    busy(g, k / 10, 0.5)  # contention later, not at a probe: back to the base wait
+    box = Box(g, {2: 0.05, 1: 0.02}, wait=0.0)
+    window(g, 0.0, 0.5)
+    box.steps(19)
     assert g.threads == 1
-    assert quiet_until_probe() == 50
-    assert g.steps_down == 7 and g.steps_up == 7
+    waits = box.waits_between_trials(5)
+    assert waits == [10, 20, 40, 40], waits
+    assert g.threads == 1 and g.steps_up == 0
 
 
-def test_climbs_back_one_thread_per_probe():
-    g = ThreadGovernor(4, POLICY)
-    for i in range(3):
-        busy(g, i * 0.1, 0.6)
-    assert g.threads == 1
-    now, seen = 0.2, []
-    while g.threads < 4 and now < 100:
-        now += 0.1
-        busy(g, now, 0.0)
-        if not seen or seen[-1] != g.threads:
-            seen.append(g.threads)
-    assert seen == [1, 2, 3, 4]
-
-
-def test_a_full_box_puts_probes_off_doubling_but_probes_at_the_cap_anyway():
-    g = ThreadGovernor(2, ContentionPolicy(window_s=0.1, probe_s=1.0, max_probe_s=8.0))
-    busy(g, 0.0, 0.5)
-    k, tries = 0, []
-    while k < 400:
-        k += 1
-        now = k / 10
-        due = g.probe_due(now)
-        assert g.observe(now, 0.1, 0.0, room=False if due else None) in (1, 2)
-        if due:
-            tries.append((k, g.threads))
-    # put off at 1 s, 2 s later, 4 s later; at the 8 s cap it runs; it holds (quiet window) and stays
-    assert [t for t, _ in tries] == [10, 30, 70, 150] and [n for _, n in tries] == [1, 1, 1, 2]
-    assert g.probes_skipped == 3 and g.steps_up == 1
-
-
-def test_room_on_the_box_lets_a_due_probe_run():
+def test_steps_of_other_shapes_are_not_compared():
     g = ThreadGovernor(2, POLICY)
-    busy(g, 0.0, 0.5)
-    assert not g.probe_due(4.9) and g.probe_due(5.0)
-    assert g.observe(5.0, 0.0, 0.0, room=True) == 2 and g.probes_skipped == 0
+    window(g, 0.0, 0.5)
+    g.step(0.0)
+    assert g.trial is not None
+    t = 0.0
+    while g.trial is not None:
+        t += 0.01
+        shape = ("step", 1, 0) if g.threads == 2 else ("step", 8, 9)  # each arm saw another shape
+        g.sample(shape, 1, 0.5 if g.threads == 2 else 0.01)
+        g.step(t)
+    assert g.threads == 2 and g.last_ratio is None and g.steps_down == 0
 
 
-def test_box_has_room_reads_the_box():
-    assert box_has_room(1) in (True, False)
-    assert box_has_room(10_000) is False  # more threads than any CPU set holds
+def test_a_trial_left_by_an_idle_engine_is_dropped():
+    g = ThreadGovernor(2, POLICY)
+    window(g, 0.0, 0.5)
+    g.step(0.0)
+    for i in range(4):
+        g.sample(SHAPE, 1, 0.01)
+        g.step(0.01 * (i + 1))
+    assert g.trial is not None and g.threads == 1
+    g.sample(SHAPE, 1, 0.01)
+    assert g.step(3600.0) == 2 and g.trial is None and g.steps_down == 0
+
+
+def test_never_below_one_thread_and_one_thread_has_nothing_to_try():
+    g = ThreadGovernor(1, POLICY)
+    box = Box(g, {1: 0.02}, wait=0.9)
+    box.until(30.0)
+    assert g.trials == 0 and set(box.ran) == {1}
 
 
 def test_disabled_policy_never_changes():
     g = ThreadGovernor(2, ContentionPolicy(enabled=False))
-    for i in range(50):
-        assert busy(g, i * 0.1, 0.9) == 2
-    assert g.steps_down == 0
+    box = Box(g, {2: 0.05, 1: 0.01}, wait=0.9)
+    box.until(20.0)
+    assert g.threads == 2 and g.trials == 0
+
+
+def test_cheaper_weighs_shapes_by_their_samples_and_averages_ratios_geometrically():
+    base = {"a": [1.0, 1.0, 1.0, 1.0], "b": [2.0], "c": [1.0]}
+    cand = {"a": [0.5, 0.5, 0.5, 0.5], "b": [4.0], "d": [0.1]}
+    # a: ratio 0.5 weight 4; b: ratio 2 weight 1; c and d unmatched
+    assert cheaper(base, cand) == pytest.approx(math.exp((4 * math.log(0.5) + math.log(2.0)) / 5))
+    assert cheaper({"a": [1.0]}, {"b": [1.0]}) is None
 
 
 class Target:
@@ -165,22 +212,24 @@ class FakeStat:
         return self.run, self.wait
 
 
-def test_compute_threads_applies_changes_to_every_target_and_reports_them():
+def test_compute_threads_applies_the_trial_to_every_target_and_reports_it():
     stat, a, b, clock = FakeStat(), Target(), Target(), [0.0]
-    ct = ComputeThreads(2, [a, b], POLICY, clock=lambda: clock[0], stat=stat, room=lambda n: True)
+    ct = ComputeThreads(2, [a, b], POLICY, clock=lambda: clock[0], stat=stat)
     ct.tick()  # first reading: nothing to compare with
     stat.run, stat.wait = 0.06, 0.06
     clock[0] = 0.2
-    ct.tick()
-    assert a.calls == [1] and b.calls == [1]
+    ct.tick()  # a step that measured nothing moves nothing
+    assert a.calls == [] and ct.snapshot()["threads_wait_share_pct"] == 50
+    cost = {2: 0.05, 1: 0.04}
+    for _ in range(19):
+        ct.sample(SHAPE, 1, cost[ct.threads])
+        clock[0] += 0.05
+        ct.tick()
+    assert a.calls == [1, 2, 1, 2, 1] and b.calls == a.calls  # three blocks of each, the last kept
     snap = ct.snapshot()
-    assert snap["threads_current"] == 1 and snap["threads_full"] == 2
-    assert snap["threads_steps_down_total"] == 1 and snap["threads_wait_share_pct"] == 50
-    assert snap["threads_adaptive"] == 1
-    stat.run += 0.1
-    clock[0] = 5.3
-    ct.tick()
-    assert a.calls == [1, 2] and ct.snapshot()["threads_steps_up_total"] == 1
+    assert snap["threads_current"] == 1 and snap["threads_full"] == 2 and snap["threads_adaptive"] == 1
+    assert (snap["threads_steps_down_total"], snap["threads_trials_total"], snap["threads_trial_running"]) == (1, 1, 0)
+    assert snap["threads_last_trial_ratio_pct"] == 80
     assert stat.tids == {threading.get_native_id()}  # the calling (decode) thread is the one watched
 
 
@@ -188,6 +237,7 @@ def test_unreadable_statistics_keep_the_configured_threads():
     t = Target()
     ct = ComputeThreads(2, [t], POLICY, stat=lambda tid: None)
     for _ in range(3):
+        ct.sample(SHAPE, 1, 0.5)
         ct.tick()
     assert t.calls == [] and ct.snapshot()["threads_adaptive"] == 0 and ct.threads == 2
 
