@@ -234,7 +234,7 @@ class Batcher:
             self._admit(active)  # before embedding: a request that just arrived counts as waiting on it
             embedded = embeds.turn(self._runnable(active), bool(active))
             if embedded is not None:  # (tokens, seconds) of an embedding group: measured for the thread governor
-                self.compute.sample(("embed", embedded[0].bit_length()), embedded[0], embedded[1])
+                self.compute.sample(("embed",), embedded[0], embedded[1])  # groups are sized per count: any size compares
             t0 = time.perf_counter()
             rows = read = 0
             streams = sum(1 for s in active if s.job is None)
@@ -255,8 +255,8 @@ class Batcher:
                 self._decode_only["stream_seconds"] += dt * streams
             self._planner.observe(rows, read, dt)
             embeds.decoded(dt)
-            if rows + read:  # compared only with steps of the same shape (.contention)
-                self.compute.sample(("step", rows, read.bit_length()), rows + read, dt)
+            if rows + read:  # compared with steps keeping as many rows, reading a prompt or not (.contention)
+                self.compute.sample(("step", rows, read > 0), rows + read, dt)
             self.compute.tick()
         if self._sampler is not None:
             self._sampler.close()

@@ -16,14 +16,16 @@ beat one. So contention only *asks* the question, and a measurement answers it:
   (``/proc/self/task/<tid>/schedstat``: time on a CPU and time waiting on a run
   queue). Above :attr:`ContentionPolicy.high_wait` of its runnable time spent
   waiting, a **trial** of one thread fewer is due.
-- A trial runs the next steps alternately at the current count and at the
-  candidate, in blocks of :attr:`ContentionPolicy.block_steps` (the first step of
-  each block is not counted: it pays for the switch), for
-  :attr:`ContentionPolicy.rounds` rounds. Each step's seconds per unit of work are
-  compared only with steps of the same shape (rows kept, prompt tokens read,
-  embedding tokens) in the other arm; the candidate wins when it is at least
-  :attr:`ContentionPolicy.margin` cheaper. A candidate plainly slower or plainly
-  faster (:attr:`ContentionPolicy.give_up`) after its first block decides the trial there.
+- A trial runs the next steps alternately at the candidate and at the current
+  count, in blocks of :attr:`ContentionPolicy.block_steps` (the first step of each
+  block is not counted: it pays for the switch), for :attr:`ContentionPolicy.rounds`
+  rounds, the candidate first: the steps that just ran (and waited) stand for the
+  current count's first block. Each step's seconds per unit of work are compared only
+  with steps of the same shape in the other arm; the candidate wins when it is at
+  least :attr:`ContentionPolicy.margin` cheaper. At the end of any block a candidate
+  plainly slower or plainly faster (:attr:`ContentionPolicy.give_up`) decides the
+  trial there, and a candidate whose very first step (switch included) cost twice
+  that ends it at once: beside a busy process a step of a team too large costs seconds.
 - At fewer threads than configured, a trial of one more is due every
   :attr:`ContentionPolicy.probe_s`; a trial lost doubles the wait before the next
   of the same kind (up to :attr:`ContentionPolicy.max_probe_s`), one won resets it.
@@ -38,6 +40,7 @@ what the current team really does.
 
 from __future__ import annotations
 
+import collections
 import math
 import statistics
 import threading
@@ -107,6 +110,7 @@ class Trial:
     schedule: list[int]
     index: int = 0
     samples: dict[int, Samples] = field(default_factory=dict)
+    switched: Samples = field(default_factory=dict)  # the candidate's step just after a switch, not counted
     _fresh: bool = True  # the step now running is the first of its block
 
     @property
@@ -116,6 +120,14 @@ class Trial:
     def add(self, shape: Hashable, per_unit: float) -> None:
         if not self._fresh:
             self.samples.setdefault(self.count, {}).setdefault(shape, []).append(per_unit)
+        elif self.count == self.candidate:  # a switch only adds cost: enough to show a candidate far dearer
+            self.switched.setdefault(shape, []).append(per_unit)
+
+    def far_dearer(self, factor: float) -> float | None:
+        """The candidate's first step after a switch against the base, when it cost ``factor`` times or more."""
+        first, self.switched = self.switched, {}
+        ratio = cheaper(self.samples.get(self.base, {}), first) if first else None
+        return ratio if ratio is not None and ratio >= factor else None
 
     def advance(self) -> bool:
         """The step ran; True once the schedule is done."""
@@ -128,8 +140,9 @@ class Trial:
     def ratio(self) -> float | None:
         return cheaper(self.samples.get(self.base, {}), self.samples.get(self.candidate, {}))
 
-    def first_candidate_block_done(self, block: int) -> bool:
-        return self.index == 2 * block
+    def block_done(self) -> bool:
+        """The step just counted ended a block (the next one runs the other count)."""
+        return self._fresh
 
 
 class ThreadGovernor:
@@ -152,6 +165,8 @@ class ThreadGovernor:
         self._backoff_up = policy.probe_s
         self._next_down = 0.0
         self._next_up: float | None = None
+        # the last steps' samples outside a trial: a trial starting now counts them for the current count
+        self._recent: collections.deque[tuple[float, Hashable, float]] = collections.deque(maxlen=max(2, policy.block_steps))
 
     def observe(self, now: float, run_s: float, wait_s: float) -> None:
         """Add ``run_s`` seconds on a CPU and ``wait_s`` seconds waiting for one (the decode thread's)."""
@@ -166,10 +181,14 @@ class ThreadGovernor:
             if self.last_wait_share > self.policy.high_wait:
                 self._contended = True
 
-    def sample(self, shape: Hashable, work: float, seconds: float) -> None:
-        """A piece of work of ``shape`` (``work`` units of it) took ``seconds`` at the current count."""
-        if self.trial is not None and work > 0 and seconds > 0:
+    def sample(self, shape: Hashable, work: float, seconds: float, now: float = 0.0) -> None:
+        """A piece of work of ``shape`` (``work`` units of it) took ``seconds`` at the current count, ending at ``now``."""
+        if work <= 0 or seconds <= 0:
+            return
+        if self.trial is not None:
             self.trial.add(shape, seconds / work)
+        elif self.policy.enabled:
+            self._recent.append((now, shape, seconds / work))
 
     def step(self, now: float) -> int:
         """One step (that measured something) ended at ``now``; returns the thread count for the next."""
@@ -182,12 +201,15 @@ class ThreadGovernor:
                 self.threads = trial.base
                 self._schedule_after(now, trial, won=None)
                 return self.threads
+            far = trial.far_dearer(2 * self.policy.give_up)
+            if far is not None:  # beside a busy process one step of a team too large costs seconds: no second one
+                self._finish(now, trial, far)
+                return self.threads
             done = trial.advance()
             if done:
                 self._finish(now, trial, trial.ratio())
-            elif trial.first_candidate_block_done(max(2, self.policy.block_steps)) and (
-                (early := trial.ratio()) is not None
-                and (early >= self.policy.give_up or early <= 1.0 / self.policy.give_up)
+            elif trial.block_done() and (
+                (early := trial.ratio()) is not None and (early >= self.policy.give_up or early <= 1.0 / self.policy.give_up)
             ):
                 self._finish(now, trial, early)  # plainly dearer or plainly cheaper already: no need to pay for more
             else:
@@ -203,16 +225,27 @@ class ThreadGovernor:
         return self.threads
 
     def _start(self, now: float, candidate: int) -> None:
+        """A trial of ``candidate`` threads, candidate first: the steps that just ran are the base's first block.
+
+        Those steps are the ones that waited (or, for a trial of one more, the current count as it runs
+        now), so the first comparison needs only the candidate's block, and a plainly better count is
+        kept after it; the base's slow steps are not run again first.
+        """
         p = self.policy
         block = max(2, p.block_steps)
-        schedule = ([self.threads] * block + [candidate] * block) * max(1, p.rounds)
+        schedule = ([candidate] * block + [self.threads] * block) * max(1, p.rounds)
         self.trial = Trial(self.threads, candidate, now, schedule)
+        for t, shape, per_unit in self._recent:
+            if now - t <= p.window_s * 20:
+                self.trial.samples.setdefault(self.threads, {}).setdefault(shape, []).append(per_unit)
+        self._recent.clear()
         self.trials += 1
         self._contended = False
         self.threads = self.trial.count
 
     def _finish(self, now: float, trial: Trial, ratio: float | None) -> None:
         self.trial = None
+        self._recent.clear()
         self.last_ratio = ratio
         won = ratio is not None and ratio <= 1.0 - self.policy.margin
         if won:
@@ -299,7 +332,7 @@ class ComputeThreads:
     def sample(self, shape: Hashable, work: float, seconds: float) -> None:
         """A piece of work of ``shape`` and ``work`` units took ``seconds`` at the current count (see :meth:`tick`)."""
         if self.signal == "schedstat":
-            self.governor.sample(shape, work, seconds)
+            self.governor.sample(shape, work, seconds, self._clock())
             self._sampled = True
 
     def tick(self) -> None:

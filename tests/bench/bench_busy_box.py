@@ -13,7 +13,7 @@ Targets, all on a fresh copy of the default model with 2 compute threads:
   worker adapting its compute threads to contention (the default);
 - ``worker, adapt on``: the worker alone, as the daemon starts it (no gateway in front);
 - ``worker, adapt on, OMP passive``: the same with ``OMP_WAIT_POLICY=PASSIVE``;
-- ``worker, adapt off``: the worker alone with ``--adapt-threads off`` (the build before);
+- ``worker, adapt off``: the worker alone with ``--adapt-threads off`` (``engine_adapt_threads = false``);
 - ``worker, adapt off, OMP passive``: the same with ``OMP_WAIT_POLICY=PASSIVE``
   (threads sleep at barriers instead of spinning);
 - ``llama-server -t 2``: llama.cpp's C++ server (``compare_servers.build_llama_server()``,

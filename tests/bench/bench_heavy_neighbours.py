@@ -9,7 +9,9 @@ beside each case, and alone.
 
 With ``--hog`` every measurement is taken twice, the second time with one
 ``python -c "while True: pass"`` running (started before the condition, killed
-after it), and the table shows both. Targets: the light chat beside a heavy
+after it), and the table shows both. After each start of the busy process a few
+untimed light chats (``--settle``) let the engine measure its threads against the
+new neighbour; their latencies are printed apart as the onset. Targets: the light chat beside a heavy
 request under 1 s on the quiet box, and with the hog under twice its own
 alone-latency with the hog.
 
@@ -82,16 +84,25 @@ CASES: dict[str, tuple[str, str, Callable[[], dict]]] = {
 
 
 class Hog:
-    """One busy process for the duration of a ``with`` block (None: no hog)."""
+    """One busy process for the duration of a ``with`` block (``on`` False: none).
 
-    def __init__(self, on: bool) -> None:
+    ``settle`` is called once the busy process runs, before the block: the benchmark
+    sends a few untimed light chats there, so what the block measures is the box with
+    a busy neighbour, not the engine's first steps after the neighbour appeared (those
+    are reported apart, as the onset).
+    """
+
+    def __init__(self, on: bool, settle: Callable[[], None] | None = None) -> None:
         self.on = on
+        self.settle = settle
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> Hog:
         if self.on:
             self.proc = subprocess.Popen(HOG)
             time.sleep(0.5)
+            if self.settle is not None:
+                self.settle()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -128,6 +139,9 @@ def main() -> None:
     ap.add_argument("--lead", type=float, default=0.5, help="seconds between the heavy request and the light one")
     ap.add_argument("--hog", action="store_true", help="also measure everything beside one busy process")
     ap.add_argument(
+        "--settle", type=int, default=3, help="untimed light chats after the busy process starts (reported as the onset)"
+    )
+    ap.add_argument(
         "--cases", default="", help="comma-separated short names (default: all): " + ",".join(c[0] for c in CASES.values())
     )
     args = ap.parse_args()
@@ -141,8 +155,13 @@ def main() -> None:
             key = daemon.create_key("bench")
             light_latency(daemon, key)  # load the engine
             alone: dict[str, float] = {}
+            onset: list[float] = []  # the light chats right after the busy process started, one list per start
+
+            def settle() -> None:
+                onset.extend(light_latency(daemon, key) for _ in range(args.settle))
+
             for cond in conditions:
-                with Hog(cond == "hog"):
+                with Hog(cond == "hog", settle):
                     alone[cond] = statistics.median(light_latency(daemon, key) for _ in range(args.rounds))
             header = "".join(f" | light, {c} | heavy, {c}" for c in conditions)
             print(f"| case{header} | HTTP |")
@@ -151,7 +170,7 @@ def main() -> None:
             for name, (_, path, make) in cases.items():
                 cells, statuses = [], set()
                 for cond in conditions:
-                    with Hog(cond == "hog"):
+                    with Hog(cond == "hog", settle):
                         runs = [beside(daemon, key, path, make, args.lead) for _ in range(args.rounds)]
                     light = statistics.median(r[0] for r in runs)
                     heavy = statistics.median(r[1] for r in runs)
@@ -160,6 +179,12 @@ def main() -> None:
                     mark = "" if light < target else " (over target)"
                     cells.append(f" | {light:.2f} s{mark} | {heavy:.2f} s")
                 print(f"| {name}{''.join(cells)} | {sorted(statuses)} |", flush=True)
+            if onset:
+                print(
+                    f"\nonset: the {args.settle} untimed light chats after each start of the busy process took "
+                    f"median {statistics.median(onset):.2f} s, max {max(onset):.2f} s ({len(onset)} chats)",
+                    flush=True,
+                )
         finally:
             daemon.stop()
 

@@ -218,6 +218,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--llama-server", type=Path)
     parser.add_argument(
+        "--streams", type=int, nargs="+", default=[1, 8], help="concurrent streams measured each round (1 and 8 always)"
+    )
+    parser.add_argument(
         "--fixed-threads-too",
         action="store_true",
         help="also a second daemon with engine_adapt_threads off, measured in the same rounds",
@@ -252,9 +255,10 @@ def main() -> None:
             targets[0].pid = worker_of(daemon.proc.pid)
             if fixed is not None:
                 targets[1].pid = worker_of(fixed.proc.pid)
-            runs: dict[str, dict[int, list[dict[str, float]]]] = {t.name: {1: [], 8: []} for t in targets}
+            loads = sorted({1, 8, *args.streams})
+            runs: dict[str, dict[int, list[dict[str, float]]]] = {t.name: {n: [] for n in loads} for t in targets}
             for r in range(args.rounds):
-                for streams in (1, 8):
+                for streams in loads:
                     for t in targets:
                         runs[t.name][streams].append(asyncio.run(measure(t, streams)))
                 print(f"round {r + 1}/{args.rounds} done", flush=True)
@@ -293,6 +297,17 @@ def main() -> None:
             f"8 streams {med(name, 8, 'aggregate') / med('llama-server', 8, 'aggregate'):.2f}x, "
             f"slowest TTFT at 8 {med(name, 8, 'ttft_max') / med('llama-server', 8, 'ttft_max'):.2f}x"
         )
+    others = [n for n in loads if n not in (1, 8)]
+    if others:
+        print("\naggregate tok/s at every load (ratio to llama-server):\n")
+        print("| server | " + " | ".join(f"{n} stream{'s' * (n > 1)}" for n in loads) + " |")
+        print("|---|" + "---|" * len(loads))
+        for t in targets:
+            cells = []
+            for n in loads:
+                agg, ref = med(t.name, n, "aggregate"), med("llama-server", n, "aggregate")
+                cells.append(f"{agg:.1f}" + ("" if t.name == "llama-server" else f" ({agg / ref:.2f}x)"))
+            print(f"| {t.name} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ class Box:
             self.ran.append(threads)
             self.now += seconds
             window(self.g, self.now, self.wait, seconds)
-            self.g.sample(shape, 4, seconds)
+            self.g.sample(shape, 4, seconds, self.now)
             out.append(self.g.step(self.now))
         return out
 
@@ -58,6 +58,8 @@ class Box:
                 starts.append(self.now)
             if running and self.g.trial is None:
                 ends.append(self.now)
+        while self.g.trial is not None:  # the last one runs to its decision
+            self.steps(1)
         return [round(b - a) for a, b in zip(ends, starts[1:], strict=False)]
 
     def until(self, seconds: float) -> None:
@@ -76,10 +78,10 @@ def test_a_quiet_box_never_measures_and_keeps_every_thread():
 def test_contention_starts_a_trial_that_alternates_blocks_and_keeps_the_cheaper_count():
     g = ThreadGovernor(2, POLICY)
     box = Box(g, {2: 0.05, 1: 0.04}, wait=0.4)  # one thread 20% cheaper: not plain after one block
-    box.steps(1)  # the window that waited starts the trial
+    box.steps(1)  # the window that waited starts the trial; that step is the base's first sample
     assert g.trials == 1 and g.trial is not None
     box.steps(18)
-    assert box.ran[1:19] == ([2] * 3 + [1] * 3) * 3
+    assert box.ran[1:19] == ([1] * 3 + [2] * 3) * 3  # the candidate first: the base just ran
     assert g.threads == 1 and g.steps_down == 1 and g.trial is None
     assert g.last_ratio == pytest.approx(0.8)
 
@@ -88,8 +90,8 @@ def test_a_plainly_cheaper_candidate_is_kept_after_its_first_block():
     """Beside a busy process one thread measured a few percent of two threads' cost: no need to pay for more."""
     g = ThreadGovernor(2, POLICY)
     box = Box(g, {2: 0.05, 1: 0.002}, wait=0.4)
-    box.steps(1 + 6)
-    assert box.ran[1:7] == [2, 2, 2, 1, 1, 1]
+    box.steps(1 + 3)
+    assert box.ran == [2, 1, 1, 1]  # the step that waited, then one block of the candidate decides
     assert g.threads == 1 and g.steps_down == 1 and g.trial is None and g.last_ratio == pytest.approx(0.04)
 
 
@@ -113,11 +115,11 @@ def test_waiting_that_two_threads_still_win_keeps_them_and_backs_off():
 
 def test_a_plainly_dearer_candidate_ends_the_trial_after_its_first_block():
     g = ThreadGovernor(2, POLICY)
-    box = Box(g, {2: 0.01, 1: 0.05}, wait=0.5)
+    box = Box(g, {2: 0.01, 1: 0.02}, wait=0.5)  # twice the cost: plain after a block, not from one step
     window(g, 0.0, 0.5)
-    box.steps(1 + 6)
-    assert g.trial is None and g.threads == 2 and g.last_ratio == pytest.approx(5.0)
-    assert box.ran[1:7] == [2, 2, 2, 1, 1, 1]
+    box.steps(1 + 3)
+    assert g.trial is None and g.threads == 2 and g.last_ratio == pytest.approx(2.0)
+    assert box.ran == [2, 1, 1, 1]
 
 
 def test_at_fewer_threads_a_trial_of_one_more_is_due_every_probe_s_and_wins_once_the_box_is_free():
@@ -165,7 +167,7 @@ def test_a_trial_left_by_an_idle_engine_is_dropped():
     for i in range(4):
         g.sample(SHAPE, 1, 0.01)
         g.step(0.01 * (i + 1))
-    assert g.trial is not None and g.threads == 1
+    assert g.trial is not None
     g.sample(SHAPE, 1, 0.01)
     assert g.step(3600.0) == 2 and g.trial is None and g.steps_down == 0
 
@@ -225,7 +227,7 @@ def test_compute_threads_applies_the_trial_to_every_target_and_reports_it():
         ct.sample(SHAPE, 1, cost[ct.threads])
         clock[0] += 0.05
         ct.tick()
-    assert a.calls == [1, 2, 1, 2, 1] and b.calls == a.calls  # three blocks of each, the last kept
+    assert a.calls == [1, 2, 1, 2, 1, 2, 1] and b.calls == a.calls  # three blocks of each, then the cheaper kept
     snap = ct.snapshot()
     assert snap["threads_current"] == 1 and snap["threads_full"] == 2 and snap["threads_adaptive"] == 1
     assert (snap["threads_steps_down_total"], snap["threads_trials_total"], snap["threads_trial_running"]) == (1, 1, 0)
@@ -277,3 +279,26 @@ def test_engine_adapt_threads_setting_reaches_the_worker_argv(tmp_path):
         settings = Settings(data_dir=tmp_path, engine_adapt_threads=value)
         args = parse_args(LlamaCppDriver().command(plan, tmp_path / "s.sock", settings)[3:])
         assert args.adapt_threads == flag
+
+
+def test_steps_from_before_an_idle_gap_do_not_stand_for_the_base():
+    g = ThreadGovernor(2, POLICY)
+    for _ in range(2):  # quiet and cheap, long ago
+        g.sample(SHAPE, 1, 0.001, 0.0)
+        g.step(0.0)
+    window(g, 30.0, 0.5)
+    g.sample(SHAPE, 1, 0.05, 30.0)  # the step that waited
+    g.step(30.0)
+    assert g.trial is not None and g.trial.samples == {2: {SHAPE: [0.05]}}
+
+
+def test_a_candidate_far_dearer_from_its_first_step_ends_the_trial_after_that_step():
+    """A trial of two threads beside a busy process: its first step costs many times one thread's; no second one."""
+    g = ThreadGovernor(2, POLICY)
+    box = Box(g, {2: 0.05, 1: 0.002}, wait=0.4)
+    box.steps(4)
+    assert g.threads == 1
+    box.wait = 0.0
+    box.until(5.2)
+    assert g.trials == 2 and g.trial is None and g.threads == 1
+    assert box.ran[4:].count(2) == 1 and g.last_ratio == pytest.approx(25.0)
