@@ -180,6 +180,8 @@ class ThreadGovernor:
             self._run = self._wait = 0.0
             if self.last_wait_share > self.policy.high_wait:
                 self._contended = True
+            elif self.trial is None:
+                self._recent.clear()  # steps of a window that did not wait do not stand for a contended count
 
     def sample(self, shape: Hashable, work: float, seconds: float, now: float = 0.0) -> None:
         """A piece of work of ``shape`` (``work`` units of it) took ``seconds`` at the current count, ending at ``now``."""

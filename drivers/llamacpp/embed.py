@@ -6,10 +6,12 @@ none (decoder LMs) are mean-pooled. Inputs are packed several sequences per
 ``llama_decode``. Runs on the batcher's decode thread: one group between two
 decode steps, sized from the embedding rate learned at the current compute
 thread count (:class:`.contention.ThreadPacer`) to last about
-:data:`.scheduling.BUSY_STEP_S` while sequences generate (or one longer input
-alone, since a pooled sequence must fit one decode), so a request with
-hundreds of inputs does not stop generation while it is embedded, and a group
-stays that short when the worker gives up a thread to a busy box.
+:data:`.scheduling.BUSY_STEP_S` (or one longer input alone, since a pooled
+sequence must fit one decode), so a request with hundreds of inputs does not
+stop generation while it is embedded, a chat arriving meanwhile waits at most
+about that long, and a group stays that short when the worker gives up a
+thread to a busy box. While sequences generate, embedding gets at most as much
+of the thread's time as decoding, and decoding goes first when it begins.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import llama_cpp.llama_cpp as ll
 from .contention import ThreadPacer
 from .errors import EmbeddingError
 from .model import LoadedModel
-from .scheduling import BUSY_STEP_S, LONE_STEP_S
+from .scheduling import BUSY_STEP_S
 
 #: Fewest tokens a group may hold (an input longer than the group's limit goes alone).
 MIN_EMBED_TOKENS = 16
@@ -145,6 +147,7 @@ class EmbedQueue:
         self._embedder: Embedder | None = None  # created on first use
         self._pacer = ThreadPacer(MIN_EMBED_TOKENS, lambda: self._threads)  # a rate per thread count
         self.debt = 0.0
+        self._generating = False  # whether any slot was busy at the last turn
 
     @property
     def idle(self) -> bool:
@@ -172,13 +175,16 @@ class EmbedQueue:
         Embedding time counts against decoding only while ``generating`` (any slot is busy).
         Returns (tokens embedded, seconds) when a group ran.
         """
+        started, self._generating = generating and not self._generating, generating
         if self._current is None:
             self.debt = 0.0
             return None
+        if started:  # generation just began: its first steps go before the next group, so a short answer is not held
+            self.debt = max(self.debt, BUSY_STEP_S)
         if decoding and self.debt > 0.0:
             return None
         t_e = time.perf_counter()
-        tokens = self._step(self._pacer.tokens(BUSY_STEP_S if generating else LONE_STEP_S, self._ctx))
+        tokens = self._step(self._pacer.tokens(BUSY_STEP_S, self._ctx))
         dt = time.perf_counter() - t_e
         self._pacer.observe(tokens, dt)
         self.debt = self.debt + dt if generating else 0.0

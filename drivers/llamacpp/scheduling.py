@@ -7,8 +7,7 @@ are shared into the new slot with ``llama_memory_seq_cp``.
 
 Step pacing by rate (:class:`StepPacer`): how many tokens a piece of work may
 carry is set by time, from the rate learned from the steps already run. The
-embedding queue sizes its groups with it (about :data:`BUSY_STEP_S` while
-sequences generate, :data:`LONE_STEP_S` otherwise), and the step planner
+embedding queue sizes its groups with it (about :data:`BUSY_STEP_S`), and the step planner
 (:mod:`.step_planner`) falls back on it until its step-cost model has seen
 enough steps.
 """
@@ -20,10 +19,8 @@ import math
 from .context import DecodeContext
 from .sequence import Sequence, Slot
 
-#: Target length of a step while other sequences generate or read (each of their tokens waits on it).
+#: Target length of an embedding group: generating sequences, and a request arriving meanwhile, wait about this long.
 BUSY_STEP_S = 0.1
-#: Target length of a step no one else waits on: a request arriving meanwhile waits about this long.
-LONE_STEP_S = 0.25
 #: Weight of the newest step in the learned rate.
 RATE_WEIGHT = 0.3
 #: Steps with fewer tokens than this say more about fixed costs than about the rate; they are not learned from.

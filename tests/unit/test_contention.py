@@ -302,3 +302,15 @@ def test_a_candidate_far_dearer_from_its_first_step_ends_the_trial_after_that_st
     box.until(5.2)
     assert g.trials == 2 and g.trial is None and g.threads == 1
     assert box.ran[4:].count(2) == 1 and g.last_ratio == pytest.approx(25.0)
+
+
+def test_steps_before_the_busy_process_came_do_not_stand_for_the_base():
+    """The steps just before a neighbour appeared were cheap; a trial compares with the ones that waited."""
+    g = ThreadGovernor(2, POLICY)
+    g.sample(SHAPE, 1, 0.001, 0.0)  # quiet
+    window(g, 0.05, 0.0)
+    g.step(0.05)
+    g.sample(SHAPE, 1, 0.05, 0.2)  # the busy process started: this step waited
+    window(g, 0.2, 0.5)
+    g.step(0.2)
+    assert g.trial is not None and g.trial.samples == {2: {SHAPE: [0.05]}}
