@@ -23,9 +23,12 @@ beat one. So contention only *asks* the question, and a measurement answers it:
   current count's first block. Each step's seconds per unit of work are compared only
   with steps of the same shape in the other arm; the candidate wins when it is at
   least :attr:`ContentionPolicy.margin` cheaper. At the end of any block a candidate
-  plainly slower or plainly faster (:attr:`ContentionPolicy.give_up`) decides the
-  trial there, and a candidate whose very first step (switch included) cost twice
-  that ends it at once: beside a busy process a step of a team too large costs seconds.
+  plainly faster (:attr:`ContentionPolicy.give_up`) decides the trial there. A
+  candidate of one thread more that is plainly slower ends it there too, or at once
+  when its very first step (switch included) cost twice that: beside a busy process
+  a step of a team too large costs seconds. A trial of one thread fewer runs its
+  course (that team costs at most about twice as much), so a few noisy steps cannot
+  keep a slow team.
 - At fewer threads than configured, a trial of one more is due every
   :attr:`ContentionPolicy.probe_s`; a trial lost doubles the wait before the next
   of the same kind (up to :attr:`ContentionPolicy.max_probe_s`), one won resets it.
@@ -203,17 +206,22 @@ class ThreadGovernor:
                 self.threads = trial.base
                 self._schedule_after(now, trial, won=None)
                 return self.threads
+            # Ending early because the candidate costs more is for trials of one thread MORE: beside a busy
+            # process a step of a team too large costs seconds. One thread fewer costs at most about twice
+            # as much, so that trial runs its course: a few noisy steps must not keep a slow team.
+            grow = trial.candidate > trial.base
             far = trial.far_dearer(2 * self.policy.give_up)
-            if far is not None:  # beside a busy process one step of a team too large costs seconds: no second one
+            if grow and far is not None:  # no second step of a team too large
                 self._finish(now, trial, far)
                 return self.threads
             done = trial.advance()
             if done:
                 self._finish(now, trial, trial.ratio())
             elif trial.block_done() and (
-                (early := trial.ratio()) is not None and (early >= self.policy.give_up or early <= 1.0 / self.policy.give_up)
+                (early := trial.ratio()) is not None
+                and ((grow and early >= self.policy.give_up) or early <= 1.0 / self.policy.give_up)
             ):
-                self._finish(now, trial, early)  # plainly dearer or plainly cheaper already: no need to pay for more
+                self._finish(now, trial, early)  # plainly better, or a larger team plainly worse: no need to pay for more
             else:
                 self.threads = trial.count
             return self.threads

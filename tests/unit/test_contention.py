@@ -113,13 +113,25 @@ def test_waiting_that_two_threads_still_win_keeps_them_and_backs_off():
     assert box.ran.count(1) <= 5 * 9  # a trial runs at most its candidate blocks at the dearer count
 
 
-def test_a_plainly_dearer_candidate_ends_the_trial_after_its_first_block():
+def test_one_thread_fewer_runs_its_course_however_it_starts():
+    """A smaller team costs at most about twice as much: a few noisy steps must not keep a slow team."""
     g = ThreadGovernor(2, POLICY)
-    box = Box(g, {2: 0.01, 1: 0.02}, wait=0.5)  # twice the cost: plain after a block, not from one step
+    box = Box(g, {2: 0.01, 1: 0.02}, wait=0.5)
     window(g, 0.0, 0.5)
-    box.steps(1 + 3)
+    box.steps(1 + 18)
+    assert box.ran[1:19] == ([1] * 3 + [2] * 3) * 3
     assert g.trial is None and g.threads == 2 and g.last_ratio == pytest.approx(2.0)
-    assert box.ran == [2, 1, 1, 1]
+
+
+def test_one_thread_more_plainly_dearer_ends_its_trial_after_one_block():
+    g = ThreadGovernor(2, POLICY)
+    box = Box(g, {2: 0.05, 1: 0.002}, wait=0.4)
+    box.steps(4)
+    assert g.threads == 1
+    box.cost, box.wait = {2: 0.004, 1: 0.002}, 0.0  # twice as dear: plain after a block, not from one step
+    box.until(5.1)
+    assert g.trials == 2 and g.trial is None and g.threads == 1 and g.last_ratio == pytest.approx(2.0)
+    assert box.ran[4:].count(2) == 3
 
 
 def test_at_fewer_threads_a_trial_of_one_more_is_due_every_probe_s_and_wins_once_the_box_is_free():
