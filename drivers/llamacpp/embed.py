@@ -29,6 +29,9 @@ from .errors import EmbeddingError
 from .model import LoadedModel
 from .scheduling import BUSY_STEP_S
 
+#: Seconds of decoding that go before the next group when generation begins beside an embedding request: a short
+#: answer (a few tokens, even on one thread beside a busy process) is done before embedding takes the thread again.
+FIRST_DECODE_S = 2 * BUSY_STEP_S
 #: Fewest tokens a group may hold (an input longer than the group's limit goes alone).
 MIN_EMBED_TOKENS = 16
 #: Receives a request's vectors, or the exception that ended it (called on the decode thread).
@@ -180,7 +183,7 @@ class EmbedQueue:
             self.debt = 0.0
             return None
         if started:  # generation just began: its first steps go before the next group, so a short answer is not held
-            self.debt = max(self.debt, BUSY_STEP_S)
+            self.debt = max(self.debt, FIRST_DECODE_S)
         if decoding and self.debt > 0.0:
             return None
         t_e = time.perf_counter()

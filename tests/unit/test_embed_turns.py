@@ -6,8 +6,7 @@ exercised by the worker's integration tests.
 
 from __future__ import annotations
 
-from appliance.drivers.llamacpp.embed import EmbedQueue
-from appliance.drivers.llamacpp.scheduling import BUSY_STEP_S
+from appliance.drivers.llamacpp.embed import FIRST_DECODE_S, EmbedQueue
 
 
 def queue_with_a_job() -> tuple[EmbedQueue, list[int]]:
@@ -35,10 +34,10 @@ def test_a_chat_that_starts_decodes_first_then_shares_the_thread():
     q, groups = queue_with_a_job()
     q.turn(decoding=False, generating=False)  # embedding alone
     assert q.turn(decoding=True, generating=True) is None  # the chat arrived: its steps go first
-    assert len(groups) == 1 and q.debt == BUSY_STEP_S
-    q.decoded(BUSY_STEP_S / 2)
+    assert len(groups) == 1 and q.debt == FIRST_DECODE_S
+    q.decoded(FIRST_DECODE_S / 2)
     assert q.turn(decoding=True, generating=True) is None
-    q.decoded(BUSY_STEP_S / 2)
+    q.decoded(FIRST_DECODE_S / 2)
     assert q.turn(decoding=True, generating=True) is not None  # paid back: the next group runs
     assert len(groups) == 2
     assert q.turn(decoding=True, generating=True) is None  # and owes its own time again
