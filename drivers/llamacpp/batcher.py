@@ -255,8 +255,13 @@ class Batcher:
                 self._decode_only["stream_seconds"] += dt * streams
             self._planner.observe(rows, read, dt)
             embeds.decoded(dt)
-            if rows + read:  # compared with steps keeping as many rows, reading a prompt or not (.contention)
-                self.compute.sample(("step", rows, read > 0), rows + read, dt)
+            if rows + read:  # measured for the thread governor (.contention)
+                base = self.compute.base_threads  # the count a running trial started from, else the current one
+                expected = self._planner.expected_seconds(base, rows, read)
+                if expected is not None:  # any shape compares with any other, through that count's cost model
+                    self.compute.sample(("step",), expected, dt)
+                else:  # until the model is ready: only with steps keeping as many rows, reading a prompt or not
+                    self.compute.sample(("step", rows, read > 0), rows + read, dt)
             self.compute.tick()
         if self._sampler is not None:
             self._sampler.close()

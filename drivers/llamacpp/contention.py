@@ -333,6 +333,12 @@ class ComputeThreads:
     def threads(self) -> int:
         return self.governor.threads
 
+    @property
+    def base_threads(self) -> int:
+        """The count a running trial compares against (else the current count): what work is normalised to."""
+        trial = self.governor.trial
+        return trial.base if trial is not None else self.governor.threads
+
     def add_target(self, target: ThreadTarget) -> None:
         """A context created later (the embedding context, on first use) joins at the current count."""
         self._targets.append(target)

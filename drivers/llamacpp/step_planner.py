@@ -112,6 +112,18 @@ class StepPlanner:
             model = self._costs[key] = StepCostModel()
         return model
 
+    def expected_seconds(self, regime: Hashable, rows: int, prompt_tokens: int) -> float | None:
+        """What a step of this shape costs under ``regime`` by its learned model; None until that model is ready.
+
+        The thread governor divides a step's time by this (for the count its trial started from), so steps
+        of any shape compare: a prompt-reading step with a decoding one, a short chat's with a long one's.
+        """
+        model = self._costs.get(regime)
+        if model is None or not model.ready:
+            return None
+        expected = model.predict(rows, prompt_tokens)
+        return expected if expected > 0.0 else None
+
     # -- sizing ---------------------------------------------------------------------
     def step_seconds(self, active: list[Slot], now: float) -> float:
         """How long this step may last: until the earliest next-token deadline, else a lone step."""

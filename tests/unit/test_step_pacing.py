@@ -312,3 +312,13 @@ def test_priority_header_names_the_class():
     assert priority_of({"headers": [(b"x-appliance-priority", b" Batch ")]}) == "batch"
     assert priority_of({"headers": [(b"x-appliance-priority", b"realtime")]}) == "interactive"
     assert priority_of({"headers": []}) == "interactive"
+
+
+def test_expected_seconds_come_from_the_named_regimes_model_once_it_is_ready():
+    regime = [2]
+    planner = StepPlanner(LatencyTargets(), 256, regime=lambda: regime[0])
+    assert planner.expected_seconds(2, 4, 0) is None  # nothing learned
+    for rows, tokens in ((4, 0), (4, 32), (8, 0), (2, 64), (6, 16), (1, 128)):
+        planner.observe(rows, tokens, 0.01 + 0.005 * rows + 0.002 * tokens)
+    assert planner.expected_seconds(2, 4, 10) == pytest.approx(0.01 + 0.02 + 0.02, rel=0.05)
+    assert planner.expected_seconds(1, 4, 10) is None  # another thread count: its own model, not learned yet
