@@ -22,7 +22,8 @@ beat one. So contention only *asks* the question, and a measurement answers it:
   rounds, the candidate first: the steps that just ran (and waited) stand for the
   current count's first block. Each step's seconds per unit of work are compared only
   with steps of the same shape in the other arm; the candidate wins when it is at
-  least :attr:`ContentionPolicy.margin` cheaper. At the end of any block a candidate
+  least :attr:`ContentionPolicy.margin` cheaper (:attr:`ContentionPolicy.margin_down`
+  for one thread fewer). At the end of any block a candidate
   plainly faster (:attr:`ContentionPolicy.give_up`) decides the trial there. A
   candidate of one thread more that is plainly slower ends it there too, or at once
   when its very first step (switch included) cost twice that: beside a busy process
@@ -75,8 +76,12 @@ class ContentionPolicy:
     block_steps: int = 3
     #: Blocks of each count in a trial.
     rounds: int = 3
-    #: How much cheaper per unit of work the candidate must be to be kept.
+    #: How much cheaper per unit of work a candidate of one thread more must be to be kept.
     margin: float = 0.10
+    #: How much cheaper one thread fewer must be to be kept: beside a busy process it measures several
+    #: times cheaper, while a smaller team kept by chance on a box that is not contended costs a third
+    #: of its speed until the next trial of one more.
+    margin_down: float = 0.25
     #: A candidate this much dearer (or cheaper: its inverse) after its first block decides the trial there.
     give_up: float = 1.5
     #: A trial not finished within this many seconds (the engine went idle) is dropped.
@@ -257,7 +262,8 @@ class ThreadGovernor:
         self.trial = None
         self._recent.clear()
         self.last_ratio = ratio
-        won = ratio is not None and ratio <= 1.0 - self.policy.margin
+        margin = self.policy.margin_down if trial.candidate < trial.base else self.policy.margin
+        won = ratio is not None and ratio <= 1.0 - margin
         if won:
             self.threads = trial.candidate
             if trial.candidate < trial.base:

@@ -19,7 +19,9 @@ from appliance.drivers.llamacpp.contention import (
     read_schedstat,
 )
 
-POLICY = ContentionPolicy(window_s=0.1, high_wait=0.12, probe_s=5.0, max_probe_s=40.0, block_steps=3, rounds=3, margin=0.1)
+POLICY = ContentionPolicy(
+    window_s=0.1, high_wait=0.12, probe_s=5.0, max_probe_s=40.0, block_steps=3, rounds=3, margin=0.1, margin_down=0.25
+)
 SHAPE = ("step", 4, 0)
 
 
@@ -77,13 +79,13 @@ def test_a_quiet_box_never_measures_and_keeps_every_thread():
 
 def test_contention_starts_a_trial_that_alternates_blocks_and_keeps_the_cheaper_count():
     g = ThreadGovernor(2, POLICY)
-    box = Box(g, {2: 0.05, 1: 0.04}, wait=0.4)  # one thread 20% cheaper: not plain after one block
+    box = Box(g, {2: 0.05, 1: 0.035}, wait=0.4)  # one thread 30% cheaper: not plain after one block
     box.steps(1)  # the window that waited starts the trial; that step is the base's first sample
     assert g.trials == 1 and g.trial is not None
     box.steps(18)
     assert box.ran[1:19] == ([1] * 3 + [2] * 3) * 3  # the candidate first: the base just ran
     assert g.threads == 1 and g.steps_down == 1 and g.trial is None
-    assert g.last_ratio == pytest.approx(0.8)
+    assert g.last_ratio == pytest.approx(0.7)
 
 
 def test_a_plainly_cheaper_candidate_is_kept_after_its_first_block():
@@ -97,9 +99,15 @@ def test_a_plainly_cheaper_candidate_is_kept_after_its_first_block():
 
 def test_a_margin_too_small_keeps_the_current_count():
     g = ThreadGovernor(2, POLICY)
-    box = Box(g, {2: 0.05, 1: 0.047}, wait=0.4)  # 6% cheaper: within the noise the margin allows
+    box = Box(g, {2: 0.05, 1: 0.04}, wait=0.4)  # one thread 20% cheaper: not enough to give up a thread
     box.steps(19)
-    assert g.threads == 2 and g.steps_down == 0 and g.last_ratio == pytest.approx(0.94)
+    assert g.threads == 2 and g.steps_down == 0 and g.last_ratio == pytest.approx(0.8)
+    g = ThreadGovernor(2, POLICY)
+    box = Box(g, {2: 0.05, 1: 0.002}, wait=0.4)
+    box.steps(4)
+    box.cost, box.wait = {2: 0.0017, 1: 0.002}, 0.0  # two threads 15% cheaper: enough to take one back
+    box.until(6.0)
+    assert g.threads == 2 and g.steps_up == 1 and g.last_ratio == pytest.approx(0.85)
 
 
 def test_waiting_that_two_threads_still_win_keeps_them_and_backs_off():
@@ -234,7 +242,7 @@ def test_compute_threads_applies_the_trial_to_every_target_and_reports_it():
     clock[0] = 0.2
     ct.tick()  # a step that measured nothing moves nothing
     assert a.calls == [] and ct.snapshot()["threads_wait_share_pct"] == 50
-    cost = {2: 0.05, 1: 0.04}
+    cost = {2: 0.05, 1: 0.035}
     for _ in range(19):
         ct.sample(SHAPE, 1, cost[ct.threads])
         clock[0] += 0.05
@@ -243,7 +251,7 @@ def test_compute_threads_applies_the_trial_to_every_target_and_reports_it():
     snap = ct.snapshot()
     assert snap["threads_current"] == 1 and snap["threads_full"] == 2 and snap["threads_adaptive"] == 1
     assert (snap["threads_steps_down_total"], snap["threads_trials_total"], snap["threads_trial_running"]) == (1, 1, 0)
-    assert snap["threads_last_trial_ratio_pct"] == 80
+    assert snap["threads_last_trial_ratio_pct"] == 70
     assert stat.tids == {threading.get_native_id()}  # the calling (decode) thread is the one watched
 
 
