@@ -10,14 +10,8 @@ import threading
 
 import pytest
 
-from appliance.drivers.llamacpp.contention import (
-    ComputeThreads,
-    ContentionPolicy,
-    ThreadGovernor,
-    ThreadPacer,
-    cheaper,
-    read_schedstat,
-)
+from appliance.drivers.llamacpp.contention import ComputeThreads, ThreadPacer, read_schedstat
+from appliance.drivers.llamacpp.thread_trials import ContentionPolicy, ThreadGovernor, cheaper
 
 POLICY = ContentionPolicy(
     window_s=0.1, high_wait=0.12, probe_s=5.0, max_probe_s=40.0, block_steps=3, rounds=3, margin=0.1, margin_down=0.25
