@@ -37,6 +37,18 @@ def _stream_logprobs(raw: str) -> tuple[str, dict]:
     return text, lp
 
 
+def _same_alternatives(got: dict[str, float], want: dict[str, float]) -> None:
+    """The same top alternatives with the same log-probabilities, within batched decoding's rounding.
+
+    Where two candidates for a place nearly tie (the tiny model has many), that rounding may list either
+    one, so the ranked values must agree and every token listed by both must agree; another stream's
+    alternatives would differ by whole units.
+    """
+    assert sorted(got.values(), reverse=True) == pytest.approx(sorted(want.values(), reverse=True), rel=1e-2, abs=1e-2)
+    for token in got.keys() & want.keys():
+        assert got[token] == pytest.approx(want[token], rel=1e-2, abs=1e-2), token
+
+
 @pytest.fixture(scope="module")
 def worker(tiny_gguf, tmp_path_factory):
     with WorkerProcess(tiny_gguf, tmp_path_factory.mktemp("lp") / "w.sock", served_name="tiny", ctx=256, parallel=4) as w:
@@ -67,7 +79,7 @@ async def test_concurrent_streams_each_carry_their_own_logprobs(worker):
         assert text == want["text"] and lp["tokens"] == expected["tokens"] and lp["text_offset"] == expected["text_offset"]
         assert lp["token_logprobs"] == pytest.approx(expected["token_logprobs"], rel=1e-2, abs=1e-2)
         for top, top_expected in zip(lp["top_logprobs"], expected["top_logprobs"], strict=True):
-            assert top == pytest.approx(top_expected, rel=1e-2, abs=1e-2)
+            _same_alternatives(top, top_expected)
     assert '"logprobs":null' in streams[-1].text and '"token_logprobs"' not in streams[-1].text
 
 
