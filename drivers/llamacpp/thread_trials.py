@@ -77,7 +77,7 @@ class Trial:
     schedule: list[int]
     index: int = 0
     samples: dict[int, Samples] = field(default_factory=dict)
-    switched: Samples = field(default_factory=dict)  # the candidate's step just after a switch, not counted
+    switched: Samples = field(default_factory=dict)  # a larger candidate's step just after a switch, not counted
     _fresh: bool = True  # the step now running is the first of its block
 
     @property
@@ -87,7 +87,7 @@ class Trial:
     def add(self, shape: Hashable, per_unit: float) -> None:
         if not self._fresh:
             self.samples.setdefault(self.count, {}).setdefault(shape, []).append(per_unit)
-        elif self.count == self.candidate:  # a switch only adds cost: enough to show a candidate far dearer
+        elif self.count == self.candidate > self.base:  # a switch only adds cost: enough to show a larger team far dearer
             self.switched.setdefault(shape, []).append(per_unit)
 
     def far_dearer(self, factor: float) -> float | None:
@@ -174,8 +174,8 @@ class ThreadGovernor:
             # process a step of a team too large costs seconds. One thread fewer costs at most about twice
             # as much, so that trial runs its course: a few noisy steps must not keep a slow team.
             grow = trial.candidate > trial.base
-            far = trial.far_dearer(2 * self.policy.give_up)
-            if grow and far is not None:  # no second step of a team too large
+            far = trial.far_dearer(2 * self.policy.give_up)  # only a larger team's switch steps are kept for this
+            if far is not None:  # no second step of a team too large
                 self._finish(now, trial, far)
                 return self.threads
             done = trial.advance()
