@@ -305,6 +305,8 @@ class Batcher:
                 continue
             assert self._prefix is not None  # made with the context, before any request is admitted
             slot = self._prefix.place(seq, free)
+            planner = self._planner
+            seq.small = planner.targets.rank(seq.priority) == 0 and planner.is_small(len(seq.prompt) - seq.cached, seq.max_new)
             slot.seq = seq
             slot.feed = -1
             slot.drafts = []
@@ -357,9 +359,14 @@ class Batcher:
         scored: list[Chunk] = []
         if reading:
             stepping = [s for s in active if s.id not in held]
-            budget = planner.prompt_budget(planner.step_seconds(stepping, now), n + 1, self.n_batch - n)
             batch_cap = room.prompt_tokens if room is not None else None
-            end, scored = write_chunks(context, planner.shares(reading, budget, now, batch_cap), n)
+            small = planner.small_first(active, reading, now)  # a small request runs: only small prompts are read
+            if small is not None:
+                shares = planner.shares(small, self.n_batch - n, now, batch_cap)
+            else:
+                budget = planner.prompt_budget(planner.step_seconds(stepping, now), n + 1, self.n_batch - n)
+                shares = planner.shares(reading, budget, now, batch_cap)
+            end, scored = write_chunks(context, shares, n)
             read, n = end - n, end
         if n == 0:
             return 0, 0

@@ -40,6 +40,11 @@ class LatencyTargets:
     def of(self, priority: str) -> ClassTarget:
         return self._targets.get(priority, self._targets["interactive"])
 
+    @property
+    def tightest_tpot_s(self) -> float:
+        """The shortest time-per-output-token target of any class."""
+        return min(t.tpot_s for t in self._targets.values())
+
     def as_arg(self) -> str:
         return ",".join(f"{p}:{t.ttft_s:g}:{t.tpot_s:g}" for p, t in self._targets.items())
 

@@ -58,6 +58,7 @@ class Sequence:
         "bias",
         "ban_ids",
         "priority",
+        "small",
     )
 
     def __init__(
@@ -94,6 +95,7 @@ class Sequence:
         self.bias: tuple[np.ndarray, np.ndarray] | None = None
         self.ban_ids: np.ndarray | None = None
         self.priority = "interactive"  # the latency class (see .latency): orders admission and prompt reading
+        self.small = False  # its whole work fits in a fraction of a second: run without others' prompts beside it
 
     @property
     def scores_prompt(self) -> bool:

@@ -8,27 +8,38 @@ Sarathi-Serve). How many is a question of time:
   (:mod:`.latency`). A sequence that has produced ``k`` tokens since its first is
   due its next at ``t_first + k · TPOT`` (with :data:`TPOT_SAFETY`); the step may
   last until the earliest such deadline. Streams decoding faster than their target
-  bank the difference, and it is spent reading prompts; a stream running late
-  leaves a step only the :data:`MIN_PREFILL_TOKENS` floor of prompt reading (and a
-  box too slow to meet the target at all still gives prompts
-  :data:`MIN_PREFILL_SHARE` of a step). A single step never spends more than
-  :data:`SLACK_CAP` targets of banked time, so a stream never stalls visibly.
+  bank the difference, and it is spent reading prompts. The target is a mean over
+  the answer, so a stream may also fall behind by what its next
+  :data:`CATCH_UP_TOKENS` tokens (or fewer, as many as it may still produce) can
+  make up in steps of decodes alone: a young stream lends time to a waiting
+  prompt and repays it before it ends. A stream later than that takes the next
+  step alone, with no prompt read beside it (a box too slow to keep the target
+  even so still gives prompts :data:`MIN_PREFILL_SHARE` of a step, at least
+  :data:`MIN_PREFILL_TOKENS`). A single step never spends more than
+  :data:`SLACK_CAP` targets, so a stream never stalls for long.
 - **While nothing generates**, a step lasts about :data:`LONE_FRACTION` of the
   most urgent class's TTFT target: long enough to read efficiently, short enough
   that a request arriving meanwhile is not held up. While several prompts are
   read side by side it lasts no longer than a TPOT target: the first to finish
   starts streaming at that pace, so a short chat beside a long document gets its
   first token one short step after it arrived.
+- **Small requests run on their own.** A request whose whole work (its prompt
+  and every token it may produce) fits in :data:`SMALL_JOB_S` is read and decoded
+  in steps that read no other prompt: a classification or a four-token answer
+  beside a long document takes about its own time, and delays the document by no
+  more than that. No prompt waits on small requests for more than
+  :data:`OVERDUE_TARGETS` TTFT targets.
 
 The time turns into tokens through the learned cost of a step
 (:class:`.step_cost.StepCostModel`); until it has seen enough steps, through the
 rate of :class:`.scheduling.StepPacer`.
 
-Whose prompts: priority class first (``interactive`` before ``batch``), then the
-shortest remaining read, where time already waited counts as reading done (a
-prompt that has waited as long as its remaining read would take is ahead of any
-newcomer): short chats are answered at once beside a long document, and the long
-one still waits at most about its own reading time.
+Whose prompts: priority class first (``interactive`` before ``batch``); within a
+class, prompts that can still get their first token within the class's TTFT
+target come first, the one due soonest first (earliest deadline); prompts that
+cannot any more follow, oldest first, so the wait of a long document stays
+bounded by the work ahead of it. A prompt that has waited :data:`OVERDUE_TARGETS`
+targets goes before both.
 
 While interactive work runs, batch work yields inside the step: :mod:`.batch_yield`
 says which batch streams decode and how many batch prompt tokens are read, and the
@@ -49,18 +60,24 @@ from .scheduling import StepPacer
 from .sequence import Slot
 from .step_cost import StepCostModel
 
-#: Fewest prompt tokens a step reads while prompts wait, whatever the targets say.
+#: Fewest prompt tokens a step reads while prompts wait (none while its streams are due and can catch up alone).
 MIN_PREFILL_TOKENS = 16
 #: Share of the next deadline's time a step plans to use (the model's error and Python's work take the rest).
 TPOT_SAFETY = 0.9
 #: Most banked time one step may spend, in TPOT targets of the most hurried stream.
-SLACK_CAP = 3.0
+SLACK_CAP = 6.0
 #: A step nobody generates beside lasts this share of the most urgent class's TTFT target.
-LONE_FRACTION = 0.125
+LONE_FRACTION = 0.0625
 #: When streams cannot meet their target anyway, prompt reading still gets this share of a decode's time.
 MIN_PREFILL_SHARE = 0.25
 #: Prompt tokens per second assumed before anything was measured (only orders prompts).
 DEFAULT_RATE = 500.0
+#: Output tokens over which a stream that fell behind its TPOT target is counted on to catch up.
+CATCH_UP_TOKENS = 64
+#: A request whose prompt and output fit in this long by the learned cost runs without other prompts read beside it.
+SMALL_JOB_S = 0.3
+#: A prompt waiting this many of its class's TTFT targets is read before all others of its class, small requests too.
+OVERDUE_TARGETS = 3.0
 
 
 @dataclass(frozen=True)
@@ -129,12 +146,15 @@ class StepPlanner:
         """How long this step may last: until the earliest next-token deadline, else a lone step."""
         allowed: float | None = None
         hurried = [s for s in active if s.seq is not None and self.targets.rank(s.seq.priority) == 0] or active
+        catch_up = self._catch_up_step(active)
         for slot in hurried:  # while interactive streams run, batch streams' deadlines are kept by batch_room
             seq = slot.seq
             if seq is None or seq.n_gen == 0:
                 continue
             tpot = self.targets.of(seq.priority).tpot_s
             due = seq.t_first + TPOT_SAFETY * tpot * seq.n_gen - now
+            if catch_up is not None:  # what its next tokens can make up at the pace of steps that read no prompt
+                due += min(CATCH_UP_TOKENS, seq.max_new - seq.n_gen) * max(0.0, TPOT_SAFETY * tpot - catch_up)
             due = min(due, SLACK_CAP * tpot)
             allowed = due if allowed is None else min(allowed, due)
         if allowed is not None:
@@ -145,11 +165,40 @@ class StepPlanner:
             return min(lone, min(self.targets.of(p).tpot_s for p in classes))
         return lone
 
+    def _catch_up_step(self, active: list[Slot]) -> float | None:
+        """What a step of ``active``'s decodes alone costs (a late stream's step); None until the cost is known."""
+        cost = self.cost
+        if not cost.ready:
+            return None
+        return cost.predict(sum(1 for s in active if s.seq is not None and s.feed >= 0), 0)
+
+    def is_small(self, prompt_tokens: int, max_new: int) -> bool:
+        """A request reading ``prompt_tokens`` and producing up to ``max_new`` runs alone within SMALL_JOB_S.
+
+        Alone, one row a step: the shape the cost model has seen most of, whatever else runs.
+        """
+        cost = self.cost
+        if not cost.ready:
+            return False
+        return cost.predict(1, prompt_tokens) + max(0, max_new - 1) * cost.predict(1, 0) <= SMALL_JOB_S
+
+    def small_first(self, active: list[Slot], reading: list[Slot], now: float) -> list[Slot] | None:
+        """The prompts this step reads when a small request runs (only small ones); None: no small request runs now."""
+        if not any(s.seq is not None and s.seq.small for s in active):
+            return None
+        for slot in reading:
+            seq = slot.serving
+            if now - seq.t_submit >= OVERDUE_TARGETS * self.targets.of(seq.priority).ttft_s:
+                return None  # a prompt waited long enough: it is read beside the small request
+        return [s for s in reading if s.serving.small]
+
     def prompt_budget(self, seconds: float, rows: int, room: int) -> int:
         """Prompt tokens for a step of ``seconds`` that keeps ``rows`` logits rows; ``room`` entries are left."""
         cost = self.cost
         if cost.ready:
             decode_only = cost.predict(rows, 0)
+            if rows and seconds < decode_only and decode_only < TPOT_SAFETY * self.targets.tightest_tpot_s:
+                return 0  # the streams are due and a step of their decodes alone catches up: it reads no prompt
             seconds = max(seconds, decode_only * (1.0 + MIN_PREFILL_SHARE)) if rows else seconds
             tokens = cost.prompt_tokens_within(seconds, rows)
         else:
@@ -166,13 +215,19 @@ class StepPlanner:
 
     # -- ordering ---------------------------------------------------------------------
     def order(self, reading: list[Slot], now: float) -> list[Slot]:
-        """Class first, then the shortest remaining read less the time already waited."""
+        """Class first; then overdue prompts, those that can still meet their TTFT target (soonest due first), the rest."""
         rate, targets = self.prompt_rate, self.targets
 
-        def key(slot: Slot) -> tuple[int, float]:
+        def key(slot: Slot) -> tuple[int, int, float]:
             seq = slot.serving
-            remaining = len(seq.prompt) - len(slot.tokens)
-            return targets.rank(seq.priority), remaining / rate - (now - seq.t_submit)
+            ttft = targets.of(seq.priority).ttft_s
+            rank = targets.rank(seq.priority)
+            if now - seq.t_submit >= OVERDUE_TARGETS * ttft:
+                return rank, 0, seq.t_submit
+            due = seq.t_submit + ttft
+            if now + (len(seq.prompt) - len(slot.tokens)) / rate <= due:
+                return rank, 1, due
+            return rank, 2, seq.t_submit
 
         return sorted(reading, key=key)
 

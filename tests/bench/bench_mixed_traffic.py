@@ -15,13 +15,14 @@ goodput (the share of requests with TTFT <= 2 s and TPOT <= 150 ms, answered in
 full), the requests shed with 429/503 and those that passed the deadline
 unanswered, and the appliance / llama-server ratios.
 
-    python tests/bench/bench_mixed_traffic.py [--rounds 3] [--requests 24] [--target daemon|worker]
+    python tests/bench/bench_mixed_traffic.py [--rounds 3] [--requests 24] [--target daemon|worker] [--dump FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import statistics
@@ -79,7 +80,7 @@ async def timed(target: Target, prompt: str, max_tokens: int) -> dict[str, float
     except Refused as exc:
         return {"outcome": f"shed {exc.status}"}
     tpot = (total - first) / max(1, events - 1)
-    return {"outcome": "ok", "tokens": events, "ttft": first, "tpot": tpot, "total": total}
+    return {"outcome": "ok", "tokens": events, "ttft": first, "tpot": tpot, "total": total, "prompt_chars": len(prompt)}
 
 
 async def play(target: Target, schedule: list[tuple[float, str, int]]) -> tuple[list[dict[str, float | str]], float]:
@@ -87,7 +88,7 @@ async def play(target: Target, schedule: list[tuple[float, str, int]]) -> tuple[
 
     async def at(offset: float, prompt: str, max_tokens: int) -> dict[str, float | str]:
         await asyncio.sleep(max(0.0, start + offset - time.perf_counter()))
-        return await timed(target, prompt, max_tokens)
+        return {"arrival": offset, "started": start, "max_tokens": max_tokens, **(await timed(target, prompt, max_tokens))}
 
     results = await asyncio.gather(*(at(*r) for r in schedule))
     return list(results), time.perf_counter() - start
@@ -152,6 +153,7 @@ def main() -> None:
     parser.add_argument("--target", choices=("daemon", "worker"), default="daemon")
     parser.add_argument("--llama-server", type=Path)
     parser.add_argument("--loads", type=float, nargs="+", default=list(LOADS))
+    parser.add_argument("--dump", type=Path, help="write every request's figures here, one JSON line each")
     args = parser.parse_args()
     binary = args.llama_server or build_llama_server()
     runs: dict[float, dict[str, list[dict[str, float]]]] = {}
@@ -185,7 +187,13 @@ def main() -> None:
                     schedule = workload(1000 * r + int(load * 100), args.requests, load * cap)
                     order = targets if r % 2 == 0 else targets[::-1]
                     for t in order:
-                        runs[load][t.name].append(summary(*asyncio.run(play(t, schedule))))
+                        results, wall = asyncio.run(play(t, schedule))
+                        runs[load][t.name].append(summary(results, wall))
+                        if args.dump is not None:
+                            with args.dump.open("a") as out:
+                                for i, one_result in enumerate(results):
+                                    row = {"server": t.name, "load": load, "round": r, "request": i, **one_result}
+                                    out.write(json.dumps(row) + "\n")
                     print(f"load {load:.0%} round {r + 1}/{args.rounds} done", flush=True)
         finally:
             if daemon is not None:

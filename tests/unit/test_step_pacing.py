@@ -17,9 +17,12 @@ from appliance.drivers.llamacpp.scheduling import MIN_RATE_SAMPLE, StepPacer
 from appliance.drivers.llamacpp.sequence import Sequence, Slot
 from appliance.drivers.llamacpp.step_cost import MIN_PROMPT_SAMPLES, StepCostModel
 from appliance.drivers.llamacpp.step_planner import (
+    CATCH_UP_TOKENS,
     LONE_FRACTION,
     MIN_PREFILL_TOKENS,
+    OVERDUE_TARGETS,
     SLACK_CAP,
+    SMALL_JOB_S,
     TPOT_SAFETY,
     StepPlanner,
 )
@@ -118,8 +121,16 @@ def test_cost_model_ignores_empty_and_stalled_steps():
 # -- the planner --------------------------------------------------------------------------------
 
 
-def seq(prompt_len: int, *, priority: str = "interactive", n_gen: int = 0, t_first: float = 0.0, t_submit: float = 0.0):
-    s = Sequence(list(range(1, prompt_len + 1)), 16, None, [])
+def seq(
+    prompt_len: int,
+    *,
+    priority: str = "interactive",
+    n_gen: int = 0,
+    t_first: float = 0.0,
+    t_submit: float = 0.0,
+    max_new: int = 16,
+):
+    s = Sequence(list(range(1, prompt_len + 1)), max_new, None, [])
     s.priority, s.n_gen, s.t_first, s.t_submit = priority, n_gen, t_first, t_submit
     return s
 
@@ -149,28 +160,47 @@ def test_a_step_nobody_generates_beside_lasts_a_share_of_the_ttft_target():
     assert planner.step_seconds(batch_only, now=10.0) == pytest.approx(LONE_FRACTION * 30.0)
     # a chat read beside the document: steps no longer than a TPOT target, so its first token comes soon
     beside = [slot(0, seq(500)), slot(1, seq(12))]
-    assert planner.step_seconds(beside, now=10.0) == pytest.approx(0.15)
+    assert planner.step_seconds(beside, now=10.0) == pytest.approx(min(LONE_FRACTION * 2.0, 0.15))
 
 
 def test_a_stream_ahead_of_its_target_lends_its_slack_to_prompt_reading():
     planner = ready_planner()
-    # 10 tokens since t_first=0 at now=0.6 s: due at 0.9*0.15*10 = 1.35 s, capped at SLACK_CAP targets
-    ahead = slot(0, seq(10, n_gen=10, t_first=0.0))
-    assert planner.step_seconds([ahead], now=0.6) == pytest.approx(SLACK_CAP * 0.15)
-    # just on time: the next token is due in 0.05 s
-    on_time = slot(1, seq(10, n_gen=10, t_first=0.0))
+    # 10 tokens since t_first=0 at now=0.3 s: due at 0.9*0.15*10 = 1.35 s, capped at SLACK_CAP targets
+    ahead = slot(0, seq(10, n_gen=10, t_first=0.0, max_new=10))
+    assert SLACK_CAP * 0.15 < 1.35 - 0.3
+    assert planner.step_seconds([ahead], now=0.3) == pytest.approx(SLACK_CAP * 0.15)
+    # just on time, with no tokens left to make up a delay: the next token is due in 0.05 s
+    on_time = slot(1, seq(10, n_gen=10, t_first=0.0, max_new=10))
     assert planner.step_seconds([on_time], now=TPOT_SAFETY * 0.15 * 10 - 0.05) == pytest.approx(0.05)
     # the most hurried stream decides
     assert planner.step_seconds([ahead, on_time], now=TPOT_SAFETY * 0.15 * 10 - 0.05) == pytest.approx(0.05)
 
 
-def test_a_late_stream_leaves_prompts_only_the_floor():
+def test_a_young_stream_lends_what_its_next_tokens_can_make_up():
+    planner = ready_planner()  # a step of one stream's decode alone: 4 + 5 = 9 ms
+    young = streaming(0, priority="interactive", n_gen=1, t_first=0.0)
+    young.seq.max_new = 200
+    credit = CATCH_UP_TOKENS * (TPOT_SAFETY * 0.15 - 0.009)
+    now = TPOT_SAFETY * 0.15 + credit - 0.2  # 0.2 s before its deadline plus what it can make up
+    assert planner.step_seconds([young], now=now) == pytest.approx(0.2, abs=1e-3)
+    # near its end a stream has fewer tokens to make a delay up with: it lends less
+    ending = streaming(1, priority="interactive", n_gen=1, t_first=0.0)
+    ending.seq.max_new = 3  # two tokens left
+    assert planner.step_seconds([ending], now=now) < 0
+    # where decoding alone takes the whole target, nothing can be made up: no credit
+    slow = ready_planner(a=0.2)
+    assert slow.step_seconds([young], now=TPOT_SAFETY * 0.15 - 0.05) == pytest.approx(0.05, abs=1e-3)
+
+
+def test_a_late_stream_that_can_catch_up_takes_the_step_alone():
     planner = ready_planner()
-    late = slot(0, seq(10, n_gen=10, t_first=0.0))
+    late = streaming(0, priority="interactive", n_gen=10, t_first=0.0)
     seconds = planner.step_seconds([late], now=5.0)
     assert seconds < 0
-    # the floor: MIN_PREFILL_SHARE of the decode's own time, at least MIN_PREFILL_TOKENS
-    assert planner.prompt_budget(seconds, rows=2, room=250) == MIN_PREFILL_TOKENS
+    assert planner.prompt_budget(seconds, rows=2, room=250) == 0
+    # a box too slow to keep the target even decoding alone still reads prompts: the floor
+    slow = ready_planner(a=0.2)
+    assert slow.prompt_budget(slow.step_seconds([late], now=5.0), rows=2, room=250) >= MIN_PREFILL_TOKENS
 
 
 def test_the_budget_is_what_the_learned_cost_fits_in_the_time():
@@ -187,16 +217,38 @@ def test_before_the_cost_is_known_the_rate_pacer_sizes_steps():
     assert planner.prompt_budget(0.25, rows=1, room=255) == 99
 
 
-def test_short_prompts_are_read_first_and_a_long_wait_counts_as_reading_done():
+def test_prompts_that_can_still_meet_their_ttft_target_are_read_first_soonest_due_first():
     planner = ready_planner()  # 400 prompt tokens per second
-    long_doc = slot(0, seq(1500, t_submit=0.0))
+    long_doc = slot(0, seq(1500, t_submit=0.0))  # 3.75 s of reading: it cannot meet a 2 s target
     chat = slot(1, seq(12, t_submit=0.5))
     shares = planner.shares([long_doc, chat], 64, now=0.6)
     assert [(s.id, n) for s, n in shares] == [(1, 12), (0, 52)]
-    # the document has waited longer than its remaining read (1500 / 400 = 3.75 s): it goes first
-    fresh_chat = slot(2, seq(12, t_submit=4.0))
-    shares = planner.shares([fresh_chat, long_doc], 64, now=4.0)
-    assert [(s.id, n) for s, n in shares] == [(0, 64)]
+    # a note that can still make it and is due sooner goes before a later chat (earliest deadline first)
+    note = slot(2, seq(300, t_submit=0.0))  # 0.75 s of reading, due at 2.0 s
+    fresh_chat = slot(3, seq(12, t_submit=1.0))  # due at 3.0 s
+    order = planner.order([fresh_chat, long_doc, note], now=1.0)
+    assert [s.id for s in order] == [2, 3, 0]
+    # the document has waited OVERDUE_TARGETS targets: it goes first
+    later = OVERDUE_TARGETS * 2.0
+    assert [s.id for s in planner.order([slot(4, seq(12, t_submit=later)), long_doc], now=later)] == [0, 4]
+
+
+def test_small_requests_run_without_other_prompts_read_beside_them():
+    planner = ready_planner()  # a=4 ms, b=5 ms a row, c=2.5 ms a prompt token
+    assert planner.is_small(prompt_tokens=20, max_new=4)
+    assert not planner.is_small(prompt_tokens=20, max_new=256)  # 256 decodes outlast SMALL_JOB_S
+    assert not planner.is_small(prompt_tokens=int(SMALL_JOB_S / 0.0025), max_new=1)
+    assert not StepPlanner(LatencyTargets(), 256).is_small(20, 4)  # nothing measured yet: nothing is small
+    doc = slot(0, seq(1500, t_submit=0.0))
+    quick = slot(1, seq(20, t_submit=1.0))
+    quick.serving.small = True
+    assert planner.small_first([doc, quick], [doc, quick], now=1.0) == [quick]
+    # while the small request decodes, no prompt is read
+    quick.tokens, quick.feed = quick.serving.prompt[:], 3
+    assert planner.small_first([doc, quick], [doc], now=1.1) == []
+    assert planner.small_first([doc], [doc], now=1.1) is None  # no small request runs
+    # a prompt that has waited OVERDUE_TARGETS targets is read beside small requests again
+    assert planner.small_first([doc, quick], [doc], now=OVERDUE_TARGETS * 2.0) is None
 
 
 def test_interactive_prompts_are_read_before_batch_ones():
@@ -283,10 +335,14 @@ def test_batch_prompts_are_read_only_in_what_interactive_work_leaves():
 def test_interactive_deadlines_alone_set_the_step_beside_late_batch_streams():
     planner = ready_planner()
     interactive = streaming(0, priority="interactive", n_gen=10, t_first=0.0)
+    interactive.serving.max_new = 11  # one token left: almost nothing to make a delay up with
     late_batch = streaming(1, priority="batch", n_gen=2, t_first=0.0)
-    # the interactive stream is due at 1.35 s; the batch stream was due long ago
-    assert planner.step_seconds([interactive, late_batch], now=1.3) == pytest.approx(TPOT_SAFETY * 0.15 * 10 - 1.3)
-    assert planner.step_seconds([late_batch], now=1.3) < 0
+    late_batch.serving.max_new = 3
+    # the interactive stream is due at 1.35 s (plus its last token's catch-up); the batch stream was due long ago
+    catch_up = TPOT_SAFETY * 0.15 - planner.cost.predict(2, 0)
+    expected = TPOT_SAFETY * 0.15 * 10 - 1.3 + catch_up
+    assert planner.step_seconds([interactive, late_batch], now=1.3) == pytest.approx(expected)
+    assert planner.step_seconds([late_batch], now=1.5) < 0
 
 
 # -- targets and classes ------------------------------------------------------------------------
