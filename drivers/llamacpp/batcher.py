@@ -13,8 +13,9 @@ Fairness: no request holds the decode thread for long.
 - Prompt reading is planned by latency targets (:mod:`.step_planner`): beside
   the generating sequences a step reads as many prompt tokens as keeps every
   stream on its time-per-output-token target, by the learned cost of a step;
-  the most urgent class first, then the shortest remaining read (aged by the
-  time waited), so a short chat is read in its first step beside a long document.
+  the most urgent class first, then the prompts that can still meet their TTFT
+  target (soonest due first), so a short chat is read in its first step beside a
+  long document; a small request runs without other prompts read beside it.
 - Grammar sampling that needs the whole vocabulary filtered runs in a helper
   thread (:mod:`.token_sampler`); the sequence skips steps until its token is
   back, the others keep decoding.
