@@ -359,12 +359,12 @@ class Batcher:
         read = 0
         scored: list[Chunk] = []
         if reading:
-            stepping = [s for s in active if s.id not in held]
             batch_cap = room.prompt_tokens if room is not None else None
             small = planner.small_first(active, reading, now)  # a small request runs: only small prompts are read
             if small is not None:
                 shares = planner.shares(small, self.n_batch - n, now, batch_cap)
             else:
+                stepping = [s for s in active if s.id not in held]
                 budget = planner.prompt_budget(planner.step_seconds(stepping, now), n + 1, self.n_batch - n)
                 shares = planner.shares(reading, budget, now, batch_cap)
             end, scored = write_chunks(context, shares, n)

@@ -186,11 +186,14 @@ class StepPlanner:
         """The prompts this step reads when a small request runs (only small ones); None: no small request runs now."""
         if not any(s.seq is not None and s.seq.small for s in active):
             return None
-        for slot in reading:
-            seq = slot.serving
-            if now - seq.t_submit >= OVERDUE_TARGETS * self.targets.of(seq.priority).ttft_s:
-                return None  # a prompt waited long enough: it is read beside the small request
+        if any(self._overdue(slot, now) for slot in reading):
+            return None  # a prompt waited long enough: it is read beside the small request
         return [s for s in reading if s.serving.small]
+
+    def _overdue(self, slot: Slot, now: float) -> bool:
+        """``slot``'s prompt has waited OVERDUE_TARGETS of its class's TTFT targets."""
+        seq = slot.serving
+        return now - seq.t_submit >= OVERDUE_TARGETS * self.targets.of(seq.priority).ttft_s
 
     def prompt_budget(self, seconds: float, rows: int, room: int) -> int:
         """Prompt tokens for a step of ``seconds`` that keeps ``rows`` logits rows; ``room`` entries are left."""
@@ -220,11 +223,10 @@ class StepPlanner:
 
         def key(slot: Slot) -> tuple[int, int, float]:
             seq = slot.serving
-            ttft = targets.of(seq.priority).ttft_s
             rank = targets.rank(seq.priority)
-            if now - seq.t_submit >= OVERDUE_TARGETS * ttft:
+            if self._overdue(slot, now):
                 return rank, 0, seq.t_submit
-            due = seq.t_submit + ttft
+            due = seq.t_submit + targets.of(seq.priority).ttft_s
             if now + (len(seq.prompt) - len(slot.tokens)) / rate <= due:
                 return rank, 1, due
             return rank, 2, seq.t_submit

@@ -88,7 +88,7 @@ async def play(target: Target, schedule: list[tuple[float, str, int]]) -> tuple[
 
     async def at(offset: float, prompt: str, max_tokens: int) -> dict[str, float | str]:
         await asyncio.sleep(max(0.0, start + offset - time.perf_counter()))
-        return {"arrival": offset, "started": start, "max_tokens": max_tokens, **(await timed(target, prompt, max_tokens))}
+        return {"arrival": offset, "max_tokens": max_tokens, **(await timed(target, prompt, max_tokens))}
 
     results = await asyncio.gather(*(at(*r) for r in schedule))
     return list(results), time.perf_counter() - start
