@@ -233,7 +233,8 @@ class Batcher:
             for slot, result in sampled:
                 self._results.sampled_back(slot, result, events)
             self._admit(active)  # before embedding: a request that just arrived counts as waiting on it
-            embedded = embeds.turn(self._runnable(active), bool(active))
+            small = any(s.seq is not None and s.seq.small for s in active)  # a short answer runs: no group beside it
+            embedded = embeds.turn(self._runnable(active), bool(active), small)
             if embedded is not None:  # (tokens, seconds) of an embedding group: measured for the thread governor
                 self.compute.sample(("embed",), embedded[0], embedded[1])  # groups are sized per count: any size compares
             t0 = time.perf_counter()

@@ -12,6 +12,10 @@ stop generation while it is embedded, a chat arriving meanwhile waits at most
 about that long, and a group stays that short when the worker gives up a
 thread to a busy box. While sequences generate, embedding gets at most as much
 of the thread's time as decoding, and decoding goes first when it begins.
+While a small request runs (a short answer the step planner expects to finish
+within :data:`.step_planner.SMALL_JOB_S`), no group starts: the answer takes
+about its own time beside a corpus being embedded, and holds the corpus back
+by no more than :data:`SMALL_HOLD_S` in a row.
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ from .scheduling import BUSY_STEP_S
 #: Seconds of decoding that go before the next group when generation begins beside an embedding request: a short
 #: answer (a few tokens, even on one thread beside a busy process) is done before embedding takes the thread again.
 FIRST_DECODE_S = 2 * BUSY_STEP_S
+#: Most seconds of decoding that small requests may hold the next group back in a row (then one group goes):
+#: a steady trickle of short answers slows an embedding request down, it cannot stop it.
+SMALL_HOLD_S = 3 * FIRST_DECODE_S
 #: Fewest tokens a group may hold (an input longer than the group's limit goes alone).
 MIN_EMBED_TOKENS = 16
 #: Receives a request's vectors, or the exception that ended it (called on the decode thread).
@@ -151,6 +158,7 @@ class EmbedQueue:
         self._pacer = ThreadPacer(MIN_EMBED_TOKENS, lambda: self._threads)  # a rate per thread count
         self.debt = 0.0
         self._generating = False  # whether any slot was busy at the last turn
+        self._held: float | None = None  # seconds of decoding small requests held the next group back; None: not held
 
     @property
     def idle(self) -> bool:
@@ -172,18 +180,23 @@ class EmbedQueue:
             inputs, done = self._waiting.popleft()
             self._current = (EmbedJob(inputs), done)
 
-    def turn(self, decoding: bool, generating: bool) -> tuple[int, float] | None:
-        """Embed the next group, unless sequences are ``decoding`` and embedding ran ahead of them.
+    def turn(self, decoding: bool, generating: bool, small: bool = False) -> tuple[int, float] | None:
+        """Embed the next group, unless sequences are ``decoding`` and embedding ran ahead of them or ``small`` runs.
 
-        Embedding time counts against decoding only while ``generating`` (any slot is busy).
+        Embedding time counts against decoding only while ``generating`` (any slot is busy);
+        ``small``: a small request is among them (held back at most SMALL_HOLD_S in a row).
         Returns (tokens embedded, seconds) when a group ran.
         """
         started, self._generating = generating and not self._generating, generating
         if self._current is None:
-            self.debt = 0.0
+            self.debt, self._held = 0.0, None
             return None
         if started:  # generation just began: its first steps go before the next group, so a short answer is not held
             self.debt = max(self.debt, FIRST_DECODE_S)
+        if decoding and small and (self._held or 0.0) < SMALL_HOLD_S:
+            self._held = self._held or 0.0
+            return None
+        self._held = None
         if decoding and self.debt > 0.0:
             return None
         t_e = time.perf_counter()
@@ -195,6 +208,8 @@ class EmbedQueue:
 
     def decoded(self, seconds: float) -> None:
         """A decode step took ``seconds``: embedding may catch up by as much."""
+        if self._held is not None:
+            self._held += seconds
         self.debt = max(0.0, self.debt - seconds)
 
     def _step(self, max_tokens: int) -> int:

@@ -6,7 +6,7 @@ exercised by the worker's integration tests.
 
 from __future__ import annotations
 
-from appliance.drivers.llamacpp.embed import FIRST_DECODE_S, EmbedQueue
+from appliance.drivers.llamacpp.embed import FIRST_DECODE_S, SMALL_HOLD_S, EmbedQueue
 
 
 def queue_with_a_job() -> tuple[EmbedQueue, list[int]]:
@@ -47,3 +47,27 @@ def test_a_chat_that_starts_decodes_first_then_shares_the_thread():
 def test_no_job_no_debt():
     q = EmbedQueue(model=None, ctx=512, n_seq=4, threads=2)  # type: ignore[arg-type]
     assert q.turn(decoding=True, generating=True) is None and q.debt == 0.0
+
+
+def test_a_small_request_holds_the_next_group_until_it_is_done():
+    q, groups = queue_with_a_job()
+    q.turn(decoding=False, generating=False)
+    assert q.turn(decoding=True, generating=True, small=True) is None
+    q.decoded(FIRST_DECODE_S)  # its first steps repaid what a plain chat would be owed
+    assert q.turn(decoding=True, generating=True, small=True) is None  # still no group beside the short answer
+    q.decoded(0.05)
+    assert len(groups) == 1
+    assert q.turn(decoding=False, generating=False) is not None  # done: the corpus goes on
+    assert len(groups) == 2
+
+
+def test_small_requests_hold_embedding_back_only_so_long_in_a_row():
+    q, groups = queue_with_a_job()
+    q.turn(decoding=False, generating=False)
+    held = 0.0
+    while q.turn(decoding=True, generating=True, small=True) is None:
+        q.decoded(0.05)
+        held += 0.05
+        assert held <= SMALL_HOLD_S + 0.05, "a trickle of short answers must not stop the corpus"
+    assert held >= SMALL_HOLD_S - 1e-9
+    assert len(groups) == 2
