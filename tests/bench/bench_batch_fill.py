@@ -10,7 +10,11 @@ Prints, per condition, the interactive TTFT and TPOT p95 (and their ratio beside
 lines/s and completion tokens/s while the probes ran, and the engine's busy share over the same window: the share of
 wall time its decode thread spent in steps (the worker's ``step_ms_total`` from its ``/stats``).
 
-    .venv/bin/python -m tests.bench.bench_batch_fill [--lines 500] [--probes 8] [--interactive-streams 4]
+A p95 of a few dozen chats is close to their slowest, so ``--pairs N`` measures both conditions N times on the same
+daemon, alternating which goes first (alone then beside, beside then alone, ...), and pools each condition's chats:
+the pooled rows are the result, the per-pair rows show the spread.
+
+    .venv/bin/python -m tests.bench.bench_batch_fill [--lines 500] [--probes 8] [--interactive-streams 4] [--pairs 3]
 """
 
 from __future__ import annotations
@@ -177,6 +181,29 @@ def _p95(values: list[float]) -> float:
     return sorted(values)[max(0, round(0.95 * len(values)) - 1)] if values else float("nan")
 
 
+def _pooled(windows: list[Window]) -> Window:
+    """One condition's chats from every pair together; shares and rates averaged."""
+    return Window(
+        ttft=[t for w in windows for t in w.ttft],
+        tpot=[t for w in windows for t in w.tpot],
+        busy_share=statistics.fmean(w.busy_share for w in windows),
+        batch_lines_s=statistics.fmean(w.batch_lines_s for w in windows),
+        batch_tokens_s=statistics.fmean(w.batch_tokens_s for w in windows),
+    )
+
+
+def _row(name: str, w: Window) -> str:
+    return (
+        f"| {name} | {len(w.ttft)} | {statistics.median(w.ttft):.2f} | {_p95(w.ttft):.2f}"
+        f" | {statistics.median(w.tpot) * 1000:.0f} | {_p95(w.tpot) * 1000:.0f} | {w.batch_lines_s:.2f}"
+        f" | {w.batch_tokens_s:.1f} | {w.busy_share:.0%} |"
+    )
+
+
+def _ratios(alone: Window, beside: Window) -> str:
+    return f"TTFT p95 {_p95(beside.ttft) / _p95(alone.ttft):.2f}x, TPOT p95 {_p95(beside.tpot) / _p95(alone.tpot):.2f}x"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lines", type=int, default=500)
@@ -185,7 +212,10 @@ def main() -> None:
     ap.add_argument("--probes", type=int, default=8, help="streamed chats per interactive stream")
     ap.add_argument("--probe-tokens", type=int, default=32)
     ap.add_argument("--parallel", type=int, default=8, help="engine slots (engine_parallel)")
+    ap.add_argument("--pairs", type=int, default=1, help="times each condition is measured, alternating which goes first")
     args = ap.parse_args()
+    alone: list[Window] = []
+    beside: list[Window] = []
     with tempfile.TemporaryDirectory() as tmp:
         # batch_holdback_attainment off: on a box too slow for the interactive targets alone it would keep the batch
         # from starting at all, and this measures what the engine does with both running
@@ -195,27 +225,34 @@ def main() -> None:
             with daemon.client(key) as client:  # load the model, warm its caches
                 for i in range(3):
                     client.post("/v1/chat/completions", json=_chat(f"Warm {i}.", 8)).raise_for_status()
-            alone, _, _ = _measured(daemon, key, args)
-            beside = _with_batch(daemon, key, args)
+            for pair in range(args.pairs):
+                for condition in ("alone", "beside") if pair % 2 == 0 else ("beside", "alone"):
+                    if condition == "alone":
+                        alone.append(_measured(daemon, key, args)[0])
+                    else:
+                        beside.append(_with_batch(daemon, key, args))
         except httpx.HTTPError as exc:
             raise SystemExit(f"request failed: {exc}\n{daemon.log()[-2000:]}") from None
         finally:
             daemon.stop()
     print(
         f"\n{args.interactive_streams} interactive streams x {args.probes} chats of {args.probe_tokens} tokens;"
-        f" batch lines of {args.line_tokens} tokens; {args.parallel} slots; load average {os.getloadavg()[0]:.1f}"
+        f" batch lines of {args.line_tokens} tokens; {args.parallel} slots; {args.pairs} pair(s);"
+        f" load average {os.getloadavg()[0]:.1f}"
     )
-    print("| condition | TTFT median s | TTFT p95 s | TPOT median ms | TPOT p95 ms | batch lines/s | batch tok/s | engine busy |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name, w in (("alone", alone), (f"beside a {args.lines}-line batch", beside)):
-        print(
-            f"| {name} | {statistics.median(w.ttft):.2f} | {_p95(w.ttft):.2f} | {statistics.median(w.tpot) * 1000:.0f}"
-            f" | {_p95(w.tpot) * 1000:.0f} | {w.batch_lines_s:.2f} | {w.batch_tokens_s:.1f} | {w.busy_share:.0%} |"
-        )
     print(
-        f"beside the batch / alone: TTFT p95 {_p95(beside.ttft) / _p95(alone.ttft):.2f}x,"
-        f" TPOT p95 {_p95(beside.tpot) / _p95(alone.tpot):.2f}x"
+        "| condition | chats | TTFT median s | TTFT p95 s | TPOT median ms | TPOT p95 ms | batch lines/s | batch tok/s"
+        " | engine busy |"
     )
+    print("|---|---|---|---|---|---|---|---|---|")
+    if args.pairs > 1:
+        for i, (a, b) in enumerate(zip(alone, beside, strict=True), 1):
+            print(_row(f"pair {i}: alone", a))
+            print(_row(f"pair {i}: beside the batch ({_ratios(a, b)})", b))
+    pooled_alone, pooled_beside = _pooled(alone), _pooled(beside)
+    print(_row("alone", pooled_alone))
+    print(_row(f"beside a {args.lines}-line batch", pooled_beside))
+    print(f"beside the batch / alone: {_ratios(pooled_alone, pooled_beside)}")
 
 
 if __name__ == "__main__":
