@@ -18,6 +18,7 @@ import numpy as np
 
 from .logprobs import LogprobRecorder
 from .sampling import free_chain
+from .speculation import DraftGate
 from .text import TextStream
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ class Sequence:
         "t_submit",
         "t_first",
         "spec",
+        "drafting",
         "logprobs",
         "argmax",
         "bias",
@@ -88,6 +90,7 @@ class Sequence:
         self.t_submit = time.perf_counter()
         self.t_first = 0.0
         self.spec = spec
+        self.drafting = DraftGate()  # how its drafts fared, and whether it drafts now (see .speculation)
         self.logprobs: LogprobRecorder | None = None  # only when the request asked for logprobs
         # Greedy without penalties or grammar: the token is the argmax of the logits row after ``bias``
         # (token ids, added values) and, for the first token, the ``ban_ids`` ban (see .token_sampler).

@@ -57,11 +57,18 @@ class SlotResults:
                 self.finish(slot, FINISH_LENGTH, events)
 
     def verify(self, slot: Slot, context: DecodeContext, sampler: TokenSampler, events: list[Event]) -> None:
-        """Check ``slot``'s drafts against the samples at their positions; drop the KV of rejected ones."""
+        """Check ``slot``'s drafts against the samples at their positions; drop the KV of rejected ones.
+
+        The sequence's :class:`.speculation.DraftGate` counts the outcome: drafts that keep
+        failing pause its drafting.
+        """
         drafts, slot.drafts = slot.drafts, []
         idx, slot.out_idx = slot.out_idx, -1
+        seq = slot.serving  # before verifying: a token that ends the sequence releases the slot
+        kept = verify(slot, idx, drafts, sampler.sample, lambda s, t: self.accept(s, t, events))
+        seq.drafting.record(len(drafts), kept, seq.n_gen)
         self.stats["spec_drafted_total"] += len(drafts)
-        self.stats["spec_accepted_total"] += verify(slot, idx, drafts, sampler.sample, lambda s, t: self.accept(s, t, events))
+        self.stats["spec_accepted_total"] += kept
         context.drop(slot.id, len(slot.tokens))  # positions past what the slot now holds
 
     def sampled_back(self, slot: Slot, fut: Future[int], events: list[Event]) -> None:
