@@ -104,7 +104,13 @@ class EngineFields(BaseModel):
         default="auto", description="Inference backend: `auto` lets the planner choose (vLLM on capable GPUs), or force one."
     )
     speculative_ngram: bool = Field(
-        default=False, description="Prompt-lookup (n-gram) speculative decoding in the llama.cpp engine."
+        default=True,
+        description=(
+            "Prompt-lookup (n-gram) speculative decoding in the llama.cpp engine: a stream that repeats text from its prompt "
+            "or its own output (a copy, an edit, JSON) drafts the tokens that followed it before, and the model keeps those it "
+            "agrees with, several tokens in one step. A stream whose drafts keep failing stops drafting for a while. Greedy "
+            "output equals plain decoding up to floating-point rounding: near-ties may resolve the other way."
+        ),
     )
     vllm_python: Path | None = Field(default=None, description="Python interpreter that runs vLLM. Unset: the appliance's own.")
     ray_address: str | None = Field(
