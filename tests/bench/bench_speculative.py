@@ -48,7 +48,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from appliance.drivers.llamacpp.driver import SPEC_NGRAM  # noqa: E402  # the n-gram size the daemon passes
-from tests.bench.bench_worker import EOG, PROMPTS, start_worker  # noqa: E402
+from tests.bench.bench_worker import EOG, PROMPTS, sse_events, start_worker  # noqa: E402
 from tests.bench.compare_servers import fresh_model_copy  # noqa: E402
 
 
@@ -259,10 +259,7 @@ async def complete(client: httpx.AsyncClient, prompt: str, tokens: int, temperat
     n = 0
     async with client.stream("POST", "http://worker/v1/completions", json=body) as r:
         r.raise_for_status()
-        async for line in r.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            obj = json.loads(line[6:])
+        async for obj in sse_events(r):
             if obj.get("choices") and obj["choices"][0].get("text"):
                 if ttft is None:
                     ttft = time.perf_counter() - t0

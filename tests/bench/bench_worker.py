@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -61,15 +62,19 @@ async def one(client: httpx.AsyncClient, prompt: str, tokens: int) -> tuple[floa
     n = 0
     async with client.stream("POST", "http://worker/v1/completions", json=body) as r:
         r.raise_for_status()
-        async for line in r.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            obj = json.loads(line[6:])
+        async for obj in sse_events(r):
             if obj.get("choices") and obj["choices"][0].get("text") and ttft is None:
                 ttft = time.perf_counter() - t0
             if obj.get("usage"):
                 n = obj["usage"]["completion_tokens"]
     return ttft or 0.0, n, time.perf_counter() - t0
+
+
+async def sse_events(response: httpx.Response) -> AsyncIterator[dict]:
+    """The JSON events of a streamed OpenAI-style response, without the closing ``[DONE]``."""
+    async for line in response.aiter_lines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            yield json.loads(line[6:])
 
 
 async def run(sock: str, streams: int, tokens: int, rounds: int) -> dict:
