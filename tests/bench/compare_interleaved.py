@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -92,10 +93,22 @@ class Target:
 
 
 async def one(target: Target, prompt: str, max_tokens: int = MAX_TOKENS) -> tuple[int, float, float]:
-    """(text events, seconds to the first, seconds in all) of one streamed completion."""
+    """(tokens, seconds to the first, seconds in all) of one streamed completion.
+
+    Tokens are the usage's ``completion_tokens`` where the server reports it (one text event may carry
+    several tokens: speculative drafts kept in one step), else the text events.
+    """
     reader, writer = await target.connect()
     body = json.dumps(
-        {"model": target.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True, "ignore_eos": True}
+        {
+            "model": target.model,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "ignore_eos": True,
+        }
     ).encode()
     auth = f"authorization: Bearer {target.key}\r\n".encode() if target.key else b""
     writer.write(
@@ -117,10 +130,11 @@ async def one(target: Target, prompt: str, max_tokens: int = MAX_TOKENS) -> tupl
     status = received[9:12]
     if not received.startswith(b"HTTP/1.1 200") and status.isdigit():
         raise Refused(int(status), received[:300])
-    events = received.count(b'"text"')
-    if b"data: [DONE]" not in received or events < max_tokens // 2:
+    usage = re.findall(rb'"completion_tokens":\s*(\d+)', received)
+    tokens = int(usage[-1]) if usage else received.count(b'"text"')
+    if b"data: [DONE]" not in received or tokens < max_tokens // 2:
         raise RuntimeError(f"{target.name} answered badly: {received[:300]!r}")
-    return events, first or 0.0, time.perf_counter() - started
+    return tokens, first or 0.0, time.perf_counter() - started
 
 
 def start_worker(model: str | Path, socket: str, *extra: str, **popen: object) -> subprocess.Popen:
