@@ -52,7 +52,7 @@ from .scheduling import PrefixCache
 from .sequence import FINISH_CANCELLED, FINISH_ERROR, Event, Sequence, Slot
 from .slot_results import SlotResults
 from .speculation import SPEC_MAX_SEQS, draft
-from .step_planner import MIN_PREFILL_TOKENS, Chunk, StepPlanner, write_chunks
+from .step_planner import MIN_PREFILL_TOKENS, Chunk, StepPlanner, small_running, write_chunks
 from .token_sampler import TokenSampler
 
 
@@ -233,8 +233,8 @@ class Batcher:
             for slot, result in sampled:
                 self._results.sampled_back(slot, result, events)
             self._admit(active)  # before embedding: a request that just arrived counts as waiting on it
-            small = any(s.seq is not None and s.seq.small for s in active)  # a short answer runs: no group beside it
-            embedded = embeds.turn(self._runnable(active), bool(active), small)
+            # a short answer runs: no embedding group beside it
+            embedded = embeds.turn(self._runnable(active), bool(active), small_running(active))
             if embedded is not None:  # (tokens, seconds) of an embedding group: measured for the thread governor
                 self.compute.sample(("embed",), embedded[0], embedded[1])  # groups are sized per count: any size compares
             t0 = time.perf_counter()

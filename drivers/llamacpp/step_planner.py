@@ -80,6 +80,11 @@ SMALL_JOB_S = 0.3
 OVERDUE_TARGETS = 3.0
 
 
+def small_running(active: list[Slot]) -> bool:
+    """A small request (see :meth:`StepPlanner.is_small`) is among the busy slots ``active``."""
+    return any(s.seq is not None and s.seq.small for s in active)
+
+
 @dataclass(frozen=True)
 class Chunk:
     """The prompt tokens ``start..end`` of ``slot``'s sequence, written at batch entries from ``first``."""
@@ -184,7 +189,7 @@ class StepPlanner:
 
     def small_first(self, active: list[Slot], reading: list[Slot], now: float) -> list[Slot] | None:
         """The prompts this step reads when a small request runs (only small ones); None: no small request runs now."""
-        if not any(s.seq is not None and s.seq.small for s in active):
+        if not small_running(active):
             return None
         if any(self._overdue(slot, now) for slot in reading):
             return None  # a prompt waited long enough: it is read beside the small request
