@@ -239,6 +239,11 @@ def main() -> None:
         action="store_true",
         help="also a second daemon with engine_adapt_threads off, measured in the same rounds",
     )
+    parser.add_argument(
+        "--speculation-off-too",
+        action="store_true",
+        help="also a second daemon with speculative_ngram off, measured in the same rounds",
+    )
     args = parser.parse_args()
     binary = args.llama_server or build_llama_server()
     with tempfile.TemporaryDirectory() as tmp:
@@ -246,7 +251,7 @@ def main() -> None:
         socket = os.path.join(tmp, "worker.sock")
         worker = start_worker(model, socket)
         port = free_port()
-        server = daemon = fixed = None
+        server = daemon = fixed = plain = None
         try:
             server = start_llama_server_np8(binary, model, port)
             daemon = start_comparison_daemon(Path(tmp))
@@ -254,6 +259,10 @@ def main() -> None:
                 fixed_dir = Path(tmp) / "fixed"
                 fixed_dir.mkdir()
                 fixed = start_comparison_daemon(fixed_dir, APPLIANCE_ENGINE_ADAPT_THREADS="false")
+            if args.speculation_off_too:
+                plain_dir = Path(tmp) / "no-drafts"
+                plain_dir.mkdir()
+                plain = start_comparison_daemon(plain_dir, APPLIANCE_SPECULATIVE_NGRAM="false")
             while not os.path.exists(socket):
                 time.sleep(0.2)
             targets = [
@@ -264,11 +273,15 @@ def main() -> None:
             if fixed is not None:
                 port_fixed = int(fixed.url.rsplit(":", 1)[1])
                 targets.insert(1, Target("appliance, fixed threads", port=port_fixed, model="default", key=fixed.create_key("b")))
+            if plain is not None:
+                port_plain = int(plain.url.rsplit(":", 1)[1])
+                targets.insert(1, Target("appliance, no drafts", port=port_plain, model="default", key=plain.create_key("c")))
             for t in targets:  # loads the model on demand, warms every server up
                 asyncio.run(measure(t, 2))
             targets[0].pid = worker_of(daemon.proc.pid)
-            if fixed is not None:
-                targets[1].pid = worker_of(fixed.proc.pid)
+            for extra in (fixed, plain):
+                if extra is not None:
+                    next(t for t in targets if t.port == int(extra.url.rsplit(":", 1)[1])).pid = worker_of(extra.proc.pid)
             loads = sorted({1, 8, *args.streams})
             runs: dict[str, dict[int, list[dict[str, float]]]] = {t.name: {n: [] for n in loads} for t in targets}
             for r in range(args.rounds):
@@ -280,8 +293,9 @@ def main() -> None:
             if threads:
                 print("appliance worker threads: " + ", ".join(f"{k}={v}" for k, v in threads.items()), flush=True)
         finally:
-            if fixed is not None:
-                fixed.stop()
+            for extra in (fixed, plain):
+                if extra is not None:
+                    extra.stop()
             if daemon is not None:
                 daemon.stop()
             if server is not None:
