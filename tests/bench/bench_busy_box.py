@@ -45,6 +45,8 @@ from tests.daemon import start_daemon
 
 _n = itertools.count()
 HOG = [sys.executable, "-c", "while True: pass"]
+#: A 4-token completion unanswered this long is a fault, not a slow answer.
+TIMEOUT_S = 120.0
 
 
 @dataclass
@@ -75,7 +77,7 @@ def start_worker(model: Path, socket: str, *extra: str, env: dict[str, str] | No
 
 def uds_client(socket: str) -> httpx.Client:
     deadline = time.monotonic() + 120
-    client = httpx.Client(transport=httpx.HTTPTransport(uds=socket), base_url="http://worker", timeout=300)
+    client = httpx.Client(transport=httpx.HTTPTransport(uds=socket), base_url="http://worker", timeout=TIMEOUT_S)
     while time.monotonic() < deadline:
         try:
             if client.get("/health").status_code == 200:
@@ -94,7 +96,10 @@ def worker_socket_of(data_dir: Path) -> str | None:
 def run_condition(targets: list[Target], requests: int, out: dict[str, list[float]]) -> None:
     for _ in range(requests):
         for t in targets:
-            out[t.name].append(t.complete())
+            try:
+                out[t.name].append(t.complete())
+            except httpx.TimeoutException as exc:
+                raise RuntimeError(f"{t.name}: a 4-token completion got no answer in {TIMEOUT_S:g} s") from exc
 
 
 def main() -> None:
@@ -125,7 +130,7 @@ def main() -> None:
             procs.append(start_worker(model, passive_sock, "--adapt-threads", "off", env={"OMP_WAIT_POLICY": "PASSIVE"}))
             daemon = start_daemon(Path(tmp), APPLIANCE_CACHE_ENABLED="false", APPLIANCE_ENGINE_PARALLEL="8")
             key = daemon.create_key("bench")
-            clients += [httpx.Client(base_url=daemon.url, timeout=300), uds_client(on_sock), uds_client(off_sock)]
+            clients += [httpx.Client(base_url=daemon.url, timeout=TIMEOUT_S), uds_client(on_sock), uds_client(off_sock)]
             clients += [uds_client(passive_sock), uds_client(on_passive_sock)]
             targets = [
                 Target("appliance", clients[0], "default", {"authorization": f"Bearer {key}", "cache-control": "no-store"}),
@@ -135,7 +140,7 @@ def main() -> None:
                 Target("worker, adapt off, OMP passive", clients[3], "m"),
             ]
             if binary is not None:
-                clients.append(httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=300))
+                clients.append(httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=TIMEOUT_S))
                 targets.append(Target("llama-server -t 2", clients[-1], "x"))
             for t in targets:  # loads the daemon's engine, warms every server
                 t.complete()
