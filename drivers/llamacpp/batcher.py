@@ -51,7 +51,7 @@ from .params import KvSettings
 from .scheduling import PrefixCache
 from .sequence import FINISH_CANCELLED, FINISH_ERROR, Event, Sequence, Slot
 from .slot_results import SlotResults
-from .speculation import SPEC_MAX_SEQS, draft
+from .speculation import draft, may_draft
 from .step_planner import MIN_PREFILL_TOKENS, Chunk, StepPlanner, small_running, write_chunks
 from .token_sampler import TokenSampler
 
@@ -326,9 +326,12 @@ class Batcher:
             return 0, 0
         tok, pos, sids, lg = context.tok, context.pos, context.sid, context.lg
         n = 0
-        # Drafts only while few sequences generate (see .speculation).
-        spec_ok = self.spec_ngram > 0 and sum(1 for s in active if s.feed >= 0) <= SPEC_MAX_SEQS
         planner, now = self._planner, time.perf_counter()
+        # Drafts only while few sequences generate and no interactive prompt waits (see .speculation).
+        spec_ok = self.spec_ngram > 0 and may_draft(
+            sum(1 for s in active if s.feed >= 0),
+            any(s.seq is not None and s.feed < 0 and planner.targets.rank(s.seq.priority) == 0 for s in active),
+        )
         room = planner.batch_room(active, now)  # batch work beside interactive work (.batch_yield); None: no limit
         held: set[int] = set()  # batch streams that sit this step out
         # 1. cancellations, then one token (plus drafts) per generating sequence

@@ -30,6 +30,19 @@ if TYPE_CHECKING:
 #: Speculative drafts are made only while at most this many sequences generate.
 SPEC_MAX_SEQS = 2
 
+
+def may_draft(generating: int, prompt_waiting: bool) -> bool:
+    """Whether a step with ``generating`` streams drafts; never while an interactive prompt waits to be read.
+
+    A draft adds rows to the step, and a step that reads a prompt beside it reads
+    fewer tokens in its time: on the two-core box a 248-token chunk beside one
+    stream's seven drafts took 620-670 ms against 570 ms beside the stream alone.
+    The streams' own targets are met by the planner either way; the prompt's first
+    token is what drafting would delay.
+    """
+    return 0 < generating <= SPEC_MAX_SEQS and not prompt_waiting
+
+
 #: Fewest tokens worth drafting. One draft token makes a step of two rows (24.8 ms
 #: against 12.4 for one) for at most two tokens, which two plain steps make as fast;
 #: two make four rows after padding (31.3 ms) for at most three (37.2 ms plain), a

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from appliance.drivers.llamacpp.sequence import Sequence, Slot
 from appliance.drivers.llamacpp.slot_results import SlotResults
-from appliance.drivers.llamacpp.speculation import DraftGate, draft, draft_room
+from appliance.drivers.llamacpp.speculation import SPEC_MAX_SEQS, DraftGate, draft, draft_room, may_draft
 
 
 def failing_window(gate: DraftGate, generated: int) -> None:
@@ -152,3 +152,11 @@ def test_verified_drafts_are_recorded_on_the_sequence_and_close_its_gate():
     assert (seq.drafting.drafted, seq.drafting.accepted) == (21, 0)
     assert stats["spec_drafted_total"] == 21
     assert draft(slot, 3, 8, 1024) == []  # three rejected drafts of seven: drafting pauses
+
+
+def test_drafts_are_made_only_for_few_streams_and_never_while_an_interactive_prompt_waits():
+    assert may_draft(1, prompt_waiting=False)
+    assert may_draft(SPEC_MAX_SEQS, prompt_waiting=False)
+    assert not may_draft(SPEC_MAX_SEQS + 1, prompt_waiting=False)  # many streams: the step is compute-bound already
+    assert not may_draft(1, prompt_waiting=True)  # the drafts' rows would come out of the prompt's reading
+    assert not may_draft(0, prompt_waiting=False)
