@@ -18,11 +18,16 @@ Sarathi-Serve). How many is a question of time:
   :data:`MIN_PREFILL_TOKENS`). A single step never spends more than
   :data:`SLACK_CAP` targets, so a stream never stalls for long.
 - **While nothing generates**, a step lasts about :data:`LONE_FRACTION` of the
-  most urgent class's TTFT target: long enough to read efficiently, short enough
-  that a request arriving meanwhile is not held up. While several prompts are
-  read side by side it lasts no longer than a TPOT target: the first to finish
-  starts streaming at that pace, so a short chat beside a long document gets its
-  first token one short step after it arrived.
+  most urgent class's TTFT target: short enough that a request arriving meanwhile
+  is not held up long. While several prompts are read side by side it lasts no
+  longer than a TPOT target: the first to finish starts streaming at that pace, so
+  a short chat beside a long document gets its first token one short step after
+  it arrived. Short steps read prompts at a lower rate (each step has a fixed
+  cost), so steps last :data:`LONG_LONE_FACTOR` times as long where the rate is
+  what counts: while two or more interactive prompts longer than a short step's
+  reading wait (a queue), or when the one waiting misses its TTFT target at the
+  short steps' rate and meets it at the long steps' (:data:`LONG_STEP_GAIN`). A
+  prompt too long to meet it either way is read in short steps.
 - **Small requests run on their own.** A request whose whole work (its prompt
   and every token it may produce) fits in :data:`SMALL_JOB_S` is read and decoded
   in steps that read no other prompt: a classification or a four-token answer
@@ -48,6 +53,7 @@ step's time is set by the interactive streams' deadlines alone.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Protocol
@@ -68,6 +74,11 @@ TPOT_SAFETY = 0.9
 SLACK_CAP = 6.0
 #: A step nobody generates beside lasts this share of the most urgent class's TTFT target.
 LONE_FRACTION = 0.0625
+#: ... or this many times as long while interactive prompts queue, or where that makes a prompt's TTFT target.
+LONG_LONE_FACTOR = 2.0
+#: How much faster long lone steps read prompts than short ones. On the two-core box (``bench_prompt_chunks.py``,
+#: a 1,024-token prompt) a 0.125 s step reads about 60 tokens, 450-475 tokens/s; a 0.25 s step about 128, 525-577.
+LONG_STEP_GAIN = 1.2
 #: When streams cannot meet their target anyway, prompt reading still gets this share of a decode's time.
 MIN_PREFILL_SHARE = 0.25
 #: Prompt tokens per second assumed before anything was measured (only orders prompts).
@@ -166,9 +177,41 @@ class StepPlanner:
             return allowed
         classes = {s.seq.priority for s in active if s.seq is not None} or {"interactive"}
         lone = LONE_FRACTION * min(self.targets.of(p).ttft_s for p in classes)
+        if self._reads_in_long_steps(active, lone, now):
+            return LONG_LONE_FACTOR * lone
         if sum(1 for s in active if s.seq is not None) > 1:  # prompts read side by side: the first done streams next
             return min(lone, min(self.targets.of(p).tpot_s for p in classes))
         return lone
+
+    def _reads_in_long_steps(self, active: list[Slot], lone: float, now: float) -> bool:
+        """Whether steps nobody generates beside last LONG_LONE_FACTOR lone steps: prompt reading is what is short.
+
+        Short steps read few tokens a step, at a lower rate; they serve a request that
+        arrives meanwhile, which waits for the step under way. Long steps are taken when
+        interactive prompts queue (two or more wait that a short step does not read
+        whole), or when the one waiting misses its TTFT target at the short steps' rate
+        and meets it at LONG_STEP_GAIN times that rate. The linear cost model cannot say
+        what longer chunks gain (its fixed cost absorbs part of the per-token cost, so it
+        promises too much), hence the measured gain. A prompt too long either way is
+        read in short steps, so a request arriving beside it waits little.
+        """
+        cost = self.cost
+        if not cost.ready:
+            return False
+        per_short_step = cost.prompt_tokens_within(lone, 1)
+        waiting = [  # interactive prompts that short steps read in more than one step
+            (s, len(s.serving.prompt) - len(s.tokens))
+            for s in active
+            if s.seq is not None and s.feed < 0 and self.targets.rank(s.seq.priority) == 0
+        ]
+        waiting = [(s, todo) for s, todo in waiting if todo > per_short_step]
+        if len(waiting) != 1:
+            return len(waiting) > 1
+        slot, tokens = waiting[0]
+        seq = slot.serving
+        left = seq.t_submit + self.targets.of(seq.priority).ttft_s - now
+        short = math.ceil(tokens / max(1, per_short_step)) * lone
+        return short > left >= short / LONG_STEP_GAIN
 
     def _catch_up_step(self, active: list[Slot]) -> float | None:
         """What a step of ``active``'s decodes alone costs (a late stream's step); None until the cost is known."""

@@ -19,6 +19,7 @@ from appliance.drivers.llamacpp.step_cost import MIN_PROMPT_SAMPLES, StepCostMod
 from appliance.drivers.llamacpp.step_planner import (
     CATCH_UP_TOKENS,
     LONE_FRACTION,
+    LONG_LONE_FACTOR,
     MIN_PREFILL_TOKENS,
     OVERDUE_TARGETS,
     SLACK_CAP,
@@ -161,6 +162,30 @@ def test_a_step_nobody_generates_beside_lasts_a_share_of_the_ttft_target():
     # a chat read beside the document: steps no longer than a TPOT target, so its first token comes soon
     beside = [slot(0, seq(500)), slot(1, seq(12))]
     assert planner.step_seconds(beside, now=10.0) == pytest.approx(min(LONE_FRACTION * 2.0, 0.15))
+
+
+def test_lone_steps_run_long_while_prompts_queue_or_where_that_makes_the_ttft_target():
+    planner = ready_planner()  # 46 prompt tokens in a 0.125 s step
+    short, long = LONE_FRACTION * 2.0, LONG_LONE_FACTOR * LONE_FRACTION * 2.0
+    # met in short steps (9 of them, 1.125 s of the 2 s target): short steps, an arrival waits little
+    assert planner.step_seconds([slot(0, seq(400, t_submit=10.0))], now=10.0) == pytest.approx(short)
+    # 750 tokens: 17 short steps (2.125 s) miss the target, long steps' rate (LONG_STEP_GAIN: 1.77 s) makes it
+    assert planner.step_seconds([slot(0, seq(750, t_submit=10.0))], now=10.0) == pytest.approx(long)
+    # ... counted from what is left to read and the time left
+    assert planner.step_seconds([slot(0, seq(900, t_submit=10.0), read=150)], now=10.0) == pytest.approx(long)
+    assert planner.step_seconds([slot(0, seq(750, t_submit=10.0))], now=10.5) == pytest.approx(short)
+    # too long to make the target either way: short steps
+    assert planner.step_seconds([slot(0, seq(1800, t_submit=10.0))], now=10.0) == pytest.approx(short)
+    # a queue: two prompts that a short step does not read whole
+    queue = [slot(0, seq(200, t_submit=9.0)), slot(1, seq(60, t_submit=10.0))]
+    assert planner.step_seconds(queue, now=10.0) == pytest.approx(long)
+    # a chat that one short step reads, beside a prompt: no queue
+    assert planner.step_seconds([slot(0, seq(200)), slot(1, seq(40))], now=10.0) == pytest.approx(short)
+    # batch prompts make no queue of interactive work, and before the cost is known steps stay short
+    batch = [slot(0, seq(200, priority="batch")), slot(1, seq(200, priority="batch")), slot(2, seq(200))]
+    assert planner.step_seconds(batch, now=10.0) == pytest.approx(short)
+    fresh = StepPlanner(LatencyTargets(), 256)
+    assert fresh.step_seconds([slot(0, seq(200)), slot(1, seq(200))], now=10.0) == pytest.approx(short)
 
 
 def test_a_stream_ahead_of_its_target_lends_its_slack_to_prompt_reading():
