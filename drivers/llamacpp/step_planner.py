@@ -191,9 +191,11 @@ class StepPlanner:
         interactive prompts queue (two or more wait that a short step does not read
         whole), or when the one waiting misses its TTFT target at the short steps' rate
         and meets it at LONG_STEP_GAIN times that rate. The linear cost model cannot say
-        what longer chunks gain (its fixed cost absorbs part of the per-token cost, so it
-        promises too much), hence the measured gain. A prompt too long either way is
-        read in short steps, so a request arriving beside it waits little.
+        what longer chunks gain: the cost of a prompt token itself falls with the chunk's
+        size (a line through the 128- and 256-token steps of ``bench_prompt_chunks.py``
+        puts a 32-token step at 65 ms, measured 78), which it has no term for; hence the
+        measured gain. A prompt too long either way is read in short steps, so a request
+        arriving beside it waits little.
         """
         cost = self.cost
         if not cost.ready:
