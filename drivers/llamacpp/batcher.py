@@ -329,8 +329,7 @@ class Batcher:
         planner, now = self._planner, time.perf_counter()
         # Drafts only while few sequences generate and no interactive prompt waits (see .speculation).
         spec_ok = self.spec_ngram > 0 and may_draft(
-            sum(1 for s in active if s.feed >= 0),
-            any(s.seq is not None and s.feed < 0 and planner.targets.rank(s.seq.priority) == 0 for s in active),
+            sum(1 for s in active if s.feed >= 0), bool(planner.interactive_prompts(active))
         )
         room = planner.batch_room(active, now)  # batch work beside interactive work (.batch_yield); None: no limit
         held: set[int] = set()  # batch streams that sit this step out

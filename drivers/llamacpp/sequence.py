@@ -173,3 +173,8 @@ class Slot:
         if seq is None:
             raise RuntimeError(f"slot {self.id} serves no sequence")
         return seq
+
+    @property
+    def prompt_left(self) -> int:
+        """Prompt tokens of a busy slot's sequence not read into its KV yet."""
+        return len(self.serving.prompt) - len(self.tokens)

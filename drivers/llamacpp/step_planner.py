@@ -201,19 +201,17 @@ class StepPlanner:
         if not cost.ready:
             return False
         per_short_step = cost.prompt_tokens_within(lone, 1)
-        waiting = [  # interactive prompts that short steps read in more than one step
-            (s, len(s.serving.prompt) - len(s.tokens))
-            for s in active
-            if s.seq is not None and s.feed < 0 and self.targets.rank(s.seq.priority) == 0
-        ]
-        waiting = [(s, todo) for s, todo in waiting if todo > per_short_step]
+        waiting = [s for s in self.interactive_prompts(active) if s.prompt_left > per_short_step]
         if len(waiting) != 1:
             return len(waiting) > 1
-        slot, tokens = waiting[0]
-        seq = slot.serving
-        left = seq.t_submit + self.targets.of(seq.priority).ttft_s - now
-        short = math.ceil(tokens / max(1, per_short_step)) * lone
+        slot = waiting[0]
+        left = slot.serving.t_submit + self.targets.of(slot.serving.priority).ttft_s - now
+        short = math.ceil(slot.prompt_left / max(1, per_short_step)) * lone
         return short > left >= short / LONG_STEP_GAIN
+
+    def interactive_prompts(self, active: list[Slot]) -> list[Slot]:
+        """The slots of ``active`` whose interactive-class prompt is still being read."""
+        return [s for s in active if s.seq is not None and s.feed < 0 and self.targets.rank(s.seq.priority) == 0]
 
     def _catch_up_step(self, active: list[Slot]) -> float | None:
         """What a step of ``active``'s decodes alone costs (a late stream's step); None until the cost is known."""
@@ -277,7 +275,7 @@ class StepPlanner:
             if self._overdue(slot, now):
                 return rank, 0, seq.t_submit
             due = seq.t_submit + targets.of(seq.priority).ttft_s
-            if now + (len(seq.prompt) - len(slot.tokens)) / rate <= due:
+            if now + slot.prompt_left / rate <= due:
                 return rank, 1, due
             return rank, 2, seq.t_submit
 
@@ -293,7 +291,7 @@ class StepPlanner:
             if budget <= 0:
                 break
             seq = slot.serving
-            want = len(seq.prompt) - len(slot.tokens)
+            want = slot.prompt_left
             if seq.scores_prompt:  # each row kept costs n_vocab floats of libllama's output buffer
                 want = min(want, PROMPT_ROWS_PER_STEP)
             is_batch = self.targets.rank(seq.priority) > 0
