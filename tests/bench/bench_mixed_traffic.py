@@ -165,7 +165,7 @@ def main() -> None:
             server = start_llama_server_np8(binary, model, port)
             if args.target == "daemon":
                 daemon = start_comparison_daemon(Path(tmp))
-                daemon_port = int(daemon.url.rsplit(":", 1)[1])
+                daemon_port = daemon.port
                 ours = Target("appliance", port=daemon_port, model="default", key=daemon.create_key("bench"))
             else:
                 socket = os.path.join(tmp, "worker.sock")

@@ -266,22 +266,20 @@ def main() -> None:
             while not os.path.exists(socket):
                 time.sleep(0.2)
             targets = [
-                Target("appliance", port=int(daemon.url.rsplit(":", 1)[1]), model="default", key=daemon.create_key("bench")),
+                Target("appliance", port=daemon.port, model="default", key=daemon.create_key("bench")),
                 Target("worker alone", socket=socket, pid=worker.pid),
                 Target("llama-server", port=port, pid=server.pid),
             ]
             if fixed is not None:
-                port_fixed = int(fixed.url.rsplit(":", 1)[1])
-                targets.insert(1, Target("appliance, fixed threads", port=port_fixed, model="default", key=fixed.create_key("b")))
+                targets.insert(1, Target("appliance, fixed threads", port=fixed.port, model="default", key=fixed.create_key("b")))
             if plain is not None:
-                port_plain = int(plain.url.rsplit(":", 1)[1])
-                targets.insert(1, Target("appliance, no drafts", port=port_plain, model="default", key=plain.create_key("c")))
+                targets.insert(1, Target("appliance, no drafts", port=plain.port, model="default", key=plain.create_key("c")))
             for t in targets:  # loads the model on demand, warms every server up
                 asyncio.run(measure(t, 2))
             targets[0].pid = worker_of(daemon.proc.pid)
             for extra in (fixed, plain):
                 if extra is not None:
-                    next(t for t in targets if t.port == int(extra.url.rsplit(":", 1)[1])).pid = worker_of(extra.proc.pid)
+                    next(t for t in targets if t.port == extra.port).pid = worker_of(extra.proc.pid)
             loads = sorted({1, 8, *args.streams})
             runs: dict[str, dict[int, list[dict[str, float]]]] = {t.name: {n: [] for n in loads} for t in targets}
             for r in range(args.rounds):
