@@ -23,11 +23,14 @@ Sarathi-Serve). How many is a question of time:
   longer than a TPOT target: the first to finish starts streaming at that pace, so
   a short chat beside a long document gets its first token one short step after
   it arrived. Short steps read prompts at a lower rate (each step has a fixed
-  cost), so steps last :data:`LONG_LONE_FACTOR` times as long where the rate is
-  what counts: while two or more interactive prompts longer than a short step's
-  reading wait (a queue), or when the one waiting misses its TTFT target at the
-  short steps' rate and meets it at the long steps' (:data:`LONG_STEP_GAIN`). A
-  prompt too long to meet it either way is read in short steps.
+  cost, and a prompt token costs less in a larger chunk), so steps last longer
+  where the rate is what counts: :data:`QUEUE_FACTOR` short steps while two or
+  more interactive prompts longer than a short step's reading wait (a queue); a
+  whole batch a step for one prompt that would miss its TTFT target in short
+  steps and makes it at the rate measured for whole batches read alone. That is
+  judged on its whole length too, so it keeps those steps once ahead instead of
+  finishing at the last moment. A prompt too long to make its target even so, or
+  already past it, is read in short steps.
 - **Small requests run on their own.** A request whose whole work (its prompt
   and every token it may produce) fits in :data:`SMALL_JOB_S` is read and decoded
   in steps that read no other prompt: a classification or a four-token answer
@@ -74,11 +77,23 @@ TPOT_SAFETY = 0.9
 SLACK_CAP = 6.0
 #: A step nobody generates beside lasts this share of the most urgent class's TTFT target.
 LONE_FRACTION = 0.0625
-#: ... or this many times as long while interactive prompts queue, or where that makes a prompt's TTFT target.
-LONG_LONE_FACTOR = 2.0
-#: How much faster long lone steps read prompts than short ones. On the two-core box (``bench_prompt_chunks.py``,
-#: a 1,024-token prompt) a 0.125 s step reads about 60 tokens, 450-475 tokens/s; a 0.25 s step about 128, 525-577.
-LONG_STEP_GAIN = 1.2
+#: ... or this many times as long while interactive prompts queue.
+QUEUE_FACTOR = 2.0
+#: How much faster whole batches read alone are taken to read a prompt than short steps, until such steps were timed.
+#: On the two-core box short steps were planned at 42-60 tokens (as the learned cost stood) and whole 256-token batches
+#: read 600-680 tokens/s, 1.4-1.7 times that (documents of about 1,000 tokens, steps traced;
+#: ``bench_prompt_chunks.py`` shows the same fall of a prompt token's cost with the chunk, which the linear step
+#: cost has no term for).
+FULL_BATCH_GAIN = 1.5
+#: A step that reads at least this share of a batch with at most one logits row times the rate of whole batches.
+FULL_BATCH_SHARE = 0.75
+#: Weight of the newest such step in that rate.
+FULL_BATCH_WEIGHT = 0.3
+#: A prompt whose whole length whole batches read in up to this many TTFT targets by that rate still gets them: the
+#: rate is an estimate, and moves by a fifth between runs (other slots' tokens in the cache, the box's drift).
+FULL_BATCH_REACH = 1.2
+#: Share of a TTFT target a prompt read in short steps is planned to fill (the steps overrun the cost's estimate).
+TTFT_SAFETY = 0.85
 #: When streams cannot meet their target anyway, prompt reading still gets this share of a decode's time.
 MIN_PREFILL_SHARE = 0.25
 #: Prompt tokens per second assumed before anything was measured (only orders prompts).
@@ -136,6 +151,7 @@ class StepPlanner:
         self._pacer: RatePacer = pacer if pacer is not None else StepPacer(MIN_PREFILL_TOKENS)
         self._regime = regime or (lambda: None)
         self._costs: dict[Hashable, StepCostModel] = {}
+        self._full_rates: dict[Hashable, float] = {}  # prompt tokens/s of whole batches read alone, per regime
 
     @property
     def cost(self) -> StepCostModel:
@@ -177,37 +193,61 @@ class StepPlanner:
             return allowed
         classes = {s.seq.priority for s in active if s.seq is not None} or {"interactive"}
         lone = LONE_FRACTION * min(self.targets.of(p).ttft_s for p in classes)
-        if self._reads_in_long_steps(active, lone, now):
-            return LONG_LONE_FACTOR * lone
+        longer = self._long_lone_step(active, lone, now)
+        if longer is not None:
+            return longer
         if sum(1 for s in active if s.seq is not None) > 1:  # prompts read side by side: the first done streams next
             return min(lone, min(self.targets.of(p).tpot_s for p in classes))
         return lone
 
-    def _reads_in_long_steps(self, active: list[Slot], lone: float, now: float) -> bool:
-        """Whether steps nobody generates beside last LONG_LONE_FACTOR lone steps: prompt reading is what is short.
+    def _long_lone_step(self, active: list[Slot], lone: float, now: float) -> float | None:
+        """A step nobody generates beside that lasts longer than ``lone``, where the rate counts; None: a short one.
 
         Short steps read few tokens a step, at a lower rate; they serve a request that
-        arrives meanwhile, which waits for the step under way. Long steps are taken when
-        interactive prompts queue (two or more wait that a short step does not read
-        whole), or when the one waiting misses its TTFT target at the short steps' rate
-        and meets it at LONG_STEP_GAIN times that rate. The linear cost model cannot say
-        what longer chunks gain: the cost of a prompt token itself falls with the chunk's
-        size (a line through the 128- and 256-token steps of ``bench_prompt_chunks.py``
-        puts a 32-token step at 65 ms, measured 78), which it has no term for; hence the
-        measured gain. A prompt too long either way is read in short steps, so a request
-        arriving beside it waits little.
+        arrives meanwhile, which waits for the step under way. Longer steps are taken
+        while interactive prompts queue (two or more wait that a short step does not
+        read whole: QUEUE_FACTOR), and a whole batch a step for a single such prompt,
+        with no other prompt waiting, that misses TTFT_SAFETY of its TTFT target at the
+        short steps' rate and makes the target at :meth:`full_batch_rate` (give or take
+        FULL_BATCH_REACH). The short steps must make it both for the whole prompt
+        against the whole target, which does not change as it is read (once ahead it is
+        not dropped back to short steps to finish at the last moment), and for what is
+        left against the time left (a prompt that waited for a slot, or fell behind). A
+        prompt whose whole length the target does not allow even at whole batches, or
+        one already past its target, is read in short steps, so a request arriving
+        beside it waits little.
         """
         cost = self.cost
         if not cost.ready:
-            return False
-        per_short_step = cost.prompt_tokens_within(lone, 1)
-        waiting = [s for s in self.interactive_prompts(active) if s.prompt_left > per_short_step]
+            return None
+        per_short_step = max(1, cost.prompt_tokens_within(lone, 1))
+        prompts = self.interactive_prompts(active)
+        waiting = [s for s in prompts if s.prompt_left > per_short_step]
         if len(waiting) != 1:
-            return len(waiting) > 1
+            return QUEUE_FACTOR * lone if waiting else None
+        if len(prompts) > 1:
+            return None  # a chat one short step reads is waiting too: it gets its first token first
         slot = waiting[0]
-        left = slot.serving.t_submit + self.targets.of(slot.serving.priority).ttft_s - now
-        short = math.ceil(slot.prompt_left / max(1, per_short_step)) * lone
-        return short > left >= short / LONG_STEP_GAIN
+        seq = slot.serving
+        target = self.targets.of(seq.priority).ttft_s
+        left = seq.t_submit + target - now
+        whole = len(seq.prompt) - seq.cached
+        if left <= 0.0 or whole / self.full_batch_rate(lone) > FULL_BATCH_REACH * target:
+            return None  # past its target, or too long for it at any length
+
+        def short(tokens: int) -> float:
+            return math.ceil(tokens / per_short_step) * lone
+
+        if short(whole) <= TTFT_SAFETY * target and short(slot.prompt_left) <= TTFT_SAFETY * left:
+            return None
+        return max(lone, cost.predict(1, self.n_batch))
+
+    def full_batch_rate(self, lone: float) -> float:
+        """Prompt tokens per second of whole batches read alone: as measured, else FULL_BATCH_GAIN times short steps'."""
+        rate = self._full_rates.get(self._regime())
+        if rate is not None:
+            return rate
+        return FULL_BATCH_GAIN * max(1, self.cost.prompt_tokens_within(lone, 1)) / lone
 
     def interactive_prompts(self, active: list[Slot]) -> list[Slot]:
         """The slots of ``active`` whose interactive-class prompt is still being read."""
@@ -311,6 +351,10 @@ class StepPlanner:
         self.cost.observe(rows, prompt_tokens, seconds)
         if prompt_tokens:
             self._pacer.observe(rows + prompt_tokens, seconds)
+        if rows <= 1 and prompt_tokens >= FULL_BATCH_SHARE * self.n_batch and seconds > 0.0:
+            key, rate = self._regime(), prompt_tokens / seconds
+            old = self._full_rates.get(key)
+            self._full_rates[key] = rate if old is None else old + FULL_BATCH_WEIGHT * (rate - old)
 
 
 def write_chunks(context: DecodeContext, shares: list[tuple[Slot, int]], n: int) -> tuple[int, list[Chunk]]:

@@ -1,7 +1,7 @@
 """Mixed traffic at 50%, 70% and 90% of the box's capacity: the appliance and llama-server, interleaved.
 
 Requests arrive at random (Poisson) with prompts from a spread (short chats to
-documents of about 1,500 tokens) and 16-256 new tokens each (streaming
+documents of about 1,000 tokens) and 16-256 new tokens each (streaming
 ``/v1/completions``, greedy, ``ignore_eos``). Both servers are loaded at once (the
 appliance's daemon, or its worker alone with ``--target worker``, and llama-server
 ``-np 8`` built by ``compare_servers.build_llama_server``), 2 threads and 8 slots of
@@ -56,7 +56,7 @@ WORDS = [
 
 
 def prompt_of(rng: random.Random, i: int) -> str:
-    """A prompt from the spread: 60% chats (5-60 words), 30% notes (100-400), 10% documents (900-1,100, ~1,500 tokens)."""
+    """A prompt from the spread: 60% chats (5-60 words), 30% notes (100-400), 10% documents (900-1,100, about as many tokens)."""
     kind = rng.random()
     words = rng.randint(5, 60) if kind < 0.6 else rng.randint(100, 400) if kind < 0.9 else rng.randint(900, 1100)
     body = " ".join(rng.choice(WORDS) for _ in range(words))

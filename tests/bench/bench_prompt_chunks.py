@@ -9,8 +9,9 @@ tokens, one decode per chunk, the last token of each chunk keeping its logits as
 step's would. Two contexts: one empty, one where the 7 other sequences hold
 ``--others`` tokens each (the unified KV cache of a worker whose slots keep earlier
 prompts for reuse). Medians over ``--rounds``; prints tokens/s and the time of one
-step per chunk size. The step planner's ``LONG_STEP_GAIN``
-(``drivers/llamacpp/step_planner.py``) comes from these figures.
+step per chunk size: why the step planner reads a prompt that would miss its TTFT
+target in short steps a whole batch a step (``FULL_BATCH_GAIN`` in
+``drivers/llamacpp/step_planner.py``; ``bench_documents.py`` measures the result).
 """
 
 from __future__ import annotations

@@ -18,13 +18,16 @@ from appliance.drivers.llamacpp.sequence import Sequence, Slot
 from appliance.drivers.llamacpp.step_cost import MIN_PROMPT_SAMPLES, StepCostModel
 from appliance.drivers.llamacpp.step_planner import (
     CATCH_UP_TOKENS,
+    FULL_BATCH_GAIN,
+    FULL_BATCH_REACH,
     LONE_FRACTION,
-    LONG_LONE_FACTOR,
     MIN_PREFILL_TOKENS,
     OVERDUE_TARGETS,
+    QUEUE_FACTOR,
     SLACK_CAP,
     SMALL_JOB_S,
     TPOT_SAFETY,
+    TTFT_SAFETY,
     StepPlanner,
 )
 
@@ -147,7 +150,7 @@ def ready_planner(a=0.004, b=0.005, c=0.0025, n_batch=256, targets=None) -> Step
     planner = StepPlanner(targets or LatencyTargets(), n_batch)
     rng = random.Random(3)
     for _ in range(60):
-        rows, prompt = rng.randint(0, 8), rng.choice([0, 16, 64, 200])
+        rows, prompt = rng.randint(0, 8), rng.choice([0, 16, 64, 160])  # no whole batch read alone
         planner.observe(rows, prompt, a + b * rows + c * prompt)
     assert planner.cost.ready
     return planner
@@ -165,27 +168,56 @@ def test_a_step_nobody_generates_beside_lasts_a_share_of_the_ttft_target():
 
 
 def test_lone_steps_run_long_while_prompts_queue_or_where_that_makes_the_ttft_target():
-    planner = ready_planner()  # 46 prompt tokens in a 0.125 s step
-    short, long = LONE_FRACTION * 2.0, LONG_LONE_FACTOR * LONE_FRACTION * 2.0
-    # met in short steps (9 of them, 1.125 s of the 2 s target): short steps, an arrival waits little
-    assert planner.step_seconds([slot(0, seq(400, t_submit=10.0))], now=10.0) == pytest.approx(short)
-    # 750 tokens: 17 short steps (2.125 s) miss the target, long steps' rate (LONG_STEP_GAIN: 1.77 s) makes it
-    assert planner.step_seconds([slot(0, seq(750, t_submit=10.0))], now=10.0) == pytest.approx(long)
-    # ... counted from what is left to read and the time left
-    assert planner.step_seconds([slot(0, seq(900, t_submit=10.0), read=150)], now=10.0) == pytest.approx(long)
-    assert planner.step_seconds([slot(0, seq(750, t_submit=10.0))], now=10.5) == pytest.approx(short)
-    # too long to make the target either way: short steps
-    assert planner.step_seconds([slot(0, seq(1800, t_submit=10.0))], now=10.0) == pytest.approx(short)
+    planner = ready_planner()  # 46 prompt tokens in a 0.125 s step (368 tokens/s); a 2 s target, 1.7 s for short steps
+    short = LONE_FRACTION * 2.0
+    full = planner.cost.predict(1, 256)  # a whole batch
+    assert pytest.approx(1.7) == TTFT_SAFETY * 2.0
+    assert planner.full_batch_rate(short) == pytest.approx(FULL_BATCH_GAIN * 46 / short)  # none timed yet: 552/s
+
+    def step(active: list[Slot], now: float = 10.0) -> float:
+        return planner.step_seconds(active, now)
+
+    # met in short steps (9 of them, 1.125 s): short steps, an arrival waits little
+    assert step([slot(0, seq(400, t_submit=10.0))]) == pytest.approx(short)
+    # 600 tokens: 14 short steps (1.75 s) miss it; whole batches (1.09 s) make it
+    assert step([slot(0, seq(600, t_submit=10.0))]) == pytest.approx(full)
+    # ... and keep doing so once ahead: judged on the whole prompt too, it does not finish at the last moment
+    assert step([slot(0, seq(600, t_submit=10.0), read=400)], now=10.5) == pytest.approx(full)
+    # a prompt short steps would read in time, but which waited for a slot: the time left counts
+    assert step([slot(0, seq(400, t_submit=9.0))]) == pytest.approx(full)
+    # 1,200 tokens: 2.17 s at whole batches' rate, within FULL_BATCH_REACH of the target (the rate is an estimate)
+    assert step([slot(0, seq(1200, t_submit=10.0))]) == pytest.approx(full)
+    # too long to make it even so (1,400 tokens: 2.54 s), or already past it: short steps
+    assert 1400 / planner.full_batch_rate(short) > FULL_BATCH_REACH * 2.0
+    assert step([slot(0, seq(1400, t_submit=10.0))]) == pytest.approx(short)
+    assert step([slot(0, seq(600, t_submit=10.0))], now=12.1) == pytest.approx(short)
+    # a chat one short step reads, beside the document: it gets its first token first
+    beside = [slot(0, seq(600, t_submit=10.0)), slot(1, seq(12, t_submit=10.0))]
+    assert step(beside) == pytest.approx(min(short, 0.15))
     # a queue: two prompts that a short step does not read whole
     queue = [slot(0, seq(200, t_submit=9.0)), slot(1, seq(60, t_submit=10.0))]
-    assert planner.step_seconds(queue, now=10.0) == pytest.approx(long)
-    # a chat that one short step reads, beside a prompt: no queue
-    assert planner.step_seconds([slot(0, seq(200)), slot(1, seq(40))], now=10.0) == pytest.approx(short)
+    assert step(queue) == pytest.approx(QUEUE_FACTOR * short)
+    # a chat that one short step reads, beside a prompt short steps serve: short
+    assert step([slot(0, seq(200)), slot(1, seq(40))]) == pytest.approx(short)
     # batch prompts make no queue of interactive work, and before the cost is known steps stay short
     batch = [slot(0, seq(200, priority="batch")), slot(1, seq(200, priority="batch")), slot(2, seq(200))]
-    assert planner.step_seconds(batch, now=10.0) == pytest.approx(short)
+    assert step(batch) == pytest.approx(short)
     fresh = StepPlanner(LatencyTargets(), 256)
     assert fresh.step_seconds([slot(0, seq(200)), slot(1, seq(200))], now=10.0) == pytest.approx(short)
+
+
+def test_whole_batches_read_alone_teach_the_rate_that_decides_long_steps():
+    planner = ready_planner()
+    short = LONE_FRACTION * 2.0
+    document = [slot(0, seq(1400, t_submit=10.0))]
+    assert planner.step_seconds(document, now=10.0) == pytest.approx(short)  # 2.54 s at the assumed 552/s
+    for _ in range(10):  # whole batches read alone at 700 tokens/s (a step beside streams, or a short one, does not count)
+        planner.observe(0, 256, 256 / 700)
+        planner.observe(6, 256, 1.0)
+        planner.observe(0, 40, 1.0)
+    assert planner.full_batch_rate(short) == pytest.approx(700, rel=0.01)
+    assert planner.step_seconds(document, now=10.0) > short  # 2.0 s: whole batches make it now
+    assert planner.step_seconds([slot(0, seq(1800, t_submit=10.0))], now=10.0) == pytest.approx(short)  # 2.6 s: no
 
 
 def test_a_stream_ahead_of_its_target_lends_its_slack_to_prompt_reading():
