@@ -18,7 +18,9 @@ It also prints how busy each server's compute threads were during the 8-stream
 runs: the CPU time of the process's two busiest threads (ggml's two, at 2 threads)
 per second of wall time, out of 2.0, and the box's idle time per second. Compute
 threads that leave the box idle while a decode runs are waiting on something
-(a sleeping barrier, a lock), not computing.
+(a sleeping barrier, a lock), not computing. After the rounds, each llama.cpp worker's
+compute-thread trials and even-output calibration (its ``/stats``): two workers of the
+same build can decide those differently, and odd stream counts (3, 5) feel the second.
 """
 
 from __future__ import annotations
@@ -218,13 +220,20 @@ def worker_of(daemon_pid: int) -> int:
     raise RuntimeError("the daemon has no llama.cpp worker")
 
 
-def worker_threads(data_dir: Path) -> dict[str, int]:
-    """The ``threads_*`` fields of the daemon's llama.cpp worker's ``/stats`` (empty when it has none)."""
+#: The worker ``/stats`` fields printed after the rounds: the compute-thread governor's and the even-output calibration's.
+STAT_PREFIXES = ("threads_", "even_outputs")
+
+
+def daemon_worker_socket(data_dir: Path) -> Path | None:
+    """The socket of the daemon's newest llama.cpp worker (None when it has none)."""
     found = sorted((data_dir / "run").glob("engine-*.sock"), key=lambda p: p.stat().st_mtime)
-    if not found:
-        return {}
-    with httpx.Client(transport=httpx.HTTPTransport(uds=str(found[-1])), base_url="http://worker", timeout=30) as c:
-        return {k: v for k, v in c.get("/stats").json().items() if k.startswith("threads_")}
+    return found[-1] if found else None
+
+
+def worker_stats(socket: Path | str) -> dict[str, int]:
+    """The ``threads_*`` and ``even_outputs*`` fields of a llama.cpp worker's ``/stats``."""
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(socket)), base_url="http://worker", timeout=30) as c:
+        return {k: v for k, v in c.get("/stats").json().items() if k.startswith(STAT_PREFIXES)}
 
 
 def main() -> None:
@@ -287,9 +296,14 @@ def main() -> None:
                     for t in targets:
                         runs[t.name][streams].append(asyncio.run(measure(t, streams)))
                 print(f"round {r + 1}/{args.rounds} done", flush=True)
-            threads = worker_threads(daemon.data_dir)
-            if threads:
-                print("appliance worker threads: " + ", ".join(f"{k}={v}" for k, v in threads.items()), flush=True)
+            sockets = {"appliance": daemon_worker_socket(daemon.data_dir), "worker alone": socket}
+            for name, extra in (("appliance, fixed threads", fixed), ("appliance, no drafts", plain)):
+                if extra is not None:
+                    sockets[name] = daemon_worker_socket(extra.data_dir)
+            for name, path in sockets.items():
+                if path is not None:
+                    fields = worker_stats(path)
+                    print(f"{name} worker: " + ", ".join(f"{k}={v}" for k, v in fields.items()), flush=True)
         finally:
             for extra in (fixed, plain):
                 if extra is not None:
