@@ -9,6 +9,7 @@ context as it found it.
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import llama_cpp.llama_cpp as ll
@@ -167,6 +168,23 @@ def test_a_padding_token_without_a_free_cell_is_dropped(model, monkeypatch):
         assert kv_of(c, c.pad_sid) == -1
     finally:
         c.close()
+
+
+def test_the_calibration_is_not_swayed_by_decodes_another_process_slowed(monkeypatch):
+    """Even rows are 8x faster here, but two of the five even-row decodes are held up 300 ms (a neighbour starting)."""
+    c = SimpleNamespace(**vars(arrays([], n_batch=16)), ctx=object(), mem=object(), batch=SimpleNamespace(n_tokens=0))
+    held = iter([True, True])  # the first two even-row decodes
+
+    def decode(ctx, batch):
+        slow = batch.n_tokens == 8 and next(held, False)
+        time.sleep(0.3 if slow else 0.005 if batch.n_tokens == 8 else 0.04)
+        return 0
+
+    monkeypatch.setattr(ll, "llama_decode", decode)
+    monkeypatch.setattr(ll, "llama_memory_seq_rm", lambda *a: True)
+    result = calibrate(c)
+    assert result is not None and result.pays  # a median of three rounds would have said 0.3 s against 0.04 s
+    assert result.even_s < 0.3
 
 
 def test_the_calibration_times_both_counts_and_leaves_the_context_empty(model):
