@@ -85,10 +85,9 @@ QUEUE_FACTOR = 2.0
 #: ``bench_prompt_chunks.py`` shows the same fall of a prompt token's cost with the chunk, which the linear step
 #: cost has no term for).
 FULL_BATCH_GAIN = 1.5
-#: A step that reads at least this share of a batch with at most one logits row times the rate of whole batches.
+#: A step that reads at least this share of a batch with at most one logits row times the rate of whole batches
+#: (a :class:`.scheduling.StepPacer` per regime: a weighted mean that follows the box).
 FULL_BATCH_SHARE = 0.75
-#: Weight of the newest such step in that rate.
-FULL_BATCH_WEIGHT = 0.3
 #: A prompt whose whole length whole batches read in up to this many TTFT targets by that rate still gets them: the
 #: rate is an estimate, and moves by a fifth between runs (other slots' tokens in the cache, the box's drift).
 FULL_BATCH_REACH = 1.2
@@ -151,7 +150,7 @@ class StepPlanner:
         self._pacer: RatePacer = pacer if pacer is not None else StepPacer(MIN_PREFILL_TOKENS)
         self._regime = regime or (lambda: None)
         self._costs: dict[Hashable, StepCostModel] = {}
-        self._full_rates: dict[Hashable, float] = {}  # prompt tokens/s of whole batches read alone, per regime
+        self._full_rates: dict[Hashable, StepPacer] = {}  # prompt tokens/s of whole batches read alone, per regime
 
     @property
     def cost(self) -> StepCostModel:
@@ -220,7 +219,7 @@ class StepPlanner:
         cost = self.cost
         if not cost.ready:
             return None
-        per_short_step = max(1, cost.prompt_tokens_within(lone, 1))
+        per_short_step = self._short_step_tokens(lone)
         prompts = self.interactive_prompts(active)
         waiting = [s for s in prompts if s.prompt_left > per_short_step]
         if len(waiting) != 1:
@@ -244,10 +243,14 @@ class StepPlanner:
 
     def full_batch_rate(self, lone: float) -> float:
         """Prompt tokens per second of whole batches read alone: as measured, else FULL_BATCH_GAIN times short steps'."""
-        rate = self._full_rates.get(self._regime())
-        if rate is not None:
-            return rate
-        return FULL_BATCH_GAIN * max(1, self.cost.prompt_tokens_within(lone, 1)) / lone
+        measured = self._full_rates.get(self._regime())
+        if measured is not None and measured.rate is not None:
+            return measured.rate
+        return FULL_BATCH_GAIN * self._short_step_tokens(lone) / lone
+
+    def _short_step_tokens(self, lone: float) -> int:
+        """Prompt tokens a short lone step reads by the learned cost (at least one)."""
+        return max(1, self.cost.prompt_tokens_within(lone, 1))
 
     def interactive_prompts(self, active: list[Slot]) -> list[Slot]:
         """The slots of ``active`` whose interactive-class prompt is still being read."""
@@ -351,10 +354,8 @@ class StepPlanner:
         self.cost.observe(rows, prompt_tokens, seconds)
         if prompt_tokens:
             self._pacer.observe(rows + prompt_tokens, seconds)
-        if rows <= 1 and prompt_tokens >= FULL_BATCH_SHARE * self.n_batch and seconds > 0.0:
-            key, rate = self._regime(), prompt_tokens / seconds
-            old = self._full_rates.get(key)
-            self._full_rates[key] = rate if old is None else old + FULL_BATCH_WEIGHT * (rate - old)
+        if rows <= 1 and prompt_tokens >= FULL_BATCH_SHARE * self.n_batch:
+            self._full_rates.setdefault(self._regime(), StepPacer(MIN_PREFILL_TOKENS)).observe(prompt_tokens, seconds)
 
 
 def write_chunks(context: DecodeContext, shares: list[tuple[Slot, int]], n: int) -> tuple[int, list[Chunk]]:
