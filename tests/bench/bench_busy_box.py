@@ -40,7 +40,14 @@ from pathlib import Path
 
 import httpx
 
-from tests.bench.compare_servers import build_llama_server, free_port, fresh_model_copy, start_process, stop_process
+from tests.bench.compare_servers import (
+    build_llama_server,
+    daemon_worker_socket,
+    free_port,
+    fresh_model_copy,
+    start_process,
+    stop_process,
+)
 from tests.daemon import start_daemon
 
 _n = itertools.count()
@@ -86,11 +93,6 @@ def uds_client(socket: str) -> httpx.Client:
             pass
         time.sleep(0.2)
     raise RuntimeError(f"worker on {socket} not healthy")
-
-
-def worker_socket_of(data_dir: Path) -> str | None:
-    found = sorted((data_dir / "run").glob("engine-*.sock"), key=lambda p: p.stat().st_mtime)
-    return str(found[-1]) if found else None
 
 
 def run_condition(targets: list[Target], requests: int, out: dict[str, list[float]]) -> None:
@@ -144,9 +146,9 @@ def main() -> None:
                 targets.append(Target("llama-server -t 2", clients[-1], "x"))
             for t in targets:  # loads the daemon's engine, warms every server
                 t.complete()
-            sock = worker_socket_of(daemon.data_dir)
+            sock = daemon_worker_socket(daemon.data_dir)
             if sock:
-                targets[0].stats_client = uds_client(sock)
+                targets[0].stats_client = uds_client(str(sock))
                 clients.append(targets[0].stats_client)
             lat: dict[str, dict[str, list[float]]] = {c: {t.name: [] for t in targets} for c in ("quiet", "hog")}
             for r in range(args.rounds):

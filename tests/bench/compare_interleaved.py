@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.bench.compare_servers import (  # noqa: E402 - run as a script: the repo root goes on sys.path first
     build_llama_server,
+    daemon_worker_socket,
     free_port,
     fresh_model_copy,
     start_comparison_daemon,
@@ -222,12 +223,6 @@ def worker_of(daemon_pid: int) -> int:
 
 #: The worker ``/stats`` fields printed after the rounds: the compute-thread governor's and the even-output calibration's.
 STAT_PREFIXES = ("threads_", "even_outputs")
-
-
-def daemon_worker_socket(data_dir: Path) -> Path | None:
-    """The socket of the daemon's newest llama.cpp worker (None when it has none)."""
-    found = sorted((data_dir / "run").glob("engine-*.sock"), key=lambda p: p.stat().st_mtime)
-    return found[-1] if found else None
 
 
 def worker_stats(socket: Path | str) -> dict[str, int]:

@@ -162,6 +162,12 @@ def start_comparison_daemon(data_dir: Path, **env: str):
     )
 
 
+def daemon_worker_socket(data_dir: Path) -> Path | None:
+    """The socket of the newest llama.cpp worker of the daemon whose data directory is ``data_dir`` (None: none)."""
+    found = sorted((data_dir / "run").glob("engine-*.sock"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
+
+
 def stop_process(proc: subprocess.Popen) -> None:
     os.killpg(proc.pid, signal.SIGTERM)
     try:
