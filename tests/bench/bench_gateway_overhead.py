@@ -178,6 +178,9 @@ def main() -> None:
             APPLIANCE_SEED_DEFAULT_MODEL="false",
             APPLIANCE_LOG_LEVEL="warning",
             APPLIANCE_QUEUE_SIZE="1024",
+            # wrk opens all its connections at once, before any of them has sent a key: past this cap the daemon closes
+            # the oldest of them as it would a stalled socket, so the cap covers the largest run.
+            APPLIANCE_ANONYMOUS_CONNECTIONS_PER_ADDRESS=str(max(64, *args.concurrency)),
             APPLIANCE_CACHE_ENABLED=str(args.cache == "on").lower(),
             ECHO_ENGINE_TCP_PORT=str(engine_port),
         )
