@@ -21,9 +21,18 @@ shares its address, and the proxy applies its own limits per client.
 from __future__ import annotations
 
 import ipaddress
+import logging
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Protocol
+
+log = logging.getLogger("appliance.api.peer_guard")
+
+#: Seconds between two warnings about the same address's closed connections.
+WARN_EVERY_S = 60.0
+#: Addresses remembered for that; past it, those warned longest ago are forgotten.
+WARNED_ADDRESSES = 1024
 
 #: Scope key under which the public listener's protocol hands each request its :class:`Ticket`.
 CONNECTION_KEY = "appliance.connection"
@@ -82,6 +91,8 @@ class PeerGuard:
         self._by_address: dict[str, OrderedDict[Ticket, None]] = {}
         self._exempt = _networks(exempt or [])
         self.evicted = 0
+        self._warned: dict[str, float] = {}  # address -> when its closes were last logged (monotonic)
+        self._unwarned: dict[str, int] = {}  # address -> closes since then
 
     def _is_exempt(self, address: str) -> bool:
         if self._exempt is None:
@@ -109,6 +120,27 @@ class PeerGuard:
             del held[other]
             self.evicted += 1
             other.owner.evict()
+            self._tell(address)
+
+    def _tell(self, address: str) -> None:
+        """Log a close, at most once a minute per address, with what the admin can do about a client that needs more."""
+        self._unwarned[address] = self._unwarned.get(address, 0) + 1
+        now = time.monotonic()
+        if now - self._warned.get(address, -WARN_EVERY_S) < WARN_EVERY_S:
+            return
+        if len(self._warned) >= WARNED_ADDRESSES:
+            for old in sorted(self._warned, key=self._warned.__getitem__)[: WARNED_ADDRESSES // 2]:
+                del self._warned[old]
+                self._unwarned.pop(old, None)
+        self._warned[address] = now
+        log.warning(
+            "closed %d connection(s) from %s that had not shown an API key or session: the address held more than %d "
+            "(anonymous_connections_per_address). A client that opens more than that at once, such as a connection "
+            "pool's first burst, needs a higher setting; stalled or trickling sockets are what the cap is for.",
+            self._unwarned.pop(address, 1),
+            address,
+            self.per_address,
+        )
 
     def closed(self, address: str, ticket: Ticket) -> None:
         held = self._by_address.get(address)

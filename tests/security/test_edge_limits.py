@@ -7,6 +7,7 @@ happened (status codes, which sockets the daemon closed), never on how fast a bu
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 
@@ -189,6 +190,40 @@ def test_connections_that_showed_a_key_are_not_counted_as_anonymous(tmp_path):
     finally:
         for sock in keyed + anonymous:
             sock.close()
+        running.stop()
+
+
+async def _burst(url: str, key: str, n: int) -> list[int | str]:
+    """``n`` keyed requests at once from a fresh client: a connection pool's first burst, every connection new."""
+    limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60, headers=headers) as client:
+
+        async def one() -> int | str:
+            try:
+                return (await client.get("/v1/models")).status_code
+            except httpx.HTTPError as exc:
+                return type(exc).__name__
+
+        return list(await asyncio.gather(*(one() for _ in range(n))))
+
+
+def test_a_pool_opening_more_connections_than_the_cap_at_once_is_named_in_the_log(tmp_path):
+    """A pool's first burst opens its connections before any has sent its key, so past the cap the oldest are closed
+    like stalled sockets. The admin must be able to tell that from an attack: the log names the address, how many
+    were closed and the setting to raise. A burst within the cap is served in full."""
+    running = start_daemon(tmp_path, APPLIANCE_ANONYMOUS_CONNECTIONS_PER_ADDRESS="16")
+    try:
+        key = running.create_key("pool")
+        over = asyncio.run(_burst(running.url, key, 40))
+        assert over.count(200) >= 16, over
+        deadline = time.monotonic() + 10
+        while "anonymous_connections_per_address" not in running.log() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        line = next(x for x in running.log().splitlines() if "anonymous_connections_per_address" in x)
+        assert "from 127.0.0.1 " in line and "more than 16 " in line, line
+        assert asyncio.run(_burst(running.url, key, 16)) == [200] * 16
+    finally:
         running.stop()
 
 

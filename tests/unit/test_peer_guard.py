@@ -60,3 +60,23 @@ def test_trusted_proxies_are_not_counted():
     assert [c.closed for c in [Conn(guard, "10.2.0.1") for _ in range(2)]] == [True, False]
     everyone = PeerGuard(1, ["*"])
     assert not any(c.closed for c in [Conn(everyone, "192.0.2.1") for _ in range(3)])
+
+
+def test_closes_are_logged_once_a_minute_per_address_with_the_setting_to_raise(monkeypatch, caplog):
+    clock = [1000.0]
+    monkeypatch.setattr("appliance.api.peer_guard.time.monotonic", lambda: clock[0])
+    guard = PeerGuard(2)
+    with caplog.at_level("WARNING", logger="appliance.api.peer_guard"):
+        for _ in range(6):  # 4 closes: the first is logged at once, the next 3 wait for the minute
+            Conn(guard, "10.0.0.1")
+        Conn(guard, "10.0.0.2")
+        for _ in range(2):
+            Conn(guard, "10.0.0.2")  # 1 close of another address: logged on its own
+        clock[0] += 61
+        Conn(guard, "10.0.0.1")  # a minute later: this close and the 3 held back
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 3, lines
+    assert lines[0].startswith("closed 1 connection(s) from 10.0.0.1 ") and "anonymous_connections_per_address" in lines[0]
+    assert "more than 2 " in lines[0]
+    assert lines[1].startswith("closed 1 connection(s) from 10.0.0.2 ")
+    assert lines[2].startswith("closed 4 connection(s) from 10.0.0.1 ")
