@@ -91,8 +91,7 @@ class PeerGuard:
         self._by_address: dict[str, OrderedDict[Ticket, None]] = {}
         self._exempt = _networks(exempt or [])
         self.evicted = 0
-        self._warned: dict[str, float] = {}  # address -> when its closes were last logged (monotonic)
-        self._unwarned: dict[str, int] = {}  # address -> closes since then
+        self._reports: dict[str, tuple[float, int]] = {}  # address -> (when its closes were last logged, closes since)
 
     def _is_exempt(self, address: str) -> bool:
         if self._exempt is None:
@@ -124,20 +123,20 @@ class PeerGuard:
 
     def _tell(self, address: str) -> None:
         """Log a close, at most once a minute per address, with what the admin can do about a client that needs more."""
-        self._unwarned[address] = self._unwarned.get(address, 0) + 1
         now = time.monotonic()
-        if now - self._warned.get(address, -WARN_EVERY_S) < WARN_EVERY_S:
+        logged, since = self._reports.get(address, (-WARN_EVERY_S, 0))
+        if now - logged < WARN_EVERY_S:
+            self._reports[address] = (logged, since + 1)
             return
-        if len(self._warned) >= WARNED_ADDRESSES:
-            for old in sorted(self._warned, key=self._warned.__getitem__)[: WARNED_ADDRESSES // 2]:
-                del self._warned[old]
-                self._unwarned.pop(old, None)
-        self._warned[address] = now
+        if address not in self._reports and len(self._reports) >= WARNED_ADDRESSES:
+            for old in sorted(self._reports, key=lambda a: self._reports[a][0])[: WARNED_ADDRESSES // 2]:
+                del self._reports[old]
+        self._reports[address] = (now, 0)
         log.warning(
             "closed %d connection(s) from %s that had not shown an API key or session: the address held more than %d "
             "(anonymous_connections_per_address). A client that opens more than that at once, such as a connection "
             "pool's first burst, needs a higher setting; stalled or trickling sockets are what the cap is for.",
-            self._unwarned.pop(address, 1),
+            since + 1,
             address,
             self.per_address,
         )

@@ -47,7 +47,10 @@ import psutil
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from appliance.allocator import LIBRARY, find_jemalloc, preload_environment  # noqa: E402
+from appliance.settings import Settings  # noqa: E402
 from tests.daemon import daemon_env, free_port  # noqa: E402
+
+DEFAULT_ANONYMOUS_CAP = Settings.model_fields["anonymous_connections_per_address"].default
 
 WRK_SCRIPT = """
 local key = os.getenv("BENCH_KEY")
@@ -180,7 +183,7 @@ def main() -> None:
             APPLIANCE_QUEUE_SIZE="1024",
             # wrk opens all its connections at once, before any of them has sent a key: past this cap the daemon closes
             # the oldest of them as it would a stalled socket, so the cap covers the largest run.
-            APPLIANCE_ANONYMOUS_CONNECTIONS_PER_ADDRESS=str(max(64, *args.concurrency)),
+            APPLIANCE_ANONYMOUS_CONNECTIONS_PER_ADDRESS=str(max(DEFAULT_ANONYMOUS_CAP, *args.concurrency)),
             APPLIANCE_CACHE_ENABLED=str(args.cache == "on").lower(),
             ECHO_ENGINE_TCP_PORT=str(engine_port),
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from appliance.api.peer_guard import CONNECTION_KEY, PeerGuard, Ticket, mark_authenticated
+from appliance.api.peer_guard import CONNECTION_KEY, WARNED_ADDRESSES, PeerGuard, Ticket, mark_authenticated
 
 
 class Conn:
@@ -80,3 +80,14 @@ def test_closes_are_logged_once_a_minute_per_address_with_the_setting_to_raise(m
     assert "more than 2 " in lines[0]
     assert lines[1].startswith("closed 1 connection(s) from 10.0.0.2 ")
     assert lines[2].startswith("closed 4 connection(s) from 10.0.0.1 ")
+
+
+def test_the_addresses_remembered_for_logging_stay_bounded(caplog):
+    guard = PeerGuard(1)
+    with caplog.at_level("WARNING", logger="appliance.api.peer_guard"):
+        for i in range(WARNED_ADDRESSES + 100):
+            address = f"10.{i // 65536}.{i // 256 % 256}.{i % 256}"
+            Conn(guard, address)
+            Conn(guard, address)  # one close each, logged: every address is new
+    assert len(caplog.records) == WARNED_ADDRESSES + 100
+    assert len(guard._reports) <= WARNED_ADDRESSES
